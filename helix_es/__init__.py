@@ -1,0 +1,42 @@
+"""helix-es: an event-sourced memory store for LLM agents."""
+
+from helix_es.config import Config, load_config
+from helix_es.errors import (
+    ConfigError,
+    ConsistencyTimeout,
+    EventTooLarge,
+    HelixError,
+    InvalidInput,
+    InvalidMessage,
+    LogCorrupted,
+    UnknownSchema,
+)
+from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.memory import Memory, ViewMemory, open_memory
+from helix_es.message import Message, ToolCall
+from helix_es.middleware import chain, register
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ConsistencyTimeout",
+    "Event",
+    "EventTooLarge",
+    "HelixError",
+    "InvalidInput",
+    "InvalidMessage",
+    "LogCorrupted",
+    "Memory",
+    "MemoryCleared",
+    "Message",
+    "MessageAdded",
+    "Position",
+    "Record",
+    "ToolCall",
+    "UnknownSchema",
+    "ViewMemory",
+    "chain",
+    "load_config",
+    "open_memory",
+    "register",
+]

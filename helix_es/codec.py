@@ -1,0 +1,142 @@
+"""Avro single-object encoding of events: `C3 01`, CRC-64-AVRO fingerprint, binary body."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import fastavro.schema
+
+from helix_es.errors import UnknownSchema
+from helix_es.events import Event, MemoryCleared, MessageAdded
+from helix_es.message import Message
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = 10
+_VERSION_RE = re.compile(r"envelope\.v(\d+)\.avsc$")
+_NS = "helix.memory."
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    version: int
+    schema: dict[str, Any]  # parsed by fastavro
+    fingerprint: bytes  # 8 bytes, little-endian, as written on the wire
+
+
+def fingerprint(schema: Mapping[str, Any] | str) -> bytes:
+    canonical = fastavro.schema.to_parsing_canonical_form(schema)
+    # fastavro prints the CRC-64-AVRO value little-endian, which is the wire order.
+    return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
+
+
+def schema_version(version: int, schema: Mapping[str, Any]) -> SchemaVersion:
+    parsed = fastavro.parse_schema(dict(schema), _write_hint=False)
+    return SchemaVersion(version, parsed, fingerprint(parsed))
+
+
+def load_schemas(directory: Path | None = None) -> list[SchemaVersion]:
+    """Every envelope version in `schemas/`, oldest first."""
+    if directory is None:
+        # A source checkout has schemas/ beside the package; an installed wheel carries a copy.
+        beside = Path(__file__).resolve().parent.parent / "schemas"
+        files: Iterable[Any] = (
+            beside.iterdir() if beside.is_dir() else resources.files("helix_es.schemas").iterdir()
+        )
+    else:
+        files = directory.iterdir()
+    found = []
+    for f in files:
+        m = _VERSION_RE.search(f.name)
+        if m:
+            found.append(schema_version(int(m.group(1)), json.loads(f.read_text())))
+    if not found:
+        raise UnknownSchema(f"no envelope.v<N>.avsc schema found in {directory or 'helix_es.schemas'}")
+    return sorted(found, key=lambda s: s.version)
+
+
+class Codec:
+    """Encodes with one writer version; decodes anything written with a known version."""
+
+    def __init__(
+        self,
+        versions: Iterable[SchemaVersion] | None = None,
+        *,
+        writer: int | None = None,
+        reader: int | None = None,
+    ) -> None:
+        known = list(versions) if versions is not None else load_schemas()
+        self._by_fp = {v.fingerprint: v for v in known}
+        by_version = {v.version: v for v in known}
+        self.writer = by_version[writer] if writer is not None else known[-1]
+        self.reader = by_version[reader] if reader is not None else known[-1]
+        self._header = MAGIC + self.writer.fingerprint
+
+    # --- records (plain dicts), as any Avro program sees them ---
+
+    def encode_record(self, record: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        buf.write(self._header)
+        fastavro.schemaless_writer(buf, self.writer.schema, record)
+        return buf.getvalue()
+
+    def decode_record(self, data: bytes) -> dict[str, Any]:
+        if data[:2] != MAGIC or len(data) < HEADER_LEN:
+            raise UnknownSchema("not Avro single-object encoding (expected C3 01 and a fingerprint)")
+        fp = data[2:HEADER_LEN]
+        written = self._by_fp.get(fp)
+        if written is None:
+            raise UnknownSchema(
+                f"writer schema fingerprint {fp.hex()} is not in schemas/; "
+                "upgrade helix-es to read events written by a newer version"
+            )
+        reader = None if written is self.reader else self.reader.schema
+        body = io.BytesIO(data[HEADER_LEN:])
+        return fastavro.schemaless_reader(body, written.schema, reader, return_record_name=True)
+
+    # --- events ---
+
+    def encode(self, event: Event) -> bytes:
+        return self.encode_record(event_to_record(event))
+
+    def decode(self, data: bytes) -> Event:
+        return record_to_event(self.decode_record(data))
+
+
+def event_to_record(event: Event) -> dict[str, Any]:
+    payload = event.payload
+    if isinstance(payload, MessageAdded):
+        body: tuple[str, dict[str, Any]] = (_NS + "MessageAdded", {"message": payload.message.to_record()})
+    else:
+        body = (_NS + "MemoryCleared", {"reason": payload.reason})
+    return {
+        "event_id": event.event_id,
+        "namespace": event.namespace,
+        "session_id": event.session_id,
+        "timestamp": event.timestamp,
+        "payload": body,
+    }
+
+
+def record_to_event(record: Mapping[str, Any]) -> Event:
+    name, body = record["payload"]
+    if name == _NS + "MessageAdded":
+        payload: MessageAdded | MemoryCleared = MessageAdded(Message.from_record(body["message"]))
+    elif name == _NS + "MemoryCleared":
+        payload = MemoryCleared(body.get("reason"))
+    else:
+        raise UnknownSchema(f"payload type {name} is not known to this version of helix-es")
+    return Event(
+        namespace=record["namespace"],
+        session_id=record["session_id"],
+        payload=payload,
+        event_id=record["event_id"],
+        timestamp=record["timestamp"],
+    )

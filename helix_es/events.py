@@ -1,0 +1,52 @@
+"""What goes on the log: an envelope around one payload, and where it landed."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from helix_es.message import Message
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """Where an event sits on the log: Kafka's (topic, partition, offset)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAdded:
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCleared:
+    reason: str | None = None
+
+
+Payload = MessageAdded | MemoryCleared
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    namespace: str
+    session_id: str
+    payload: Payload
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    timestamp: datetime = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """An event read back from the log, with its position."""
+
+    event: Event
+    position: Position

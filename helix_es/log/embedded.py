@@ -1,0 +1,217 @@
+"""The embedded log: one append-only file per namespace, the same Avro bytes as Kafka.
+
+File layout: an 8-byte magic, then frames of `length (u32 BE) | crc32 (u32 BE) | event`.
+A frame is the event at offset N of partition 0. On open, a torn last frame (a crash
+mid-append) is cut off; damage anywhere before the tail raises `LogCorrupted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from helix_es import names
+from helix_es.codec import Codec
+from helix_es.errors import EventTooLarge, HelixError, LogCorrupted
+from helix_es.events import Event, Position, Record
+from helix_es.log import MAX_EVENT_BYTES
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"HXLOG\x00\x01\n"
+FRAME = struct.Struct(">II")
+
+
+class LogFile:
+    """One namespace's file. Opened once per process (see `_open_files`), locked against others."""
+
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.offsets: list[int] = []  # byte position of each frame
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise HelixError(
+                f"{path} is in use by another process; the embedded log has one writer. "
+                "Stop the other process, or use `log: {type: kafka}` for several."
+            ) from None
+        try:
+            self.end = self._recover()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _recover(self) -> int:
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            os.write(self._fd, MAGIC)
+            self._sync()
+            return len(MAGIC)
+        if size < len(MAGIC):
+            # A crash while writing the header of a new file: nothing was ever logged.
+            return self._cut(0, size, "a torn header")
+        if os.pread(self._fd, len(MAGIC), 0) != MAGIC:
+            raise LogCorrupted(f"{self.path} is not a helix-es log (bad magic)")
+        pos = len(MAGIC)
+        while pos < size:
+            problem = self._check_frame(pos, size)
+            if problem is None:
+                length = FRAME.unpack(os.pread(self._fd, FRAME.size, pos))[0]
+                self.offsets.append(pos)
+                pos += FRAME.size + length
+                continue
+            if self._is_tail(pos, size):
+                return self._cut(pos, size, problem)
+            raise LogCorrupted(
+                f"{self.path} is damaged at byte {pos} (frame {len(self.offsets)}): {problem}, "
+                f"and {size - pos} bytes follow it. It is not skipped silently: restore the file "
+                f"from a copy, or keep the {len(self.offsets)} good events with `truncate -s {pos}`."
+            )
+        return pos
+
+    def _check_frame(self, pos: int, size: int) -> str | None:
+        head = os.pread(self._fd, FRAME.size, pos)
+        if len(head) < FRAME.size:
+            return "a partial frame header"
+        length, crc = FRAME.unpack(head)
+        if length == 0 or length > MAX_EVENT_BYTES:
+            return f"an impossible frame length {length}"
+        if pos + FRAME.size + length > size:
+            return "a frame cut short"
+        if zlib.crc32(os.pread(self._fd, length, pos + FRAME.size)) != crc:
+            return "a checksum mismatch"
+        return None
+
+    def _is_tail(self, pos: int, size: int) -> bool:
+        """A torn append is the last frame: it reaches the end of the file or is zero fill."""
+        head = os.pread(self._fd, FRAME.size, pos)
+        if len(head) == FRAME.size:
+            length = FRAME.unpack(head)[0]
+            if 0 < length <= MAX_EVENT_BYTES and pos + FRAME.size + length >= size:
+                return True
+        rest = os.pread(self._fd, min(size - pos, FRAME.size + MAX_EVENT_BYTES + 1), pos)
+        return len(rest) == size - pos and (len(rest) < FRAME.size or not rest.strip(b"\x00"))
+
+    def _cut(self, pos: int, size: int, problem: str) -> int:
+        log.warning("%s: cut %d bytes of %s at its tail (a crash mid-append)", self.path, size - pos, problem)
+        os.ftruncate(self._fd, pos)
+        if pos == 0:
+            os.write(self._fd, MAGIC)
+            pos = len(MAGIC)
+        self._sync()
+        return pos
+
+    def _sync(self) -> None:
+        if self.fsync:
+            os.fdatasync(self._fd)
+
+    def append(self, data: bytes) -> int:
+        """Write one frame; returns its offset. A failed write is rolled back, never left torn."""
+        frame = FRAME.pack(len(data), zlib.crc32(data)) + data
+        with self._lock:
+            start = self.end
+            try:
+                written = 0
+                while written < len(frame):
+                    written += os.write(self._fd, frame[written:])
+                self._sync()
+            except BaseException:
+                os.ftruncate(self._fd, start)
+                raise
+            self.offsets.append(start)
+            self.end = start + len(frame)
+            return len(self.offsets) - 1
+
+    def frames(self, start: int = 0) -> Iterator[tuple[int, bytes]]:
+        for index in range(start, len(self.offsets)):
+            pos = self.offsets[index]
+            length = FRAME.unpack(os.pread(self._fd, FRAME.size, pos))[0]
+            yield index, os.pread(self._fd, length, pos + FRAME.size)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+_open_files: dict[Path, tuple[LogFile, int]] = {}
+_open_lock = threading.Lock()
+
+
+class EmbeddedLog:
+    """Append-only files under `path`, one per namespace: `<path>/<topic>.log`, partition 0."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ".helix/log",
+        *,
+        fsync: bool = True,
+        topic_prefix: str = names.DEFAULT_TOPIC_PREFIX,
+        codec: Codec | None = None,
+    ) -> None:
+        self.path = Path(path).resolve()
+        self.fsync = fsync
+        self.topic_prefix = topic_prefix
+        self.codec = codec or Codec()
+        self._files: dict[str, LogFile] = {}
+        self._closed = False
+
+    def _file(self, namespace: str) -> LogFile:
+        f = self._files.get(namespace)
+        if f is None:
+            path = self.path / f"{names.topic(namespace, self.topic_prefix)}.log"
+            with _open_lock:  # one LogFile per file per process, shared by refcount
+                shared, refs = _open_files.get(path, (None, 0))
+                if shared is None:
+                    shared = LogFile(path, fsync=self.fsync)
+                _open_files[path] = (shared, refs + 1)
+            f = self._files[namespace] = shared
+        return f
+
+    async def append(self, event: Event) -> Position:
+        data = self.codec.encode(event)
+        if len(data) > MAX_EVENT_BYTES:
+            raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
+        f = self._file(event.namespace)
+        offset = await asyncio.to_thread(f.append, data) if f.fsync else f.append(data)
+        return Position(names.topic(event.namespace, self.topic_prefix), 0, offset)
+
+    async def read(
+        self, namespace: str, *, session_id: str | None = None, start: int = 0
+    ) -> AsyncIterator[Record]:
+        topic = names.topic(namespace, self.topic_prefix)
+        for offset, data in self._file(namespace).frames(start):
+            event = self.codec.decode(data)
+            if session_id is None or event.session_id == session_id:
+                yield Record(event, Position(topic, 0, offset))
+
+    async def namespaces(self) -> list[str]:
+        if not self.path.is_dir():
+            return []
+        prefix = self.topic_prefix + "."
+        found = (p.name[len(prefix) : -len(".log")] for p in self.path.glob(f"{prefix}*.log"))
+        return sorted(ns for ns in found if names.NAMESPACE_RE.fullmatch(ns))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with _open_lock:
+            for f in self._files.values():
+                shared, refs = _open_files[f.path]
+                if refs <= 1:
+                    del _open_files[f.path]
+                    shared.close()
+                else:
+                    _open_files[f.path] = (shared, refs - 1)
+        self._files.clear()

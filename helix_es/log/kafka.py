@@ -1,0 +1,153 @@
+"""The Kafka log: topic `helix.memory.<namespace>`, key = session id, acks=all, idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError
+
+from helix_es import names
+from helix_es.codec import Codec
+from helix_es.errors import EventTooLarge, HelixError
+from helix_es.events import Event, Position, Record
+from helix_es.log import MAX_EVENT_BYTES
+
+TOPIC_ALREADY_EXISTS = 36
+# The log is the audit trail: no time or size retention, ever.
+TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+
+
+class KafkaUnavailable(HelixError):
+    """The brokers did not answer."""
+
+
+class KafkaLog:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        topic_prefix: str = names.DEFAULT_TOPIC_PREFIX,
+        partitions: int = 6,
+        replication_factor: int = 1,
+        codec: Codec | None = None,
+        producer_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic_prefix = topic_prefix
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.codec = codec or Codec()
+        self._producer_config = producer_config or {}
+        self._producer: AIOKafkaProducer | None = None
+        self._admin: AIOKafkaAdminClient | None = None
+        self._topics: set[str] = set()
+        self._topic_lock = asyncio.Lock()
+        self._start_lock = asyncio.Lock()
+
+    async def _started(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            async with self._start_lock:
+                if self._producer is None:
+                    producer = AIOKafkaProducer(
+                        bootstrap_servers=self.bootstrap_servers,
+                        acks="all",
+                        enable_idempotence=True,
+                        linger_ms=0,
+                        max_request_size=MAX_EVENT_BYTES + 100_000,
+                        **self._producer_config,
+                    )
+                    try:
+                        await producer.start()
+                    except KafkaConnectionError as exc:
+                        await producer.stop()
+                        raise KafkaUnavailable(
+                            f"no Kafka broker answers at {self.bootstrap_servers} ({exc}); "
+                            "start one (scripts/services up) or set log.bootstrap_servers"
+                        ) from exc
+                    self._producer = producer
+        return self._producer
+
+    async def ensure_topic(self, namespace: str) -> str:
+        """Create the namespace's topic on first use (no retention limit)."""
+        topic = names.topic(namespace, self.topic_prefix)
+        if topic in self._topics:
+            return topic
+        async with self._topic_lock:
+            if topic in self._topics:
+                return topic
+            if self._admin is None:
+                self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+                await self._admin.start()
+            new = NewTopic(topic, self.partitions, self.replication_factor, topic_configs=TOPIC_CONFIGS)
+            response = await self._admin.create_topics([new])
+            for name, code, *rest in response.topic_errors:
+                if code not in (0, TOPIC_ALREADY_EXISTS):
+                    raise HelixError(f"could not create topic {name}: error {code} {rest}")
+            self._topics.add(topic)
+        return topic
+
+    async def append(self, event: Event) -> Position:
+        data = self.codec.encode(event)
+        if len(data) > MAX_EVENT_BYTES:
+            raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
+        producer = await self._started()
+        topic = await self.ensure_topic(event.namespace)
+        meta = await producer.send_and_wait(topic, data, key=event.session_id.encode())
+        return Position(meta.topic, meta.partition, meta.offset)
+
+    async def read(
+        self, namespace: str, *, session_id: str | None = None
+    ) -> AsyncIterator[Record]:
+        """Everything on the topic up to its end when the read starts, partition by partition."""
+        topic = names.topic(namespace, self.topic_prefix)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        try:
+            if topic not in await consumer.topics():
+                return
+            parts = consumer.partitions_for_topic(topic) or set()
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                if ends[tp] == 0:
+                    continue
+                consumer.assign([tp])
+                await consumer.seek_to_beginning(tp)
+                done = False
+                while not done:
+                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                    for msg in batch.get(tp, []):
+                        if msg.offset >= ends[tp]:
+                            done = True
+                            break
+                        if session_id is not None and msg.key != session_id.encode():
+                            continue
+                        yield Record(self.codec.decode(msg.value), Position(topic, tp.partition, msg.offset))
+                    if await consumer.position(tp) >= ends[tp]:
+                        done = True
+        finally:
+            await consumer.stop()
+
+    async def namespaces(self) -> list[str]:
+        if self._admin is None:
+            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            await self._admin.start()
+        prefix = self.topic_prefix + "."
+        return sorted(names.namespace_of(t, self.topic_prefix) for t in await self._admin.list_topics() if t.startswith(prefix))
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None

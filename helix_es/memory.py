@@ -1,0 +1,129 @@
+"""The read-side client: `add`/`clear` append events, `get`/`search` read a view."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
+
+from helix_es import backend as backends
+from helix_es import names
+from helix_es.config import Config, load_config
+from helix_es.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
+from helix_es.events import Event, MemoryCleared, MessageAdded, Position
+from helix_es.message import Message
+from helix_es.middleware import build_chain
+from helix_es.views import View
+from projectors.stores import SessionKey, Snapshot
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """The seed's Memory interface."""
+
+    async def add(self, message: Message) -> Position: ...
+
+    async def get(self) -> list[Message]: ...
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]: ...
+
+    async def clear(self) -> Position: ...
+
+
+class ViewMemory:
+    """One session's memory served from one view, with read-your-writes by default."""
+
+    def __init__(
+        self,
+        backend: backends.Backend,
+        view: View,
+        namespace: str,
+        session_id: str,
+        *,
+        consistency: str = "read-your-writes",
+        read_timeout: float = 5.0,
+    ) -> None:
+        self.backend = backend
+        self.view = view
+        self.namespace = names.check_namespace(namespace)
+        self.session_id = names.check_session_id(session_id)
+        self.key = SessionKey(namespace, session_id)
+        self.consistency = consistency
+        self.read_timeout = read_timeout
+        self.last_write: Position | None = None
+
+    async def add(self, message: Message) -> Position:
+        if not isinstance(message, Message):
+            raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
+        return await self._append(MessageAdded(message))
+
+    async def clear(self) -> Position:
+        return await self._append(MemoryCleared())
+
+    async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
+        position = await self.backend.append(Event(self.namespace, self.session_id, payload))
+        self.last_write = position
+        return position
+
+    async def get(self) -> list[Message]:
+        return self.view.render((await self._snapshot()).state)
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        if not isinstance(query, str):
+            raise InvalidInput("query", f"must be a string, got {type(query).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
+        return self.view.search((await self._snapshot()).state, query, limit)
+
+    async def _snapshot(self) -> Snapshot:
+        snap = await self.backend.store.read(self.view, self.key)
+        want = self.last_write
+        if want is None or self.consistency == "eventual" or _covers(snap, want):
+            return snap
+        deadline = time.monotonic() + self.read_timeout
+        pause = 0.0005
+        while True:
+            await asyncio.sleep(pause)
+            snap = await self.backend.store.read(self.view, self.key)
+            if _covers(snap, want):
+                return snap
+            if time.monotonic() >= deadline:
+                raise ConsistencyTimeout(
+                    f"view {self.view.name} of {self.namespace}/{self.session_id} has applied offset "
+                    f"{snap.applied} but this client wrote offset {want.offset} to "
+                    f"{want.topic}[{want.partition}]; waited {self.read_timeout}s. Is a projector "
+                    f"running for it (helix-es project --config FILE)? Or set consistency: eventual."
+                )
+            pause = min(pause * 2, 0.01)
+
+
+def _covers(snap: Snapshot, want: Position) -> bool:
+    return snap.applied is not None and snap.applied >= want.offset
+
+
+@asynccontextmanager
+async def open_memory(
+    config: Mapping[str, Any] | str | os.PathLike[str] | Config,
+    *,
+    session_id: str | None = None,
+    agent: str | None = None,
+) -> AsyncIterator[Memory]:
+    """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config)."""
+    cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
+    mem = cfg.memory
+    sid = session_id or mem.session_id
+    if sid is None:
+        raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
+    chain = build_chain(cfg.middleware)
+    backend = await backends.acquire(cfg.log, mem)
+    try:
+        await backend.attach(mem.view, mem.namespace)
+        memory = ViewMemory(
+            backend, mem.view, mem.namespace, sid, consistency=mem.consistency, read_timeout=mem.read_timeout
+        )
+        yield chain(memory)
+    finally:
+        await backends.release(cfg.log, mem, backend)

@@ -1,0 +1,137 @@
+"""The chat message an agent adds to memory, validated once at the edge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from helix_es.errors import InvalidMessage
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
+
+
+def _text(value: object, path: str, *, optional: bool = False, empty: bool = True) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise InvalidMessage(path, f"must be a string, got {type(value).__name__}")
+    if not empty and not value:
+        raise InvalidMessage(path, "must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessage(path, f"is not valid UTF-8 text ({exc.reason})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant asked a tool to make; `arguments` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def check(self, path: str = "tool_call") -> None:
+        _text(self.id, f"{path}.id", empty=False)
+        _text(self.name, f"{path}.name", empty=False)
+        _text(self.arguments, f"{path}.arguments")
+        try:
+            json.loads(self.arguments)
+        except ValueError as exc:
+            raise InvalidMessage(f"{path}.arguments", f"is not JSON text ({exc})") from None
+
+
+def _tool_calls(value: object) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidMessage("tool_calls", "must be a list of tool calls")
+    calls = []
+    for i, item in enumerate(value):
+        if isinstance(item, Mapping):
+            unknown = set(item) - {"id", "name", "arguments"}
+            if unknown:
+                raise InvalidMessage(f"tool_calls[{i}]", f"unknown keys {sorted(unknown)}")
+            item = ToolCall(item.get("id"), item.get("name"), item.get("arguments", "{}"))  # type: ignore[arg-type]
+        if not isinstance(item, ToolCall):
+            raise InvalidMessage(f"tool_calls[{i}]", "must be a ToolCall or a mapping")
+        item.check(f"tool_calls[{i}]")
+        calls.append(item)
+    return tuple(calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One turn of a conversation. Invalid input raises `InvalidMessage` naming the field."""
+
+    role: Role
+    content: str = ""
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidMessage("role", f"must be one of {sorted(ROLES)}, got {self.role!r}")
+        _text(self.content, "content")
+        _text(self.name, "name", optional=True, empty=False)
+        object.__setattr__(self, "tool_calls", _tool_calls(self.tool_calls))
+        if self.tool_calls and self.role != "assistant":
+            raise InvalidMessage("tool_calls", f"only assistant messages carry tool calls, not {self.role}")
+        _text(self.tool_call_id, "tool_call_id", optional=True, empty=False)
+        if self.role == "tool" and self.tool_call_id is None:
+            raise InvalidMessage("tool_call_id", "a tool message must name the tool call it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise InvalidMessage("tool_call_id", f"only tool messages answer a tool call, not {self.role}")
+        if not isinstance(self.metadata, Mapping):
+            raise InvalidMessage("metadata", "must be a mapping of str to str")
+        for key, val in self.metadata.items():
+            _text(key, "metadata key", empty=False)
+            _text(val, f"metadata[{key!r}]")
+        object.__setattr__(self, "metadata", dict(self.metadata))
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro record form (also the JSON form stored in views)."""
+        return {
+            "role": self.role,
+            "content": self.content,
+            "name": self.name,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls],
+            "tool_call_id": self.tool_call_id,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Message:
+        """Trusted decode of a record this library wrote: skips validation."""
+        msg = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(msg, "role", record["role"])
+        setattr_(msg, "content", record.get("content", ""))
+        setattr_(msg, "name", record.get("name"))
+        calls = record.get("tool_calls")
+        setattr_(msg, "tool_calls", tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in calls) if calls else ())
+        setattr_(msg, "tool_call_id", record.get("tool_call_id"))
+        setattr_(msg, "metadata", record.get("metadata") or {})
+        return msg
+
+    def to_json(self) -> str:
+        """Compact JSON, leaving out empty optional fields; readable by other programs."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Message:
+        return cls.from_record(json.loads(text))

@@ -1,0 +1,60 @@
+"""Names other programs depend on: Kafka topics, consumer groups, Redis keys."""
+
+from __future__ import annotations
+
+import re
+
+from helix_es.errors import InvalidInput
+
+NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+DEFAULT_TOPIC_PREFIX = "helix.memory"
+MAX_SESSION_ID = 512
+
+
+def check_namespace(namespace: object, field: str = "namespace") -> str:
+    if not isinstance(namespace, str) or not NAMESPACE_RE.fullmatch(namespace):
+        raise InvalidInput(field, f"must match [A-Za-z0-9._-]{{1,200}}, got {namespace!r}")
+    return namespace
+
+
+def check_session_id(session_id: object, field: str = "session_id") -> str:
+    # Braces would break the Redis Cluster hash tag that keeps a session's keys in one slot.
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidInput(field, f"must be a non-empty string, got {session_id!r}")
+    if len(session_id) > MAX_SESSION_ID:
+        raise InvalidInput(field, f"is longer than {MAX_SESSION_ID} characters")
+    if any(ch in "{}" or not ch.isprintable() for ch in session_id):
+        raise InvalidInput(field, f"must be printable text without braces, got {session_id!r}")
+    return session_id
+
+
+def topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    return f"{prefix}.{check_namespace(namespace)}"
+
+
+def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    return "^" + re.escape(prefix + ".") + r"[A-Za-z0-9._-]{1,200}$"
+
+
+def namespace_of(topic_name: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    return topic_name[len(prefix) + 1 :]
+
+
+def consumer_group(view: str) -> str:
+    return f"helix.projector.{view}"
+
+
+def session_key(namespace: str, session_id: str, view_suffix: str = "") -> str:
+    """`helix:memory:<namespace>:{<session_id>}[:<view>]`; the braces are the cluster hash tag."""
+    key = f"helix:memory:{namespace}:{{{session_id}}}"
+    return f"{key}:{view_suffix}" if view_suffix else key
+
+
+def applied_key(namespace: str, session_id: str, view: str) -> str:
+    """The offset a view last applied for one session: same hash slot as its data."""
+    return f"helix:memory:{namespace}:{{{session_id}}}:{view}:applied"
+
+
+def checkpoint_key(view: str) -> str:
+    """Hash of `<topic>:<partition>` -> last applied offset, for one view."""
+    return f"helix:checkpoint:{view}"

@@ -1,0 +1,111 @@
+"""Redis store: a session's view is a list of JSON messages at `helix:memory:<ns>:{<sid>}[:<view>]`.
+
+Beside it, in the same hash slot, `...:<view>:applied` holds the session guard. One Lua
+script checks every guard of a batch, applies the list edits, sets the guards and the
+partition checkpoint (`helix:checkpoint:<view>`), so the step is atomic on one server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+
+from helix_es import names
+from helix_es.message import Message
+from helix_es.views import View
+from projectors.stores import Change, SessionKey, Snapshot, StaleWrite, list_edit
+
+_APPLY = """
+local argi = 1
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local cur = redis.call('GET', KEYS[2 * i + 1]) or ''
+  if cur ~= ARGV[argi] then
+    return {'STALE', KEYS[2 * i], cur}
+  end
+  argi = argi + 5 + tonumber(ARGV[argi + 4])
+end
+argi = 1
+for i = 1, n do
+  local data, guard = KEYS[2 * i], KEYS[2 * i + 1]
+  local keep, drop, nadd = tonumber(ARGV[argi + 2]), tonumber(ARGV[argi + 3]), tonumber(ARGV[argi + 4])
+  if drop < 0 then
+    redis.call('DEL', data)
+  elseif drop > 0 then
+    local head = {}
+    if keep > 0 then head = redis.call('LRANGE', data, 0, keep - 1) end
+    redis.call('LTRIM', data, keep + drop, -1)
+    for j = #head, 1, -1 do redis.call('LPUSH', data, head[j]) end
+  end
+  local first = argi + 5
+  while first < argi + 5 + nadd do
+    local last = math.min(first + 999, argi + 4 + nadd)
+    redis.call('RPUSH', data, unpack(ARGV, first, last))
+    first = last + 1
+  end
+  redis.call('SET', guard, ARGV[argi + 1])
+  argi = argi + 5 + nadd
+end
+redis.call('HSET', KEYS[1], ARGV[argi], ARGV[argi + 1])
+return {'OK'}
+"""
+
+_READ = """
+return {redis.call('GET', KEYS[2]) or '', redis.call('LRANGE', KEYS[1], 0, -1)}
+"""
+
+
+def _snapshot(applied: bytes | None, items: list[bytes]) -> Snapshot:
+    return Snapshot(tuple(map(Message.from_json, items)), int(applied) if applied else None)
+
+
+class RedisStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.redis = aioredis.Redis.from_url(url)
+        self._apply = self.redis.register_script(_APPLY)
+        self._read = self.redis.register_script(_READ)
+
+    @staticmethod
+    def keys(view: View, key: SessionKey) -> tuple[str, str]:
+        return (
+            names.session_key(key.namespace, key.session_id, view.key_suffix),
+            names.applied_key(key.namespace, key.session_id, view.name),
+        )
+
+    async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                data, guard = self.keys(view, key)
+                pipe.get(guard)
+                pipe.lrange(data, 0, -1)
+            replies = await pipe.execute()
+        return {key: _snapshot(replies[2 * i], replies[2 * i + 1]) for i, key in enumerate(keys)}
+
+    async def apply(
+        self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int
+    ) -> None:
+        keys: list[str] = [names.checkpoint_key(view.name)]
+        args: list[str | int] = []
+        for c in changes:
+            keys.extend(self.keys(view, c.key))
+            edit = list_edit(c.before.state, c.after)
+            expected = "" if c.before.applied is None else str(c.before.applied)
+            args += [expected, c.applied, edit.keep, edit.drop, len(edit.append)]
+            args += [m.to_json() for m in edit.append]
+        args += [f"{topic}:{partition}", checkpoint]
+        reply = await self._apply(keys=keys, args=args)
+        if reply[0] == b"STALE":
+            raise StaleWrite(f"{view.name}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")
+
+    async def checkpoint(self, view: View, topic: str, partition: int) -> int | None:
+        value = await self.redis.hget(names.checkpoint_key(view.name), f"{topic}:{partition}")
+        return int(value) if value is not None else None
+
+    async def read(self, view: View, key: SessionKey) -> Snapshot:
+        applied, items = await self._read(keys=self.keys(view, key))
+        return _snapshot(applied, items)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
