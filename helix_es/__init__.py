@@ -1,5 +1,7 @@
 """helix-es: an event-sourced memory store for LLM agents."""
 
+__version__ = "0.1.0"
+
 from helix_es.config import Config, load_config
 from helix_es.errors import (
     ConfigError,

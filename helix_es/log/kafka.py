@@ -79,11 +79,8 @@ class KafkaLog:
         async with self._topic_lock:
             if topic in self._topics:
                 return topic
-            if self._admin is None:
-                self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-                await self._admin.start()
             new = NewTopic(topic, self.partitions, self.replication_factor, topic_configs=TOPIC_CONFIGS)
-            response = await self._admin.create_topics([new])
+            response = await (await self._admin_client()).create_topics([new])
             for name, code, *rest in response.topic_errors:
                 if code not in (0, TOPIC_ALREADY_EXISTS):
                     raise HelixError(f"could not create topic {name}: error {code} {rest}")
@@ -112,10 +109,7 @@ class KafkaLog:
         )
         await consumer.start()
         try:
-            if topic not in await consumer.topics():
-                return
-            parts = consumer.partitions_for_topic(topic) or set()
-            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
             ends = await consumer.end_offsets(tps)
             for tp in tps:
                 if ends[tp] == 0:
@@ -137,12 +131,24 @@ class KafkaLog:
         finally:
             await consumer.stop()
 
-    async def namespaces(self) -> list[str]:
+    async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
-            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-            await self._admin.start()
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            await admin.start()
+            self._admin = admin
+        return self._admin
+
+    async def partitions_of(self, topic: str) -> list[int]:
+        """The topic's partitions; none if it does not exist."""
+        (described,) = await (await self._admin_client()).describe_topics([topic])
+        if described["error_code"] != 0:
+            return []
+        return sorted(p["partition"] for p in described["partitions"])
+
+    async def namespaces(self) -> list[str]:
         prefix = self.topic_prefix + "."
-        return sorted(names.namespace_of(t, self.topic_prefix) for t in await self._admin.list_topics() if t.startswith(prefix))
+        topics = await (await self._admin_client()).list_topics()
+        return sorted(names.namespace_of(t, self.topic_prefix) for t in topics if t.startswith(prefix))
 
     async def close(self) -> None:
         if self._producer is not None:

@@ -1,0 +1,21 @@
+# helix-es projector: folds the Kafka event log into Redis/Postgres views.
+# Built by docker-compose.yml (service `projector`); context = repo root.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY helix_es ./helix_es
+COPY projectors ./projectors
+COPY schemas ./schemas
+RUN pip install . \
+ && useradd --system --uid 10001 --no-create-home helix \
+ && rm -rf /src
+
+USER helix
+WORKDIR /tmp
+CMD ["helix-es", "project", "--config", "/config/helix.yaml"]

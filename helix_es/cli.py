@@ -1,0 +1,158 @@
+"""`helix-es`: demo, project, history. Exit codes: 0 ok, 1 failure, 2 bad usage or config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from helix_es import __version__
+from helix_es.errors import ConfigError, HelixError, InvalidInput
+
+
+def _event_json(record: Any) -> dict[str, Any]:
+    event = record.event
+    out: dict[str, Any] = {
+        "offset": record.position.offset,
+        "partition": record.position.partition,
+        "topic": record.position.topic,
+        "event_id": str(event.event_id),
+        "session_id": event.session_id,
+        "time": event.timestamp.isoformat(),
+        "type": type(event.payload).__name__,
+    }
+    message = getattr(event.payload, "message", None)
+    if message is not None:
+        out["message"] = json.loads(message.to_json())
+    return out
+
+
+def describe(record: Any) -> str:
+    e = _event_json(record)
+    what = e["type"]
+    if "message" in e:
+        m = e["message"]
+        calls = ", ".join(f"{c['name']}({c['arguments']})" for c in m.get("tool_calls", ()))
+        what += f"  {m['role']}: {m['content']!r}" + (f" calls {calls}" if calls else "")
+    return f"#{e['offset']:<4} {e['time'][:23]}  {e['session_id']}  {what}"
+
+
+async def _history(args: argparse.Namespace) -> int:
+    from helix_es.backend import open_log
+    from helix_es.config import load_config
+
+    cfg = load_config(args.config)
+    namespace = args.namespace or cfg.memory.namespace
+    log = open_log(cfg.log)
+    try:
+        async for record in log.read(namespace, session_id=args.session):
+            print(json.dumps(_event_json(record)) if args.json else describe(record))
+    finally:
+        await log.close()
+    return 0
+
+
+async def _project(args: argparse.Namespace) -> int:
+    from helix_es.backend import open_store
+    from helix_es.config import load_config
+    from projectors.runner import Projector, run_projectors
+
+    cfg = load_config(args.config)
+    if cfg.log.type != "kafka":
+        raise ConfigError("log.type", "the embedded log is projected inside the client; `project` needs log: kafka")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    store = open_store(cfg.memory)
+    projector = Projector(
+        cfg.memory.view,
+        store,
+        bootstrap_servers=cfg.log.bootstrap_servers,
+        topic_prefix=cfg.log.topic_prefix,
+        batch_size=args.batch_size,
+    )
+    logging.getLogger("helix_es.project").info(
+        "projecting %s.* into view %s (%s store); SIGTERM stops", cfg.log.topic_prefix, cfg.memory.view.name,
+        cfg.memory.store,
+    )
+
+    async def report() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(args.progress)
+            p = projector.progress
+            logging.getLogger("helix_es.project").info(
+                "%s: %d events applied, %d re-deliveries skipped, %d partitions",
+                cfg.memory.view.name, p.events, p.skipped, len(p.assigned),
+            )
+
+    reporter = asyncio.create_task(report())
+    try:
+        (progress,) = await run_projectors([projector], stop)
+    finally:
+        reporter.cancel()
+        await store.close()
+    logging.getLogger("helix_es.project").info("stopped cleanly after %d events", progress.events)
+    return 0
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    from helix_es.demo import run_demo
+
+    await run_demo(args.path, as_json=args.json)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="helix-es", description="Event-sourced memory for LLM agents.")
+    p.add_argument("--version", action="version", version=f"helix-es {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="a scripted agent conversation on the embedded log")
+    demo.add_argument("--path", help="keep the log in this directory (default: a new temporary one)")
+    demo.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    demo.set_defaults(run=_demo)
+
+    project = sub.add_parser("project", help="run the projector for the configured view until SIGTERM")
+    project.add_argument("--config", required=True, help="YAML file (log: kafka, memory: ...)")
+    project.add_argument("--batch-size", type=int, default=500, help="events per fetch (default 500)")
+    project.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
+    project.set_defaults(run=_project)
+
+    history = sub.add_parser("history", help="read a session's events back from the log")
+    history.add_argument("--config", required=True, help="YAML file naming the log and namespace")
+    history.add_argument("--session", help="only this session id")
+    history.add_argument("--namespace", help="override memory.namespace")
+    history.add_argument("--json", action="store_true", help="one JSON object per event")
+    history.set_defaults(run=_history)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    try:
+        return asyncio.run(args.run(args))
+    except (ConfigError, InvalidInput) as exc:
+        print(f"helix-es: {exc}", file=sys.stderr)
+        return 2
+    except (HelixError, OSError) as exc:
+        print(f"helix-es: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

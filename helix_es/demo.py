@@ -1,0 +1,61 @@
+"""`helix-es demo`: a scripted agent on the embedded log, showing views and the log beneath them."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from typing import Any
+
+from helix_es.cli import _event_json, describe
+from helix_es.memory import open_memory
+from helix_es.message import Message, ToolCall
+
+SCRIPT: list[tuple[str, Message]] = [
+    ("alice", Message("system", "You are a travel assistant. Be brief.")),
+    ("alice", Message("user", "I want to visit Oslo in March.")),
+    ("alice", Message("assistant", "", tool_calls=(ToolCall("call-1", "weather", '{"city": "Oslo", "month": 3}'),))),
+    ("alice", Message("tool", '{"avg_c": -1, "snow_days": 9}', tool_call_id="call-1")),
+    ("alice", Message("assistant", "Oslo in March averages -1 °C with snow: pack boots.")),
+    ("bob", Message("user", "Remind me to book the Bergen train.")),
+    ("alice", Message("user", "And what about Bergen?")),
+    ("bob", Message("assistant", "Noted: book the Bergen train.")),
+    ("alice", Message("assistant", "Bergen is milder but rainy; bring a raincoat.")),
+]
+
+
+def _short(messages: list[Message]) -> str:
+    return " | ".join(f"{m.role}:{(m.content or '[tool call]')[:28]}" for m in messages)
+
+
+async def run_demo(path: str | None = None, *, as_json: bool = False) -> None:
+    directory = path or tempfile.mkdtemp(prefix="helix-demo-")
+    config: dict[str, Any] = {
+        "log": {"type": "embedded", "path": directory},
+        "memory": {"type": "sliding-window", "window_size": 4, "namespace": "demo"},
+    }
+
+    def out(kind: str, text: str, **data: Any) -> None:
+        print(json.dumps({"kind": kind, **data}) if as_json else text)
+
+    out("start", f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)", path=directory)
+    async with open_memory(config, session_id="alice") as alice, open_memory(config, session_id="bob") as bob:
+        memories = {"alice": alice, "bob": bob}
+        for turn, (who, message) in enumerate(SCRIPT, 1):
+            mem = memories[who]
+            position = await mem.add(message)
+            got = await mem.get()
+            out(
+                "turn",
+                f"\n[{turn}] {who} add {message.role} -> offset {position.offset}\n"
+                f"    get    ({len(got)}): {_short(got)}",
+                session=who, offset=position.offset, get=[json.loads(m.to_json()) for m in got],
+            )
+        for who, query in (("alice", "bergen"), ("bob", "BERGEN")):
+            hits = await memories[who].search(query, limit=5)
+            out("search", f"\nsearch {who} {query!r} -> {_short(hits)}", session=who, query=query,
+                hits=[m.content for m in hits])
+        await bob.clear()
+        out("clear", f"\nbob clear -> get {await bob.get()} (the log keeps his turns)", session="bob")
+        out("history", "\nalice's history, read back from the log (every turn, including evicted ones):")
+        async for record in alice.backend.log.read("demo", session_id="alice"):  # type: ignore[attr-defined]
+            out("event", "  " + describe(record), **_event_json(record))
