@@ -176,7 +176,7 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
             "memory views live in one process, but a Kafka log is projected by separate workers; "
             "use store: redis or postgres with log: kafka",
         )
-    namespace = names.check_namespace(raw.get("namespace", "default"), f"{where}.namespace")
+    namespace = names.check_namespace(raw.get("namespace", "default"), f"{where}.namespace", ConfigError)
     consistency = raw.get("consistency", "read-your-writes")
     if consistency not in ("read-your-writes", "eventual"):
         raise ConfigError(f"{where}.consistency", f"must be read-your-writes or eventual, got {consistency!r}")
@@ -185,7 +185,7 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         raise ConfigError(f"{where}.read_timeout", f"must be a positive number of seconds, got {timeout!r}")
     session_id = raw.get("session_id")
     if session_id is not None:
-        names.check_session_id(session_id, f"{where}.session_id")
+        names.check_session_id(session_id, f"{where}.session_id", ConfigError)
     redis_url = raw.get("redis_url") or os.environ.get("HELIX_REDIS_URL")
     dsn = raw.get("dsn") or raw.get("postgres_dsn") or os.environ.get("HELIX_POSTGRES_DSN")
     if store == "redis" and not redis_url:

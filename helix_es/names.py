@@ -11,20 +11,20 @@ DEFAULT_TOPIC_PREFIX = "helix.memory"
 MAX_SESSION_ID = 512
 
 
-def check_namespace(namespace: object, field: str = "namespace") -> str:
+def check_namespace(namespace: object, field: str = "namespace", error: type[InvalidInput] = InvalidInput) -> str:
     if not isinstance(namespace, str) or not NAMESPACE_RE.fullmatch(namespace):
-        raise InvalidInput(field, f"must match [A-Za-z0-9._-]{{1,200}}, got {namespace!r}")
+        raise error(field, f"must match [A-Za-z0-9._-]{{1,200}}, got {namespace!r}")
     return namespace
 
 
-def check_session_id(session_id: object, field: str = "session_id") -> str:
+def check_session_id(session_id: object, field: str = "session_id", error: type[InvalidInput] = InvalidInput) -> str:
     # Braces would break the Redis Cluster hash tag that keeps a session's keys in one slot.
     if not isinstance(session_id, str) or not session_id:
-        raise InvalidInput(field, f"must be a non-empty string, got {session_id!r}")
+        raise error(field, f"must be a non-empty string, got {session_id!r}")
     if len(session_id) > MAX_SESSION_ID:
-        raise InvalidInput(field, f"is longer than {MAX_SESSION_ID} characters")
+        raise error(field, f"is longer than {MAX_SESSION_ID} characters")
     if any(ch in "{}" or not ch.isprintable() for ch in session_id):
-        raise InvalidInput(field, f"must be printable text without braces, got {session_id!r}")
+        raise error(field, f"must be printable text without braces, got {session_id!r}")
     return session_id
 
 
@@ -40,8 +40,10 @@ def namespace_of(topic_name: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     return topic_name[len(prefix) + 1 :]
 
 
-def consumer_group(view: str) -> str:
-    return f"helix.projector.{view}"
+def consumer_group(view: str, store: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """One group per view and store: the same view kept in Redis and in Postgres is two views."""
+    group = f"helix.projector.{store}.{view}"
+    return group if prefix == DEFAULT_TOPIC_PREFIX else f"{group}.{prefix}"
 
 
 def session_key(namespace: str, session_id: str, view_suffix: str = "") -> str:

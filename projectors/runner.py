@@ -83,7 +83,7 @@ class Projector:
         """Consume until `stop` is set; then leave the group cleanly."""
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
-            group_id=names.consumer_group(self.view.name),
+            group_id=names.consumer_group(self.view.name, self.store.kind, self.topic_prefix),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",

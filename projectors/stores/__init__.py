@@ -46,6 +46,8 @@ class StaleWrite(HelixError):
 
 
 class ViewStore(Protocol):
+    kind: str  # memory | redis | postgres: part of the projector's consumer group
+
     async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
         """Current snapshots of several sessions, in one round trip where the store allows."""
         ...
@@ -78,6 +80,7 @@ class ListEdit:
 
 def list_edit(before: State, after: State) -> ListEdit:
     """The cheapest edit of a stored list into `after`: windows drop at the front and append."""
+    best: ListEdit | None = None
     for keep in (0, 1):
         if keep > len(before) or keep > len(after) or before[:keep] != after[:keep]:
             continue
@@ -85,5 +88,7 @@ def list_edit(before: State, after: State) -> ListEdit:
         for drop in range(max(0, len(rest_before) - len(rest_after)), len(rest_before) + 1):
             tail = rest_before[drop:]
             if rest_after[: len(tail)] == tail:
-                return ListEdit(keep, drop, rest_after[len(tail) :])
-    return ListEdit(0, -1, after)
+                if best is None or len(rest_after) - len(tail) < len(best.append):
+                    best = ListEdit(keep, drop, rest_after[len(tail) :])
+                break
+    return best or ListEdit(0, -1, after)

@@ -9,6 +9,8 @@ from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite
 
 
 class MemoryStore:
+    kind = "memory"
+
     def __init__(self) -> None:
         self._sessions: dict[tuple[str, SessionKey], Snapshot] = {}
         self._checkpoints: dict[tuple[str, str, int], int] = {}

@@ -61,6 +61,8 @@ def _snapshot(applied: bytes | None, items: list[bytes]) -> Snapshot:
 
 
 class RedisStore:
+    kind = "redis"
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.redis = aioredis.Redis.from_url(url)

@@ -1,0 +1,217 @@
+"""PostgreSQL store: a session's view is rows of `helix_view_messages`, ordered by `seq`.
+
+Beside them `helix_view_sessions` holds the session guard and `helix_checkpoints` the
+partition checkpoints. `apply` runs in one transaction whose first statement moves every
+guard with a compare-and-set (`applied = expected`), so a guard that moved since `load`
+rolls the whole batch back as `StaleWrite`; the row locks it takes keep other projectors
+off those sessions until commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import asyncpg
+
+from helix_es.message import Message
+from helix_es.views import View
+from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
+
+_SCHEMA_LOCK = 0x68656C6978  # pg_advisory_xact_lock key ("helix"): one schema creator at a time
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS helix_view_messages (
+    view text NOT NULL,
+    namespace text NOT NULL,
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    message jsonb NOT NULL,
+    PRIMARY KEY (view, namespace, session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS helix_view_sessions (
+    view text NOT NULL,
+    namespace text NOT NULL,
+    session_id text NOT NULL,
+    applied bigint NOT NULL,
+    PRIMARY KEY (view, namespace, session_id)
+);
+CREATE TABLE IF NOT EXISTS helix_checkpoints (
+    view text NOT NULL,
+    topic text NOT NULL,
+    partition int NOT NULL,
+    "offset" bigint NOT NULL,
+    PRIMARY KEY (view, topic, partition)
+);
+"""
+
+# One statement, hence one snapshot: each session's guard and messages are read together.
+_LOAD = """
+SELECT k.i, s.applied, m.messages
+FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(namespace, session_id, i)
+LEFT JOIN helix_view_sessions s
+    ON s.view = $1 AND s.namespace = k.namespace AND s.session_id = k.session_id
+CROSS JOIN LATERAL (
+    SELECT array_agg(v.message::text ORDER BY v.seq) AS messages
+    FROM helix_view_messages v
+    WHERE v.view = $1 AND v.namespace = k.namespace AND v.session_id = k.session_id
+) m
+"""
+
+# First statement of `apply`. Guards move only from the value the caller loaded: UPDATE
+# re-checks `applied = expected` on the newest row version after waiting for a concurrent
+# writer, and a guard row another writer created makes the INSERT do nothing. Sessions
+# missing from the result are stale. It also drops the `n_drop` rows after the first `keep`
+# (NULL: all); that may run before the guards are checked, but a stale batch rolls back.
+_CLAIM = """
+WITH k AS (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+        AS k(namespace, session_id, expected, applied, keep, n_drop)
+), moved AS (
+    UPDATE helix_view_sessions s SET applied = k.applied
+    FROM k
+    WHERE s.view = $1 AND s.namespace = k.namespace AND s.session_id = k.session_id AND s.applied = k.expected
+    RETURNING s.namespace, s.session_id
+), created AS (
+    INSERT INTO helix_view_sessions (view, namespace, session_id, applied)
+    SELECT $1, k.namespace, k.session_id, k.applied FROM k WHERE k.expected IS NULL
+    ON CONFLICT DO NOTHING
+    RETURNING namespace, session_id
+), dropped AS (
+    DELETE FROM helix_view_messages v
+    USING (
+        SELECT k.namespace, k.session_id, d.seq
+        FROM k
+        CROSS JOIN LATERAL (
+            SELECT seq FROM helix_view_messages
+            WHERE view = $1 AND namespace = k.namespace AND session_id = k.session_id
+            ORDER BY seq OFFSET k.keep LIMIT k.n_drop
+        ) d
+        WHERE k.n_drop IS DISTINCT FROM 0
+    ) gone
+    WHERE v.view = $1 AND v.namespace = gone.namespace AND v.session_id = gone.session_id AND v.seq = gone.seq
+), checkpoint AS (
+    INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $8, $9, $10)
+    ON CONFLICT (view, topic, partition) DO UPDATE SET "offset" = excluded."offset"
+)
+SELECT namespace, session_id FROM moved
+UNION ALL
+SELECT namespace, session_id FROM created
+"""
+
+# Second statement: sees the drops, so seq continues after the rows kept (from 0 when none are).
+_APPEND = """
+INSERT INTO helix_view_messages (view, namespace, session_id, seq, message)
+SELECT $1, a.namespace, a.session_id,
+    coalesce((
+        SELECT max(v.seq) FROM helix_view_messages v
+        WHERE v.view = $1 AND v.namespace = a.namespace AND v.session_id = a.session_id
+    ), -1) + a.pos,
+    a.message::jsonb
+FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS a(namespace, session_id, pos, message)
+"""
+
+_CHECKPOINT = """
+SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3
+"""
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset hook: we never change session state, so skip asyncpg's reset query round trip."""
+
+
+def _snapshot(applied: int | None, messages: list[str] | None) -> Snapshot:
+    if applied is None and not messages:
+        return EMPTY
+    return Snapshot(tuple(map(Message.from_json, messages or ())), applied)
+
+
+class PostgresStore:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._pool: asyncpg.Pool | None = None
+        self._ready = False
+        self._init = asyncio.Lock()
+
+    async def ensure_schema(self) -> None:
+        """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
+        async with self._init:
+            if self._pool is None:
+                self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
+            async with self._pool.acquire() as conn, conn.transaction():
+                # CREATE TABLE IF NOT EXISTS still races on the catalog when run concurrently.
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                await conn.execute(_SCHEMA)
+            self._ready = True
+
+    async def _pool_ready(self) -> asyncpg.Pool:
+        if not self._ready:
+            await self.ensure_schema()
+        assert self._pool is not None
+        return self._pool
+
+    async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
+        if not keys:
+            return {}
+        pool = await self._pool_ready()
+        rows = await pool.fetch(_LOAD, view.name, [k.namespace for k in keys], [k.session_id for k in keys])
+        return {keys[r["i"] - 1]: _snapshot(r["applied"], r["messages"]) for r in rows}
+
+    async def apply(self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int) -> None:
+        if len({c.key for c in changes}) != len(changes):
+            # Two changes of one session cannot both hold its guard's compare-and-set.
+            raise ValueError(f"{view.name}: a batch may change each session only once")
+        namespaces: list[str] = []
+        session_ids: list[str] = []
+        expected: list[int | None] = []
+        applied: list[int] = []
+        keeps: list[int] = []
+        drops: list[int | None] = []
+        add_ns: list[str] = []
+        add_sid: list[str] = []
+        add_pos: list[int] = []
+        add_msg: list[str] = []
+        for c in changes:
+            edit = list_edit(c.before.state, c.after)
+            namespaces.append(c.key.namespace)
+            session_ids.append(c.key.session_id)
+            expected.append(c.before.applied)
+            applied.append(c.applied)
+            keeps.append(edit.keep)
+            drops.append(None if edit.drop < 0 else edit.drop)  # LIMIT NULL: every row
+            for pos, message in enumerate(edit.append, 1):
+                add_ns.append(c.key.namespace)
+                add_sid.append(c.key.session_id)
+                add_pos.append(pos)
+                add_msg.append(message.to_json())
+        claim = (view.name, namespaces, session_ids, expected, applied, keeps, drops, topic, partition, checkpoint)
+        pool = await self._pool_ready()
+        if not changes:
+            await pool.execute(_CLAIM, *claim)  # only the checkpoint: one statement is atomic
+            return
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                claimed = await conn.fetch(_CLAIM, *claim)
+                if len(claimed) != len(changes):
+                    won = {SessionKey(r["namespace"], r["session_id"]) for r in claimed}
+                    lost = next(c for c in changes if c.key not in won)
+                    raise StaleWrite(f"{view.name} {lost.key}: guard moved since load (expected {lost.before.applied})")
+                if add_msg:
+                    await conn.execute(_APPEND, view.name, add_ns, add_sid, add_pos, add_msg)
+        except asyncpg.DeadlockDetectedError as exc:
+            # Two projectors locked overlapping sessions in different orders; both must reload anyway.
+            raise StaleWrite(f"{view.name}: concurrent write to the same sessions ({exc})") from exc
+
+    async def checkpoint(self, view: View, topic: str, partition: int) -> int | None:
+        pool = await self._pool_ready()
+        offset: int | None = await pool.fetchval(_CHECKPOINT, view.name, topic, partition)
+        return offset
+
+    async def read(self, view: View, key: SessionKey) -> Snapshot:
+        return (await self.load(view, [key]))[key]
+
+    async def close(self) -> None:
+        async with self._init:
+            pool, self._pool, self._ready = self._pool, None, False
+        if pool is not None:
+            await pool.close()

@@ -1,0 +1,63 @@
+"""The command line, as a person runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "helix_es.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_help_and_version() -> None:
+    out = run("--help")
+    assert out.returncode == 0
+    for command in ("demo", "project", "history"):
+        assert command in out.stdout
+    assert run("--version").stdout.startswith("helix-es ")
+    assert run("no-such-command").returncode == 2
+
+
+def test_demo_shows_views_and_history(tmp_path: Path) -> None:
+    out = run("demo", "--path", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "get" in out.stdout and "search" in out.stdout
+    assert "alice's history" in out.stdout
+    assert (tmp_path / "helix.memory.demo.log").stat().st_size > 0
+
+
+def test_demo_json_and_history_agree(tmp_path: Path) -> None:
+    out = run("demo", "--path", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    turns = [x for x in lines if x["kind"] == "turn"]
+    assert len(turns) == 9
+    last_alice = [t for t in turns if t["session"] == "alice"][-1]
+    assert last_alice["get"][0]["role"] == "system"  # the window kept the system message
+    assert len(last_alice["get"]) == 5
+
+    cfg = tmp_path / "helix.yaml"
+    cfg.write_text(f"log: {{path: {tmp_path}}}\nmemory: {{type: conversation, namespace: demo}}\n")
+    hist = run("history", "--config", str(cfg), "--session", "bob", "--json")
+    assert hist.returncode == 0, hist.stderr
+    events = [json.loads(line) for line in hist.stdout.splitlines()]
+    assert [e["type"] for e in events] == ["MessageAdded", "MessageAdded", "MemoryCleared"]
+    assert events[0]["message"]["content"] == "Remind me to book the Bergen train."
+
+
+def test_config_errors_exit_2_and_say_what_to_fix(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("memory: {type: sliding-window, window_size: -3}\n")
+    out = run("history", "--config", str(cfg))
+    assert out.returncode == 2
+    assert "memory.window_size" in out.stderr
+    cfg.write_text("memory: {type: conversation}\n")
+    out = run("project", "--config", str(cfg))
+    assert out.returncode == 2
+    assert "log: kafka" in out.stderr

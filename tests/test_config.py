@@ -1,0 +1,97 @@
+"""Configuration: the seed's documents, the `log:` key, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helix_es import ConfigError, load_config
+from helix_es.views.conversation import Conversation
+from helix_es.views.sliding_window import SlidingWindow
+
+SEED_SLIDING = """
+agents:
+  - id: chat
+    type: react
+    memory:
+      type: sliding-window
+      window_size: 30
+    memory_middleware: [logging]
+"""
+
+SEED_REDIS = """
+memory:
+  type: conversation
+  store: redis
+  namespace: prod-chat
+  session_id_header: X-Session-ID
+  redis_url: redis://redis:6379
+  ttl: 168h        # 7 days
+"""
+
+
+def test_seed_agents_document_loads() -> None:
+    cfg = load_config(SEED_SLIDING)
+    assert cfg.memory.view == SlidingWindow(30)
+    assert cfg.memory.namespace == "chat"  # the agent id scopes its memory
+    assert cfg.middleware == ("logging",)
+    assert cfg.log.type == "embedded"
+
+
+def test_seed_redis_document_loads() -> None:
+    cfg = load_config(SEED_REDIS)
+    assert cfg.memory.view == Conversation()
+    assert cfg.memory.store == "redis"
+    assert cfg.memory.redis_url == "redis://redis:6379"
+    assert cfg.memory.session_id_header == "X-Session-ID"
+
+
+def test_a_path_a_dict_and_text_give_the_same_config(tmp_path: Path) -> None:
+    path = tmp_path / "helix.yaml"
+    path.write_text(SEED_SLIDING)
+    assert load_config(path) == load_config(str(path)) == load_config(SEED_SLIDING)
+
+
+def test_log_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HELIX_KAFKA_BOOTSTRAP", "k1:9092")
+    cfg = load_config({"log": {"type": "kafka", "partitions": 12}, "memory": {"type": "conversation",
+                                                                             "store": "redis", "redis_url": "redis://x"}})
+    assert (cfg.log.type, cfg.log.bootstrap_servers, cfg.log.partitions) == ("kafka", "k1:9092", 12)
+
+
+@pytest.mark.parametrize(
+    ("doc", "key", "words"),
+    [
+        ({"memory": {"type": "sliding-windw"}}, "memory.type", "unknown memory type"),
+        ({"memory": {"type": "sliding-window", "window_size": 0}}, "memory.window_size", ">= 1"),
+        ({"memory": {"type": "sliding-window", "window_size": "30"}}, "memory.window_size", "whole number"),
+        ({"memory": {"type": "conversation", "windw_size": 3}}, "memory.windw_size", "not a key"),
+        ({"memory": {"store": "mongo"}}, "memory.store", "one of"),
+        ({"memory": {"namespace": "has space"}}, "memory.namespace", "A-Za-z0-9"),
+        ({"memory": {"consistency": "strong"}}, "memory.consistency", "read-your-writes"),
+        ({"memory": {"read_timeout": -1}}, "memory.read_timeout", "positive"),
+        ({"memory": {"store": "redis"}}, "memory.redis_url", "HELIX_REDIS_URL"),
+        ({"log": {"type": "kafka"}, "memory": {"store": "memory"}}, "memory.store", "one process"),
+        ({"log": {"type": "pulsar"}, "memory": {}}, "log.type", "kafka or embedded"),
+        ({"log": {"partitons": 3}, "memory": {}}, "log.partitons", "unknown key"),
+        ({"agents": [{"id": "a", "memory": {"type": "nope"}}]}, "agents[0].memory.type", "unknown"),
+        ({"agents": []}, "agents", "non-empty"),
+        ({"memory_middleware": ["logging"]}, "memory", "missing"),
+        ("memory: [unclosed", "<yaml>", "not valid YAML"),
+    ],
+)
+def test_errors_name_the_key(doc: object, key: str, words: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HELIX_REDIS_URL", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_config(doc)  # type: ignore[arg-type]
+    assert err.value.field == key
+    assert words in str(err.value)
+
+
+async def test_unknown_middleware_is_named() -> None:
+    from helix_es import open_memory
+
+    with pytest.raises(ConfigError, match=r"memory_middleware\[1\].*'audit'"):
+        async with open_memory({"memory": {}, "memory_middleware": ["logging", "audit"]}, session_id="s"):
+            pass

@@ -1,0 +1,130 @@
+"""Store conformance: every ViewStore (memory, Redis, Postgres) keeps the same promises."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Record
+from helix_es.views.conversation import Conversation
+from helix_es.views.sliding_window import SlidingWindow
+from projectors.fold import project
+from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite, ViewStore, list_edit
+from projectors.stores.memory import MemoryStore
+from tests.conftest import unique
+
+
+@pytest.fixture(params=["memory", "redis", "postgres"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[ViewStore]:
+    s: Any
+    if request.param == "memory":
+        s = MemoryStore()
+    elif request.param == "redis":
+        from projectors.stores.redis import RedisStore
+
+        s = RedisStore(request.getfixturevalue("redis_url"))
+    else:
+        from projectors.stores.postgres import PostgresStore
+
+        s = PostgresStore(request.getfixturevalue("postgres_dsn"))
+    yield s
+    await s.close()
+
+
+def records(ns: str, topic: str, items: list[tuple[str, Any]], start: int = 0) -> list[Record]:
+    out = []
+    for i, (session, what) in enumerate(items, start):
+        payload = MemoryCleared() if what is None else MessageAdded(Message("user", what))
+        out.append(Record(Event(ns, session, payload), Position(topic, 0, i)))
+    return out
+
+
+def texts(snapshot: Snapshot) -> list[str]:
+    return [m.content for m in snapshot.state]
+
+
+async def test_an_unknown_session_is_empty(store: ViewStore) -> None:
+    key = SessionKey(unique("ns"), "nobody")
+    assert await store.read(Conversation(), key) == EMPTY
+    assert await store.load(Conversation(), [key]) == {key: EMPTY}
+    assert await store.checkpoint(Conversation(), "helix.memory.nothing", 0) is None
+
+
+async def test_project_writes_state_guard_and_checkpoint(store: ViewStore) -> None:
+    ns = unique("ns")
+    topic = f"helix.memory.{ns}"
+    view = SlidingWindow(2)
+    batch = records(ns, topic, [("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a3"), ("b", None), ("b", "b2")])
+    assert await project(view, store, batch) == 6
+    a, b = SessionKey(ns, "a"), SessionKey(ns, "b")
+    assert texts(await store.read(view, a)) == ["a2", "a3"]
+    assert (await store.read(view, a)).applied == 3
+    assert texts(await store.read(view, b)) == ["b2"]
+    assert (await store.read(view, b)).applied == 5
+    assert await store.checkpoint(view, topic, 0) == 5
+    # The same view kept under another name is a separate view.
+    assert await store.read(SlidingWindow(3), a) == EMPTY
+
+
+async def test_redelivered_records_change_nothing(store: ViewStore) -> None:
+    ns = unique("ns")
+    topic = f"helix.memory.{ns}"
+    view = Conversation()
+    batch = records(ns, topic, [("s", f"m{i}") for i in range(5)])
+    await project(view, store, batch[:3])
+    assert await project(view, store, batch) == 2  # overlapping re-delivery: only the new two
+    assert await project(view, store, batch) == 0
+    assert texts(await store.read(view, SessionKey(ns, "s"))) == ["m0", "m1", "m2", "m3", "m4"]
+
+
+async def test_a_moved_guard_refuses_the_whole_batch(store: ViewStore) -> None:
+    ns = unique("ns")
+    view = Conversation()
+    a, b = SessionKey(ns, "a"), SessionKey(ns, "b")
+    one = (Message("user", "one"),)
+    await store.apply(view, "t", 0, [Change(a, EMPTY, one, 0)], 0)
+    stale = [Change(b, EMPTY, one, 1), Change(a, EMPTY, (*one, Message("user", "two")), 2)]
+    with pytest.raises(StaleWrite):
+        await store.apply(view, "t", 0, stale, 2)
+    assert await store.read(view, b) == EMPTY  # nothing of the refused batch landed
+    assert texts(await store.read(view, a)) == ["one"]
+    assert await store.checkpoint(view, "t", 0) == 0
+
+
+async def test_large_states_and_rewrites_round_trip(store: ViewStore) -> None:
+    ns = unique("ns")
+    view = Conversation()
+    key = SessionKey(ns, "big")
+    big = tuple(Message("user", f"m{i}", metadata={"i": str(i)}) for i in range(3000))
+    await store.apply(view, "t", 0, [Change(key, EMPTY, big, 0)], 0)
+    loaded = await store.read(view, key)
+    assert loaded.state == big
+    rewritten = (Message("system", "fresh"), *big[::-2])  # no cheap edit: a full rewrite
+    await store.apply(view, "t", 0, [Change(key, loaded, rewritten, 1)], 1)
+    assert (await store.read(view, key)).state == rewritten
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "edit"),
+    [
+        ("abc", "abcd", (0, 0, "d")),
+        ("abc", "bcd", (0, 1, "d")),
+        ("Sabc", "Sbcd", (1, 1, "d")),
+        ("abc", "", (0, 3, "")),
+        ("abc", "xyz", (0, 3, "xyz")),
+        ("abc", "ab", (1, 2, "b")),
+        ("ab", "", (0, 2, "")),
+        ("", "ab", (0, 0, "ab")),
+    ],
+)
+def test_list_edit_finds_the_cheap_edit(before: str, after: str, edit: tuple[int, int, str]) -> None:
+    msgs = {ch: Message("user", ch) for ch in "Sabcdxyz"}
+    b = tuple(msgs[c] for c in before)
+    a = tuple(msgs[c] for c in after)
+    found = list_edit(b, a)
+    assert (found.keep, found.drop, "".join(m.content for m in found.append)) == edit
+    assert found.drop >= 0
+    rebuilt = b[: found.keep] + b[found.keep + found.drop :] + found.append
+    assert rebuilt == a
