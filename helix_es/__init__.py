@@ -2,6 +2,8 @@
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from helix_es.config import Config, load_config
 from helix_es.errors import (
     ConfigError,
@@ -14,9 +16,23 @@ from helix_es.errors import (
     UnknownSchema,
 )
 from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
-from helix_es.memory import Memory, ViewMemory, open_memory
 from helix_es.message import Message, ToolCall
 from helix_es.middleware import chain, register
+
+if TYPE_CHECKING:
+    from helix_es.memory import Memory, ViewMemory, open_memory
+
+_LAZY = {"Memory", "ViewMemory", "open_memory"}
+
+
+def __getattr__(name: str) -> object:
+    # The client pulls in projectors (the shared folds), which import helix_es: load it on first use.
+    if name in _LAZY:
+        from helix_es import memory
+
+        return getattr(memory, name)
+    raise AttributeError(f"module 'helix_es' has no attribute {name!r}")
+
 
 __all__ = [
     "Config",

@@ -54,6 +54,7 @@ class ViewMemory:
         self.consistency = consistency
         self.read_timeout = read_timeout
         self.last_write: Position | None = None
+        self._seen_last_write = True  # the view already covers last_write: reads need no guard
 
     async def add(self, message: Message) -> Position:
         if not isinstance(message, Message):
@@ -66,6 +67,7 @@ class ViewMemory:
     async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
         position = await self.backend.append(Event(self.namespace, self.session_id, payload))
         self.last_write = position
+        self._seen_last_write = False
         return position
 
     async def get(self) -> list[Message]:
@@ -79,16 +81,22 @@ class ViewMemory:
         return self.view.search((await self._snapshot()).state, query, limit)
 
     async def _snapshot(self) -> Snapshot:
-        snap = await self.backend.store.read(self.view, self.key)
+        store = self.backend.store
+        if self._seen_last_write or self.consistency == "eventual":
+            # Views only move forward, so once our last write was seen, every later state covers it.
+            return await store.read(self.view, self.key, guard=False)
+        snap = await store.read(self.view, self.key)
         want = self.last_write
-        if want is None or self.consistency == "eventual" or _covers(snap, want):
+        if want is None or _covers(snap, want):
+            self._seen_last_write = True
             return snap
         deadline = time.monotonic() + self.read_timeout
         pause = 0.0005
         while True:
             await asyncio.sleep(pause)
-            snap = await self.backend.store.read(self.view, self.key)
+            snap = await store.read(self.view, self.key)
             if _covers(snap, want):
+                self._seen_last_write = True
                 return snap
             if time.monotonic() >= deadline:
                 raise ConsistencyTimeout(

@@ -24,6 +24,8 @@ def _text(value: object, path: str, *, optional: bool = False, empty: bool = Tru
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidMessage(path, f"is not valid UTF-8 text ({exc.reason})") from None
+    if "\x00" in value:  # PostgreSQL text and jsonb cannot hold it; refuse it everywhere alike
+        raise InvalidMessage(path, "contains a NUL character (\\x00)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +137,20 @@ class Message:
     @classmethod
     def from_json(cls, text: str | bytes) -> Message:
         return cls.from_record(json.loads(text))
+
+
+_decoded: dict[str | bytes, Message] = {}
+_CACHE_ENTRIES = 50_000
+_CACHE_ITEM_BYTES = 4096
+
+
+def decode_json(text: str | bytes) -> Message:
+    """`Message.from_json` with a bounded cache: views re-read the same stored messages on every get."""
+    msg = _decoded.get(text)
+    if msg is None:
+        msg = Message.from_json(text)
+        if len(text) <= _CACHE_ITEM_BYTES:  # big tool outputs are not worth the memory
+            if len(_decoded) >= _CACHE_ENTRIES:
+                _decoded.clear()
+            _decoded[text] = msg
+    return msg

@@ -36,6 +36,11 @@ def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     return "^" + re.escape(prefix + ".") + r"[A-Za-z0-9._-]{1,200}$"
 
 
+def dead_letter_topic(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """Where projectors park records they cannot decode; outside the namespace pattern."""
+    return f"{prefix}-deadletter"
+
+
 def namespace_of(topic_name: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     return topic_name[len(prefix) + 1 :]
 

@@ -12,11 +12,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from helix_es import names
 from helix_es.codec import Codec
 from helix_es.events import Position, Record
+from helix_es.log.kafka import create_topic
 from helix_es.views import View
 from projectors.fold import project
 from projectors.stores import ViewStore
@@ -30,6 +32,7 @@ class Progress:
 
     events: int = 0  # folded into the view
     skipped: int = 0  # re-delivered at or below a session guard
+    dead_letters: int = 0  # records no known schema decodes, parked on the dead-letter topic
     batches: int = 0
     assigned: set[TopicPartition] = field(default_factory=set)
 
@@ -77,6 +80,8 @@ class Projector:
         self.codec = codec or Codec()
         self.metadata_max_age_ms = metadata_max_age_ms
         self.consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self.dead_letter_topic = names.dead_letter_topic(topic_prefix)
         self.progress = Progress()
 
     async def run(self, stop: asyncio.Event) -> Progress:
@@ -99,12 +104,17 @@ class Projector:
                     await self._fold(tp, messages)
         finally:
             await self.consumer.stop()
+            if self._producer is not None:
+                await self._producer.stop()
         return self.progress
 
-    async def _fold(self, tp: TopicPartition, messages: list) -> None:  # type: ignore[type-arg]
-        records = [
-            Record(self.codec.decode(m.value), Position(tp.topic, tp.partition, m.offset)) for m in messages
-        ]
+    async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
+        records = []
+        for m in messages:
+            try:
+                records.append(Record(self.codec.decode(m.value), Position(tp.topic, tp.partition, m.offset)))
+            except Exception as exc:  # a record we cannot read must not stop every view behind it
+                await self._dead_letter(m, exc)
         applied = await project(self.view, self.store, records)
         self.progress.events += applied
         self.progress.skipped += len(records) - applied
@@ -112,6 +122,31 @@ class Projector:
         assert self.consumer is not None
         # Advisory only: on restart we seek to the view's own checkpoint.
         await self.consumer.commit({tp: messages[-1].offset + 1})
+
+
+    async def _dead_letter(self, m: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True
+            )
+            await self._producer.start()
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            await admin.start()
+            try:
+                await create_topic(admin, self.dead_letter_topic, 1, 1)
+            finally:
+                await admin.close()
+        headers = [
+            ("helix.source", f"{m.topic}:{m.partition}:{m.offset}".encode()),
+            ("helix.view", self.view.name.encode()),
+            ("helix.error", f"{type(exc).__name__}: {exc}".encode()[:1000]),
+        ]
+        await self._producer.send_and_wait(self.dead_letter_topic, m.value, key=m.key, headers=headers)
+        self.progress.dead_letters += 1
+        log.error(
+            "%s: %s[%d]@%d is not a helix-es event (%s); parked on %s",
+            self.view.name, m.topic, m.partition, m.offset, exc, self.dead_letter_topic,
+        )
 
 
 async def run_projectors(projectors: list[Projector], stop: asyncio.Event) -> list[Progress]:

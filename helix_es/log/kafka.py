@@ -21,6 +21,15 @@ TOPIC_ALREADY_EXISTS = 36
 TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 
 
+async def create_topic(admin: AIOKafkaAdminClient, topic: str, partitions: int, replication_factor: int) -> None:
+    """Create a topic that keeps everything; one that exists already is fine."""
+    new = NewTopic(topic, partitions, replication_factor, topic_configs=TOPIC_CONFIGS)
+    response = await admin.create_topics([new])
+    for name, code, *rest in response.topic_errors:
+        if code not in (0, TOPIC_ALREADY_EXISTS):
+            raise HelixError(f"could not create topic {name}: error {code} {rest}")
+
+
 class KafkaUnavailable(HelixError):
     """The brokers did not answer."""
 
@@ -79,11 +88,7 @@ class KafkaLog:
         async with self._topic_lock:
             if topic in self._topics:
                 return topic
-            new = NewTopic(topic, self.partitions, self.replication_factor, topic_configs=TOPIC_CONFIGS)
-            response = await (await self._admin_client()).create_topics([new])
-            for name, code, *rest in response.topic_errors:
-                if code not in (0, TOPIC_ALREADY_EXISTS):
-                    raise HelixError(f"could not create topic {name}: error {code} {rest}")
+            await create_topic(await self._admin_client(), topic, self.partitions, self.replication_factor)
             self._topics.add(topic)
         return topic
 

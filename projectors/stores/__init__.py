@@ -62,8 +62,9 @@ class ViewStore(Protocol):
         """The last offset of this topic-partition the view applied (None: nothing yet)."""
         ...
 
-    async def read(self, view: View, key: SessionKey) -> Snapshot:
-        """One session's snapshot, read consistently (state and guard together)."""
+    async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
+        """One session's snapshot, state and guard read together. With `guard=False` only the
+        state is read (`applied` is then None): enough once a reader has seen its writes land."""
         ...
 
     async def close(self) -> None: ...

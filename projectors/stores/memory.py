@@ -31,7 +31,7 @@ class MemoryStore:
     async def checkpoint(self, view: View, topic: str, partition: int) -> int | None:
         return self._checkpoints.get((view.name, topic, partition))
 
-    async def read(self, view: View, key: SessionKey) -> Snapshot:
+    async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
         return self._sessions.get((view.name, key), EMPTY)
 
     async def close(self) -> None:

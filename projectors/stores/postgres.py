@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from helix_es.message import Message
+from helix_es.message import decode_json
 from helix_es.views import View
 from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
 
@@ -123,10 +123,12 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 def _snapshot(applied: int | None, messages: list[str] | None) -> Snapshot:
     if applied is None and not messages:
         return EMPTY
-    return Snapshot(tuple(map(Message.from_json, messages or ())), applied)
+    return Snapshot(tuple(map(decode_json, messages or ())), applied)
 
 
 class PostgresStore:
+    kind = "postgres"
+
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self._pool: asyncpg.Pool | None = None
@@ -207,7 +209,7 @@ class PostgresStore:
         offset: int | None = await pool.fetchval(_CHECKPOINT, view.name, topic, partition)
         return offset
 
-    async def read(self, view: View, key: SessionKey) -> Snapshot:
+    async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
         return (await self.load(view, [key]))[key]
 
     async def close(self) -> None:
