@@ -137,7 +137,7 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str
 ) -> None:
     # A topic prefix of its own: its projector's consumer group shares nothing with other tests.
-    ns, prefix = "crash", unique("crash")
+    ns, prefix = unique("crash"), unique("crash")
     cfg_path = write_config(tmp_path, kafka_bootstrap, redis_url, ns, prefix)
     cfg = config(kafka_bootstrap, redis_url, ns, prefix, consistency="eventual")
     sessions = [f"s{i}" for i in range(4)]
@@ -149,28 +149,30 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
         snaps = await store.load(view, [SessionKey(ns, s) for s in sessions])
         return sum(len(s.state) for s in snaps.values())
 
-    async def produce() -> None:
+    async def produce(rounds: range, pause: float) -> None:
         async with open_memory(cfg, session_id=sessions[0]) as first:
-            mems = [first]
-            for s in sessions[1:]:
-                mems.append(first.__class__(first.backend, first.view, ns, s, consistency="eventual"))
-            for i in range(per_session):
+            mems = [first] + [first.__class__(first.backend, first.view, ns, s, consistency="eventual")
+                              for s in sessions[1:]]
+            for i in rounds:
                 for mem, s in zip(mems, sessions, strict=True):
                     await mem.add(Message("user", f"{s}-{i}"))
-                if i == per_session // 2:
-                    await asyncio.sleep(0.5)  # let the projector get going mid-stream
+                await asyncio.sleep(pause)
 
-    producing = asyncio.create_task(produce())
+    total = len(sessions) * per_session
     proc = start_projector(cfg_path)
+    producing: asyncio.Task[None] | None = None
     try:
-        await wait_for(lambda: _more_than(applied, 40), 60, "the projector to apply some events")
+        await produce(range(1), 0)
+        await wait_for(lambda: _at_least(applied, len(sessions)), 60, "the projector to start")
+        producing = asyncio.create_task(produce(range(1, per_session), 0.005))
+        await wait_for(lambda: _more_than(applied, 100), 60, "the projector to apply some events")
         proc.kill()  # SIGKILL: no cleanup, no commit, mid-batch
         proc.wait(30)
         killed_at = await applied()
-        assert killed_at < len(sessions) * per_session
+        assert not producing.done() and killed_at < total, "the kill should land mid-stream"
         await producing
         proc = start_projector(cfg_path)
-        await wait_for(lambda: _at_least(applied, len(sessions) * per_session), 90, "the restarted projector")
+        await wait_for(lambda: _at_least(applied, total), 90, "the restarted projector")
         await asyncio.sleep(1.0)  # anything duplicated would land now
         snaps = await store.load(view, [SessionKey(ns, s) for s in sessions])
         for s in sessions:
@@ -180,7 +182,8 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
         assert proc.returncode == 0, err
         assert "stopped cleanly" in err
     finally:
-        producing.cancel()
+        if producing is not None:
+            producing.cancel()
         if proc.poll() is None:
             proc.kill()
         await store.close()
@@ -188,7 +191,7 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
 
 async def test_redelivered_events_change_nothing(tmp_path: Path, kafka_bootstrap: str, redis_url: str) -> None:
     """A lagging partition checkpoint re-delivers events; the session guards make them no-ops."""
-    ns, prefix = "redeliver", unique("redeliver")
+    ns, prefix = unique("redeliver"), unique("redeliver")
     cfg_path = write_config(tmp_path, kafka_bootstrap, redis_url, ns, prefix)
     async with open_memory(config(kafka_bootstrap, redis_url, ns, prefix, read_timeout=60), session_id="s") as mem:
         proc = start_projector(cfg_path)
