@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.events import Event, Position, Record
@@ -101,7 +102,7 @@ def _key(log: LogConfig, memory: MemoryConfig) -> tuple[object, ...]:
     if log.type == "kafka":
         where: tuple[object, ...] = (log.bootstrap_servers, log.topic_prefix)
     else:
-        where = (str(EmbeddedLog(log.path).path), log.topic_prefix, log.fsync)
+        where = (str(Path(log.path).resolve()), log.topic_prefix, log.fsync)
     return (loop, log.type, *where, memory.store, memory.redis_url, memory.postgres_dsn)
 
 
