@@ -24,6 +24,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from helix_es import Message, names, open_memory
 from helix_es.log.kafka import KafkaLog
@@ -115,6 +116,10 @@ async def main(n: int, as_json: bool) -> dict[str, float]:
         projector.send_signal(signal.SIGTERM)
         projector.wait(30)
         os.unlink(f.name)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        await admin.delete_topics([f"helix.memory.{ns}", anchor_topic])  # a bench leaves no history behind
+        await admin.close()
     r["samples"] = n
     print(json.dumps(r, indent=2) if as_json else report(r))
     return r

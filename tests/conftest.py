@@ -94,8 +94,24 @@ def postgres_dsn(containers: ExitStack) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(containers: ExitStack) -> str:
-    return _service("HELIX_KAFKA_BOOTSTRAP", "Kafka", "kafka", containers)
+def kafka_bootstrap(containers: ExitStack) -> Iterator[str]:
+    bootstrap = _service("HELIX_KAFKA_BOOTSTRAP", "Kafka", "kafka", containers)
+    yield bootstrap
+    asyncio.run(_delete_run_topics(bootstrap))
+
+
+async def _delete_run_topics(bootstrap: str) -> None:
+    """Test topics only: a shared dev broker should not grow with every run."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if RUN in t]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
 
 
 def unique(prefix: str) -> str:
