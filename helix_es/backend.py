@@ -8,6 +8,7 @@ from the log (from their checkpoint on) when they are attached.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.views import View
 from projectors.fold import project
 from projectors.stores import ViewStore
+
+log = logging.getLogger(__name__)
 
 
 def open_log(config: LogConfig) -> EventLog:
@@ -53,6 +56,7 @@ class Backend:
     inline: bool  # fold on append (embedded log)
     refs: int = 0
     _views: dict[str, set[View]] = field(default_factory=dict)  # namespace -> attached views
+    _behind: set[tuple[View, str]] = field(default_factory=set)  # inline folds that failed after append
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def attach(self, view: View, namespace: str) -> None:
@@ -64,6 +68,14 @@ class Backend:
             if self.inline and view not in views:
                 await self._catch_up(view, namespace)
             views.add(view)
+
+    async def current(self, view: View, namespace: str) -> None:
+        """Before an inline read: fold what a failed inline projection left behind."""
+        if (view, namespace) in self._behind:
+            async with self._lock:
+                if (view, namespace) in self._behind:
+                    await self._catch_up(view, namespace)
+                    self._behind.discard((view, namespace))
 
     async def _catch_up(self, view: View, namespace: str) -> None:
         batch: list[Record] = []
@@ -86,7 +98,14 @@ class Backend:
             position = await self.log.append(event)
             record = Record(event, position)
             for view in self._views.get(event.namespace, ()):
-                await project(view, self.store, [record])
+                if (view, event.namespace) in self._behind:
+                    continue  # folded in order by the next catch-up
+                try:
+                    await project(view, self.store, [record])
+                except Exception as exc:
+                    # The event is on the log, so the write succeeded; the view catches up on the next read.
+                    log.warning("view %s of %s is behind the log: %s", view.name, event.namespace, exc)
+                    self._behind.add((view, event.namespace))
             return position
 
     async def close(self) -> None:

@@ -81,6 +81,7 @@ class ViewMemory:
         return self.view.search((await self._snapshot()).state, query, limit)
 
     async def _snapshot(self) -> Snapshot:
+        await self.backend.current(self.view, self.namespace)
         store = self.backend.store
         if self._seen_last_write or self.consistency == "eventual":
             # Views only move forward, so once our last write was seen, every later state covers it.

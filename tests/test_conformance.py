@@ -229,3 +229,24 @@ async def test_views_are_rebuilt_when_reopened(harness: Harness, session_id: str
         expected = contents(await mem.get())
     async with open_memory(cfg, session_id=session_id) as mem:
         assert contents(await mem.get()) == expected == ["m1", "m2", "m3"]
+
+
+async def test_an_embedded_write_survives_a_store_outage(tmp_path: Any, redis_url: str, session_id: str) -> None:
+    """The log append is the write; a view that could not be folded catches up, nothing twice."""
+    import redis.exceptions
+
+    ns = unique("outage")
+    log = {"type": "embedded", "path": str(tmp_path)}
+    down = {"log": log, "memory": {**VIEWS["window"], "store": "redis", "namespace": ns,
+                                   "redis_url": "redis://127.0.0.1:1/0"}}  # nothing listens on port 1
+    async with open_memory(down, session_id=session_id) as mem:
+        position = await mem.add(Message("user", "written while Redis was away"))
+        assert position.offset == 0
+        with pytest.raises(redis.exceptions.ConnectionError):
+            await mem.get()
+    up = {"log": log, "memory": {**down["memory"], "redis_url": redis_url}}
+    async with open_memory(up, session_id=session_id) as mem:
+        assert contents(await mem.get()) == ["written while Redis was away"]
+        await mem.add(Message("user", "and after"))
+        assert contents(await mem.get()) == ["written while Redis was away", "and after"]
+    assert len(await Harness(log, {}, ns, ns).history(ns, session_id)) == 2

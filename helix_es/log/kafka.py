@@ -8,7 +8,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from helix_es import names
 from helix_es.codec import Codec
@@ -98,7 +98,13 @@ class KafkaLog:
             raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
         producer = await self._started()
         topic = await self.ensure_topic(event.namespace)
-        meta = await producer.send_and_wait(topic, data, key=event.session_id.encode())
+        try:
+            meta = await producer.send_and_wait(topic, data, key=event.session_id.encode())
+        except KafkaError as exc:
+            raise KafkaUnavailable(
+                f"could not append to {topic} at {self.bootstrap_servers}: {exc!r}. The producer already "
+                "retried; check the brokers (scripts/services status)."
+            ) from exc
         return Position(meta.topic, meta.partition, meta.offset)
 
     async def read(
