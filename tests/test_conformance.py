@@ -87,20 +87,22 @@ async def kafka_topics(kafka_bootstrap: str) -> str:
     return kafka_bootstrap
 
 
-@pytest.fixture(scope="session")
-async def projectors_redis(kafka_topics: str, redis_url: str) -> AsyncIterator[dict[str, Any]]:
-    store = {"store": "redis", "redis_url": redis_url}
-    running = _Projectors(kafka_topics, store)
+async def _serve(bootstrap: str, store: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    running = _Projectors(bootstrap, store)
     yield store
     await running.close()
+
+
+@pytest.fixture(scope="session")
+async def projectors_redis(kafka_topics: str, redis_url: str) -> AsyncIterator[dict[str, Any]]:
+    async for store in _serve(kafka_topics, {"store": "redis", "redis_url": redis_url}):
+        yield store
 
 
 @pytest.fixture(scope="session")
 async def projectors_postgres(kafka_topics: str, postgres_dsn: str) -> AsyncIterator[dict[str, Any]]:
-    store = {"store": "postgres", "dsn": postgres_dsn}
-    running = _Projectors(kafka_topics, store)
-    yield store
-    await running.close()
+    async for store in _serve(kafka_topics, {"store": "postgres", "dsn": postgres_dsn}):
+        yield store
 
 
 @pytest.fixture(params=COMBOS, ids=[f"{log}-{store}" for log, store in COMBOS])
