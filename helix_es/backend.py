@@ -18,7 +18,7 @@ from helix_es.log import EventLog
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.views import View
-from projectors.fold import project
+from projectors.projection import Projection, SessionProjection
 from projectors.stores import ViewStore
 
 log = logging.getLogger(__name__)
@@ -49,66 +49,89 @@ def open_store(config: MemoryConfig) -> ViewStore:
     return MemoryStore()
 
 
+def open_projection(memory: MemoryConfig, store: ViewStore) -> Projection:
+    """The projection a memory config describes; session views share the backend's store."""
+    if isinstance(memory.view, View):
+        return SessionProjection(memory.view, store)
+    return memory.view.projection(memory)
+
+
 @dataclass
 class Backend:
     log: EventLog
     store: ViewStore
     inline: bool  # fold on append (embedded log)
     refs: int = 0
-    _views: dict[str, set[View]] = field(default_factory=dict)  # namespace -> attached views
-    _behind: set[tuple[View, str]] = field(default_factory=set)  # inline folds that failed after append
+    _projections: dict[tuple[str, str], Projection] = field(default_factory=dict)  # (name, kind) -> projection
+    _attached: dict[str, dict[tuple[str, str], Projection]] = field(default_factory=dict)  # namespace -> ...
+    _behind: set[tuple[str, str, str]] = field(default_factory=set)  # (name, kind, ns): inline fold failed
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def attach(self, view: View, namespace: str) -> None:
-        """Start serving `view` for `namespace`; inline backends catch it up from the log first."""
-        views = self._views.setdefault(namespace, set())
-        if view in views:
-            return
-        async with self._lock:
-            if self.inline and view not in views:
-                await self._catch_up(view, namespace)
-            views.add(view)
-
-    async def current(self, view: View, namespace: str) -> None:
-        """Before an inline read: fold what a failed inline projection left behind."""
-        if (view, namespace) in self._behind:
+    async def attach(self, memory: MemoryConfig, namespace: str) -> Projection:
+        """Serve `memory`'s view for `namespace`; inline backends catch it up from the log first."""
+        projection = open_projection(memory, self.store)
+        ident = (projection.name, projection.kind)
+        projection = self._projections.setdefault(ident, projection)
+        attached = self._attached.setdefault(namespace, {})
+        if ident not in attached:
             async with self._lock:
-                if (view, namespace) in self._behind:
-                    await self._catch_up(view, namespace)
-                    self._behind.discard((view, namespace))
+                if self.inline and ident not in attached:
+                    await self._catch_up(projection, namespace)
+                attached[ident] = projection
+        return projection
 
-    async def _catch_up(self, view: View, namespace: str) -> None:
+    async def current(self, projection: Projection, namespace: str) -> None:
+        """Before an inline read: fold what a failed inline projection left behind."""
+        behind = (projection.name, projection.kind, namespace)
+        if behind in self._behind:
+            async with self._lock:
+                if behind in self._behind:
+                    await self._catch_up(projection, namespace)
+                    self._behind.discard(behind)
+
+    async def _catch_up(self, projection: Projection, namespace: str) -> None:
         batch: list[Record] = []
         checkpoint: int | None = None
         async for record in self.log.read(namespace):
             if checkpoint is None:
-                checkpoint = await self.store.checkpoint(view, record.position.topic, 0)
+                checkpoint = await projection.checkpoint(record.position.topic, 0)
                 checkpoint = -1 if checkpoint is None else checkpoint
             if record.position.offset > checkpoint:
                 batch.append(record)
             if len(batch) >= 500:
-                await project(view, self.store, batch)
+                await projection.apply(batch, live=False)  # history: its derived events are in it already
                 batch = []
-        await project(view, self.store, batch)
+        if batch:
+            applied = await projection.apply(batch, live=True)
+            for event in applied.derived:
+                await self._append_locked(event)
 
     async def append(self, event: Event) -> Position:
         if not self.inline:
             return await self.log.append(event)
         async with self._lock:  # log order and fold order must agree
-            position = await self.log.append(event)
-            record = Record(event, position)
-            for view in self._views.get(event.namespace, ()):
-                if (view, event.namespace) in self._behind:
-                    continue  # folded in order by the next catch-up
-                try:
-                    await project(view, self.store, [record])
-                except Exception as exc:
-                    # The event is on the log, so the write succeeded; the view catches up on the next read.
-                    log.warning("view %s of %s is behind the log: %s", view.name, event.namespace, exc)
-                    self._behind.add((view, event.namespace))
-            return position
+            return await self._append_locked(event)
+
+    async def _append_locked(self, event: Event) -> Position:
+        position = await self.log.append(event)
+        record = Record(event, position)
+        derived: list[Event] = []
+        for ident, projection in self._attached.get(event.namespace, {}).items():
+            if (*ident, event.namespace) in self._behind:
+                continue  # folded in order by the next catch-up
+            try:
+                derived += (await projection.apply([record])).derived
+            except Exception as exc:
+                # The event is on the log, so the write succeeded; the view catches up on the next read.
+                log.warning("view %s of %s is behind the log: %s", projection.name, event.namespace, exc)
+                self._behind.add((*ident, event.namespace))
+        for extra in derived:
+            await self._append_locked(extra)
+        return position
 
     async def close(self) -> None:
+        for projection in self._projections.values():
+            await projection.close()
         await self.log.close()
         await self.store.close()
 

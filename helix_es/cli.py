@@ -58,7 +58,7 @@ async def _history(args: argparse.Namespace) -> int:
 
 
 async def _project(args: argparse.Namespace) -> int:
-    from helix_es.backend import open_store
+    from helix_es.backend import open_projection, open_store
     from helix_es.config import load_config
     from projectors.runner import Projector, run_projectors
 
@@ -70,16 +70,16 @@ async def _project(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     store = open_store(cfg.memory)
+    projection = open_projection(cfg.memory, store)
     projector = Projector(
-        cfg.memory.view,
-        store,
+        projection,
         bootstrap_servers=cfg.log.bootstrap_servers,
         topic_prefix=cfg.log.topic_prefix,
         batch_size=args.batch_size,
     )
     logging.getLogger("helix_es.project").info(
-        "projecting %s.* into view %s (%s store); SIGTERM stops", cfg.log.topic_prefix, cfg.memory.view.name,
-        cfg.memory.store,
+        "projecting %s.* into view %s (%s store); SIGTERM stops", cfg.log.topic_prefix, projection.name,
+        projection.kind,
     )
 
     async def report() -> None:
@@ -88,7 +88,7 @@ async def _project(args: argparse.Namespace) -> int:
             p = projector.progress
             logging.getLogger("helix_es.project").info(
                 "%s: %d events applied, %d re-deliveries skipped, %d partitions",
-                cfg.memory.view.name, p.events, p.skipped, len(p.assigned),
+                projection.name, p.events, p.skipped, len(p.assigned),
             )
 
     reporter = asyncio.create_task(report())
@@ -96,6 +96,7 @@ async def _project(args: argparse.Namespace) -> int:
         (progress,) = await run_projectors([projector], stop)
     finally:
         reporter.cancel()
+        await projection.close()
         await store.close()
     logging.getLogger("helix_es.project").info("stopped cleanly after %d events", progress.events)
     return 0

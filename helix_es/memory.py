@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,8 +16,8 @@ from helix_es.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.events import Event, MemoryCleared, MessageAdded, Position
 from helix_es.message import Message
 from helix_es.middleware import build_chain
-from helix_es.views import View
-from projectors.stores import SessionKey, Snapshot
+from projectors.projection import Projection
+from projectors.stores import SessionKey
 
 
 @runtime_checkable
@@ -34,12 +34,12 @@ class Memory(Protocol):
 
 
 class ViewMemory:
-    """One session's memory served from one view, with read-your-writes by default."""
+    """One session's memory served from one projection, with read-your-writes by default."""
 
     def __init__(
         self,
         backend: backends.Backend,
-        view: View,
+        projection: Projection,
         namespace: str,
         session_id: str,
         *,
@@ -47,7 +47,7 @@ class ViewMemory:
         read_timeout: float = 5.0,
     ) -> None:
         self.backend = backend
-        self.view = view
+        self.projection = projection
         self.namespace = names.check_namespace(namespace)
         self.session_id = names.check_session_id(session_id)
         self.key = SessionKey(namespace, session_id)
@@ -71,46 +71,46 @@ class ViewMemory:
         return position
 
     async def get(self) -> list[Message]:
-        return self.view.render((await self._snapshot()).state)
+        return await self._read(lambda want: self.projection.get(self.key, want))
 
     async def search(self, query: str, limit: int = 10) -> list[Message]:
-        if not isinstance(query, str):
-            raise InvalidInput("query", f"must be a string, got {type(query).__name__}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
-        return self.view.search((await self._snapshot()).state, query, limit)
+        check_search(query, limit)
+        return await self._read(lambda want: self.projection.search(self.key, query, limit, want))
 
-    async def _snapshot(self) -> Snapshot:
-        await self.backend.current(self.view, self.namespace)
-        store = self.backend.store
-        if self._seen_last_write or self.consistency == "eventual":
-            # Views only move forward, so once our last write was seen, every later state covers it.
-            return await store.read(self.view, self.key, guard=False)
-        snap = await store.read(self.view, self.key)
-        want = self.last_write
-        if want is None or _covers(snap, want):
+    async def _read(self, op: Callable[[Position | None], Awaitable[list[Message] | None]]) -> list[Message]:
+        await self.backend.current(self.projection, self.namespace)
+        # Views only move forward, so once our last write was seen, every later state covers it.
+        want = None if self._seen_last_write or self.consistency == "eventual" else self.last_write
+        result = await op(want)
+        if result is None:
+            assert want is not None
+            deadline = time.monotonic() + self.read_timeout
+            pause = 0.0005
+            while result is None:
+                if time.monotonic() >= deadline:
+                    await self._timed_out(want)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.01)
+                result = await op(want)
+        if want is not None:
             self._seen_last_write = True
-            return snap
-        deadline = time.monotonic() + self.read_timeout
-        pause = 0.0005
-        while True:
-            await asyncio.sleep(pause)
-            snap = await store.read(self.view, self.key)
-            if _covers(snap, want):
-                self._seen_last_write = True
-                return snap
-            if time.monotonic() >= deadline:
-                raise ConsistencyTimeout(
-                    f"view {self.view.name} of {self.namespace}/{self.session_id} has applied offset "
-                    f"{snap.applied} but this client wrote offset {want.offset} to "
-                    f"{want.topic}[{want.partition}]; waited {self.read_timeout}s. Is a projector "
-                    f"running for it (helix-es project --config FILE)? Or set consistency: eventual."
-                )
-            pause = min(pause * 2, 0.01)
+        return result
+
+    async def _timed_out(self, want: Position) -> None:
+        applied = await self.projection.applied(self.key, want)
+        raise ConsistencyTimeout(
+            f"view {self.projection.name} of {self.namespace}/{self.session_id} has applied offset "
+            f"{applied} but this client wrote offset {want.offset} to {want.topic}[{want.partition}]; "
+            f"waited {self.read_timeout}s. Is a projector running for it (helix-es project --config FILE)? "
+            "Or set consistency: eventual."
+        )
 
 
-def _covers(snap: Snapshot, want: Position) -> bool:
-    return snap.applied is not None and snap.applied >= want.offset
+def check_search(query: object, limit: object) -> None:
+    if not isinstance(query, str):
+        raise InvalidInput("query", f"must be a string, got {type(query).__name__}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
 
 
 @asynccontextmanager
@@ -129,9 +129,9 @@ async def open_memory(
     chain = build_chain(cfg.middleware)
     backend = await backends.acquire(cfg.log, mem)
     try:
-        await backend.attach(mem.view, mem.namespace)
+        projection = await backend.attach(mem, mem.namespace)
         memory = ViewMemory(
-            backend, mem.view, mem.namespace, sid, consistency=mem.consistency, read_timeout=mem.read_timeout
+            backend, projection, mem.namespace, sid, consistency=mem.consistency, read_timeout=mem.read_timeout
         )
         yield chain(memory)
     finally:

@@ -18,10 +18,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from helix_es import names
 from helix_es.codec import Codec
 from helix_es.events import Position, Record
-from helix_es.log.kafka import create_topic
-from helix_es.views import View
-from projectors.fold import project
-from projectors.stores import ViewStore
+from helix_es.log.kafka import KafkaLog, create_topic
+from projectors.projection import Projection
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +46,12 @@ class _SeekToCheckpoint(ConsumerRebalanceListener):
         consumer = self.p.consumer
         assert consumer is not None
         for tp in assigned:
-            checkpoint = await self.p.store.checkpoint(self.p.view, tp.topic, tp.partition)
+            checkpoint = await self.p.projection.checkpoint(tp.topic, tp.partition)
             if checkpoint is None:
                 await consumer.seek_to_beginning(tp)
             else:
                 consumer.seek(tp, checkpoint + 1)
-            log.info("%s: %s[%d] from offset %s", self.p.view.name, tp.topic, tp.partition,
+            log.info("%s: %s[%d] from offset %s", self.p.projection.name, tp.topic, tp.partition,
                      0 if checkpoint is None else checkpoint + 1)
             self.p.progress.assigned.add(tp)
 
@@ -63,8 +61,7 @@ class Projector:
 
     def __init__(
         self,
-        view: View,
-        store: ViewStore,
+        projection: Projection,
         *,
         bootstrap_servers: str,
         topic_prefix: str = names.DEFAULT_TOPIC_PREFIX,
@@ -72,8 +69,7 @@ class Projector:
         codec: Codec | None = None,
         metadata_max_age_ms: int = 1000,
     ) -> None:
-        self.view = view
-        self.store = store
+        self.projection = projection
         self.bootstrap_servers = bootstrap_servers
         self.topic_prefix = topic_prefix
         self.batch_size = batch_size
@@ -81,6 +77,7 @@ class Projector:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
+        self._log: KafkaLog | None = None  # appends derived events
         self.dead_letter_topic = names.dead_letter_topic(topic_prefix)
         self.progress = Progress()
 
@@ -88,7 +85,7 @@ class Projector:
         """Consume until `stop` is set; then leave the group cleanly."""
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
-            group_id=names.consumer_group(self.view.name, self.store.kind, self.topic_prefix),
+            group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
@@ -106,6 +103,8 @@ class Projector:
             await self.consumer.stop()
             if self._producer is not None:
                 await self._producer.stop()
+            if self._log is not None:
+                await self._log.close()
         return self.progress
 
     async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
@@ -115,11 +114,18 @@ class Projector:
                 records.append(Record(self.codec.decode(m.value), Position(tp.topic, tp.partition, m.offset)))
             except Exception as exc:  # a record we cannot read must not stop every view behind it
                 await self._dead_letter(m, exc)
-        applied = await project(self.view, self.store, records)
-        self.progress.events += applied
-        self.progress.skipped += len(records) - applied
-        self.progress.batches += 1
         assert self.consumer is not None
+        highwater = self.consumer.highwater(tp)
+        live = highwater is None or messages[-1].offset + 1 >= highwater
+        applied = await self.projection.apply(records, live=live) if records else None
+        if applied is not None:
+            for event in applied.derived:
+                if self._log is None:
+                    self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
+                await self._log.append(event)
+            self.progress.events += applied.events
+            self.progress.skipped += len(records) - applied.events
+        self.progress.batches += 1
         # Advisory only: on restart we seek to the view's own checkpoint.
         await self.consumer.commit({tp: messages[-1].offset + 1})
 
@@ -138,14 +144,14 @@ class Projector:
                 await admin.close()
         headers = [
             ("helix.source", f"{m.topic}:{m.partition}:{m.offset}".encode()),
-            ("helix.view", self.view.name.encode()),
+            ("helix.view", self.projection.name.encode()),
             ("helix.error", f"{type(exc).__name__}: {exc}".encode()[:1000]),
         ]
         await self._producer.send_and_wait(self.dead_letter_topic, m.value, key=m.key, headers=headers)
         self.progress.dead_letters += 1
         log.error(
             "%s: %s[%d]@%d is not a helix-es event (%s); parked on %s",
-            self.view.name, m.topic, m.partition, m.offset, exc, self.dead_letter_topic,
+            self.projection.name, m.topic, m.partition, m.offset, exc, self.dead_letter_topic,
         )
 
 

@@ -18,6 +18,7 @@ from helix_es.backend import open_log, open_store
 from helix_es.config import load_config
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
+from projectors.projection import SessionProjection
 from projectors.runner import Projector
 from tests.conftest import RUN, unique
 
@@ -62,7 +63,7 @@ class _Projectors:
         self.stores = [open_store(config.memory) for _ in range(2)]
         views = (Conversation(), SlidingWindow(3))
         self.tasks = [
-            asyncio.create_task(Projector(view, store, bootstrap_servers=bootstrap).run(self.stop))
+            asyncio.create_task(Projector(SessionProjection(view, store), bootstrap_servers=bootstrap).run(self.stop))
             for view, store in zip(views, self.stores, strict=True)
         ]
 

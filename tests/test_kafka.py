@@ -151,7 +151,7 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
 
     async def produce(rounds: range, pause: float) -> None:
         async with open_memory(cfg, session_id=sessions[0]) as first:
-            mems = [first] + [first.__class__(first.backend, first.view, ns, s, consistency="eventual")
+            mems = [first] + [first.__class__(first.backend, first.projection, ns, s, consistency="eventual")
                               for s in sessions[1:]]
             for i in rounds:
                 for mem, s in zip(mems, sessions, strict=True):
