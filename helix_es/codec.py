@@ -15,7 +15,7 @@ import fastavro
 import fastavro.schema
 
 from helix_es.errors import UnknownSchema
-from helix_es.events import Event, MemoryCleared, MessageAdded
+from helix_es.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, SummaryRecorded
 from helix_es.message import Message
 
 MAGIC = b"\xc3\x01"
@@ -72,19 +72,27 @@ class Codec:
         writer: int | None = None,
         reader: int | None = None,
     ) -> None:
-        known = list(versions) if versions is not None else load_schemas()
+        known = sorted(versions if versions is not None else load_schemas(), key=lambda v: v.version)
         self._by_fp = {v.fingerprint: v for v in known}
         by_version = {v.version: v for v in known}
         self.writer = by_version[writer] if writer is not None else known[-1]
         self.reader = by_version[reader] if reader is not None else known[-1]
-        self._header = MAGIC + self.writer.fingerprint
+        # Unpinned, each payload type is written with the oldest version that has it, so readers
+        # that predate a new event type keep reading every event of the types they know.
+        self._writer_for: dict[str, SchemaVersion] = {}
+        for v in reversed(known if writer is None else [self.writer]):
+            for name in _payload_names(v.schema):
+                self._writer_for[name] = v
 
     # --- records (plain dicts), as any Avro program sees them ---
 
     def encode_record(self, record: Mapping[str, Any]) -> bytes:
+        payload = record.get("payload")
+        name = payload[0] if isinstance(payload, tuple) else None
+        writer = self._writer_for.get(name, self.writer) if name else self.writer
         buf = io.BytesIO()
-        buf.write(self._header)
-        fastavro.schemaless_writer(buf, self.writer.schema, record)
+        buf.write(MAGIC + writer.fingerprint)
+        fastavro.schemaless_writer(buf, writer.schema, record)
         return buf.getvalue()
 
     def decode_record(self, data: bytes) -> dict[str, Any]:
@@ -110,12 +118,24 @@ class Codec:
         return record_to_event(self.decode_record(data))
 
 
+def _payload_names(schema: Mapping[str, Any]) -> list[str]:
+    payload = next(f for f in schema["fields"] if f["name"] == "payload")
+    return [branch["name"] for branch in payload["type"]]
+
+
 def event_to_record(event: Event) -> dict[str, Any]:
     payload = event.payload
+    body: tuple[str, dict[str, Any]]
     if isinstance(payload, MessageAdded):
-        body: tuple[str, dict[str, Any]] = (_NS + "MessageAdded", {"message": payload.message.to_record()})
-    else:
+        body = (_NS + "MessageAdded", {"message": payload.message.to_record()})
+    elif isinstance(payload, MemoryCleared):
         body = (_NS + "MemoryCleared", {"reason": payload.reason})
+    elif isinstance(payload, SummaryRecorded):
+        body = (_NS + "SummaryRecorded", {"view": payload.view, "epoch": payload.epoch, "covers": payload.covers,
+                                          "text": payload.text, "model": payload.model})
+    else:
+        body = (_NS + "EmbeddingRecorded", {"model": payload.model, "content_sha256": payload.content_sha256,
+                                            "vector": payload.vector})
     return {
         "event_id": event.event_id,
         "namespace": event.namespace,
@@ -127,10 +147,15 @@ def event_to_record(event: Event) -> dict[str, Any]:
 
 def record_to_event(record: Mapping[str, Any]) -> Event:
     name, body = record["payload"]
+    payload: Payload
     if name == _NS + "MessageAdded":
-        payload: MessageAdded | MemoryCleared = MessageAdded(Message.from_record(body["message"]))
+        payload = MessageAdded(Message.from_record(body["message"]))
     elif name == _NS + "MemoryCleared":
         payload = MemoryCleared(body.get("reason"))
+    elif name == _NS + "SummaryRecorded":
+        payload = SummaryRecorded(body["view"], body["epoch"], body["covers"], body["text"], body.get("model"))
+    elif name == _NS + "EmbeddingRecorded":
+        payload = EmbeddingRecorded(body["model"], body["content_sha256"], body["vector"])
     else:
         raise UnknownSchema(f"payload type {name} is not known to this version of helix-es")
     return Event(

@@ -12,11 +12,11 @@ import yaml
 
 from helix_es import names
 from helix_es.errors import ConfigError
-from helix_es.views import View
+from helix_es.views import IndexView, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 
-ViewFactory = Callable[[Mapping[str, Any], str], View]
+ViewFactory = Callable[[Mapping[str, Any], str], View | IndexView]
 
 
 def _int(options: Mapping[str, Any], key: str, where: str, default: int) -> int:
@@ -61,7 +61,7 @@ class LogConfig:
 @dataclass(frozen=True)
 class MemoryConfig:
     type: str
-    view: View
+    view: View | IndexView
     store: str = "memory"
     namespace: str = "default"
     redis_url: str | None = None

@@ -28,7 +28,27 @@ class MemoryCleared:
     reason: str | None = None
 
 
-Payload = MessageAdded | MemoryCleared
+@dataclass(frozen=True, slots=True)
+class SummaryRecorded:
+    """Derived: a summariser's output for a summary view (schema v2)."""
+
+    view: str
+    epoch: str
+    covers: int
+    text: str
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRecorded:
+    """Derived: a paid embedding, keyed by the SHA-256 of the text (schema v2)."""
+
+    model: str
+    content_sha256: str
+    vector: bytes  # float32 little-endian
+
+
+Payload = MessageAdded | MemoryCleared | SummaryRecorded | EmbeddingRecorded
 
 
 def _now() -> datetime:

@@ -13,6 +13,7 @@ import pytest
 
 from helix_es import Event, MemoryCleared, Message, MessageAdded, ToolCall, UnknownSchema
 from helix_es.codec import MAGIC, Codec, fingerprint, load_schemas, schema_version
+from helix_es.events import EmbeddingRecorded, SummaryRecorded
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -104,3 +105,27 @@ def test_unknown_fingerprint_and_garbage_are_refused() -> None:
         codec.decode(data)
     with pytest.raises(UnknownSchema, match="single-object"):
         codec.decode(b"{json?}")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        SummaryRecorded("summary-20", "", 10, "The user plans a trip to Oslo.", "gpt-x"),
+        EmbeddingRecorded("openai/text-embedding-3-small", "ab" * 32, b"\x00\x00\x80?" * 4),
+    ],
+)
+def test_derived_events_round_trip_with_version_2(payload: Any) -> None:
+    codec = Codec()
+    data = codec.encode(Event("ns", "s", payload))
+    assert data[2:10] == load_schemas()[1].fingerprint
+    assert codec.decode(data).payload == payload
+
+
+def test_old_event_types_stay_on_the_oldest_schema_so_old_readers_keep_reading() -> None:
+    v1_only = Codec([load_schemas()[0]])
+    newest = Codec()
+    added = newest.encode(Event("ns", "s", MessageAdded(Message("user", "hi"))))
+    assert v1_only.decode(added).payload == MessageAdded(Message("user", "hi"))
+    derived = newest.encode(Event("ns", "s", SummaryRecorded("summary-20", "", 1, "t")))
+    with pytest.raises(UnknownSchema, match="newer version"):
+        v1_only.decode(derived)

@@ -8,10 +8,14 @@ the same events, and any view can be thrown away and rebuilt from the log.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from helix_es.events import Event, MemoryCleared, MessageAdded
 from helix_es.message import Message
+
+if TYPE_CHECKING:
+    from helix_es.config import MemoryConfig
+    from projectors.projection import Projection
 
 State = tuple[Message, ...]
 
@@ -49,3 +53,21 @@ class View(ABC):
         needle = query.casefold()
         hits = [m for m in self.render(state) if needle in m.content.casefold()]
         return hits[:limit]
+
+
+class IndexView(ABC):
+    """A namespace-wide view whose store answers `get`/`search` itself (long-term, vector).
+
+    It has no per-session fold over a message list; its projection owns its store.
+    Subclasses are frozen dataclasses of their options.
+    """
+
+    kind: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @abstractmethod
+    def projection(self, memory: MemoryConfig) -> Projection:
+        """Open the projection (and its store connection) this view's config describes."""
