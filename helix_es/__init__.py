@@ -18,6 +18,7 @@ from helix_es.errors import (
 from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
 from helix_es.message import Message, ToolCall
 from helix_es.middleware import chain, register
+from helix_es.sessions import MemoryHolder, SessionMemoryManager  # imports helix_es.memory only when used
 
 if TYPE_CHECKING:
     from helix_es.memory import Memory, ViewMemory, open_memory
@@ -46,10 +47,12 @@ __all__ = [
     "LogCorrupted",
     "Memory",
     "MemoryCleared",
+    "MemoryHolder",
     "Message",
     "MessageAdded",
     "Position",
     "Record",
+    "SessionMemoryManager",
     "ToolCall",
     "UnknownSchema",
     "ViewMemory",

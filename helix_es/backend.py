@@ -17,7 +17,9 @@ from helix_es.events import Event, Position, Record
 from helix_es.log import EventLog
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
+from helix_es.summarise import ExtractiveSummariser
 from helix_es.views import View
+from helix_es.views.summary import Summary
 from projectors.projection import Projection, SessionProjection
 from projectors.stores import ViewStore
 
@@ -49,29 +51,54 @@ def open_store(config: MemoryConfig) -> ViewStore:
     return MemoryStore()
 
 
-def open_projection(memory: MemoryConfig, store: ViewStore) -> Projection:
-    """The projection a memory config describes; session views share the backend's store."""
-    if isinstance(memory.view, View):
-        return SessionProjection(memory.view, store)
-    return memory.view.projection(memory)
+def store_key(memory: MemoryConfig) -> tuple[str, str | None]:
+    """Where a memory's store lives: memories with the same key share one store connection."""
+    location = {"redis": memory.redis_url, "postgres": memory.postgres_dsn}.get(memory.store)
+    return memory.store, location
+
+
+def open_projection(memory: MemoryConfig, store: ViewStore | None = None) -> Projection:
+    """The projection a memory config describes; session views use `store` (else their own)."""
+    if not isinstance(memory.view, View):
+        return memory.view.projection(memory)
+    store = store or open_store(memory)
+    if isinstance(memory.view, Summary):
+        from projectors.summary import SummaryProjection
+
+        return SummaryProjection(memory.view, store, summariser=memory.summariser or ExtractiveSummariser())
+    return SessionProjection(memory.view, store)
+
+
+Ident = tuple[str, str, str | None]  # a projection: view name, store kind, store location
 
 
 @dataclass
 class Backend:
+    """One log, and the projections (with their stores) that memories on it read."""
+
     log: EventLog
-    store: ViewStore
     inline: bool  # fold on append (embedded log)
     refs: int = 0
-    _projections: dict[tuple[str, str], Projection] = field(default_factory=dict)  # (name, kind) -> projection
-    _attached: dict[str, dict[tuple[str, str], Projection]] = field(default_factory=dict)  # namespace -> ...
-    _behind: set[tuple[str, str, str]] = field(default_factory=set)  # (name, kind, ns): inline fold failed
+    _stores: dict[tuple[str, str | None], ViewStore] = field(default_factory=dict)
+    _projections: dict[Ident, Projection] = field(default_factory=dict)
+    _attached: dict[str, dict[Ident, Projection]] = field(default_factory=dict)  # namespace -> projections
+    _behind: set[tuple[Ident, str]] = field(default_factory=set)  # inline folds that failed, per namespace
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def attach(self, memory: MemoryConfig, namespace: str) -> Projection:
         """Serve `memory`'s view for `namespace`; inline backends catch it up from the log first."""
-        projection = open_projection(memory, self.store)
-        ident = (projection.name, projection.kind)
-        projection = self._projections.setdefault(ident, projection)
+        where = store_key(memory)
+        ident: Ident = (memory.view.name, *where)
+        projection = self._projections.get(ident)
+        if projection is None:
+            if isinstance(memory.view, View):  # session views share one store per location
+                store = self._stores.get(where)
+                if store is None:
+                    store = self._stores[where] = open_store(memory)
+                projection = open_projection(memory, store)
+            else:
+                projection = memory.view.projection(memory)
+            self._projections[ident] = projection
         attached = self._attached.setdefault(namespace, {})
         if ident not in attached:
             async with self._lock:
@@ -82,7 +109,9 @@ class Backend:
 
     async def current(self, projection: Projection, namespace: str) -> None:
         """Before an inline read: fold what a failed inline projection left behind."""
-        behind = (projection.name, projection.kind, namespace)
+        if not self._behind:
+            return
+        behind = next(((i, namespace) for i, p in self._projections.items() if p is projection), None)
         if behind in self._behind:
             async with self._lock:
                 if behind in self._behind:
@@ -117,14 +146,14 @@ class Backend:
         record = Record(event, position)
         derived: list[Event] = []
         for ident, projection in self._attached.get(event.namespace, {}).items():
-            if (*ident, event.namespace) in self._behind:
+            if (ident, event.namespace) in self._behind:
                 continue  # folded in order by the next catch-up
             try:
                 derived += (await projection.apply([record])).derived
             except Exception as exc:
                 # The event is on the log, so the write succeeded; the view catches up on the next read.
                 log.warning("view %s of %s is behind the log: %s", projection.name, event.namespace, exc)
-                self._behind.add((*ident, event.namespace))
+                self._behind.add((ident, event.namespace))
         for extra in derived:
             await self._append_locked(extra)
         return position
@@ -132,33 +161,35 @@ class Backend:
     async def close(self) -> None:
         for projection in self._projections.values():
             await projection.close()
+        for store in self._stores.values():
+            await store.close()
         await self.log.close()
-        await self.store.close()
 
 
 _shared: dict[tuple[object, ...], Backend] = {}
 
 
-def _key(log: LogConfig, memory: MemoryConfig) -> tuple[object, ...]:
+def _key(log: LogConfig) -> tuple[object, ...]:
     loop = id(asyncio.get_running_loop())
     if log.type == "kafka":
         where: tuple[object, ...] = (log.bootstrap_servers, log.topic_prefix)
     else:
         where = (str(Path(log.path).resolve()), log.topic_prefix, log.fsync)
-    return (loop, log.type, *where, memory.store, memory.redis_url, memory.postgres_dsn)
+    return (loop, log.type, *where)
 
 
-async def acquire(log: LogConfig, memory: MemoryConfig) -> Backend:
-    key = _key(log, memory)
+async def acquire(log: LogConfig) -> Backend:
+    """The process's backend for `log`, shared by every memory on it (the embedded log needs that)."""
+    key = _key(log)
     backend = _shared.get(key)
     if backend is None:
-        backend = _shared[key] = Backend(open_log(log), open_store(memory), inline=log.type == "embedded")
+        backend = _shared[key] = Backend(open_log(log), inline=log.type == "embedded")
     backend.refs += 1
     return backend
 
 
-async def release(log: LogConfig, memory: MemoryConfig, backend: Backend) -> None:
+async def release(log: LogConfig, backend: Backend) -> None:
     backend.refs -= 1
     if backend.refs <= 0:
-        _shared.pop(_key(log, memory), None)
+        _shared.pop(_key(log), None)
         await backend.close()

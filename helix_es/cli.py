@@ -60,6 +60,7 @@ async def _history(args: argparse.Namespace) -> int:
 async def _project(args: argparse.Namespace) -> int:
     from helix_es.backend import open_projection, open_store
     from helix_es.config import load_config
+    from helix_es.views import View
     from projectors.runner import Projector, run_projectors
 
     cfg = load_config(args.config)
@@ -69,36 +70,35 @@ async def _project(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = open_store(cfg.memory)
-    projection = open_projection(cfg.memory, store)
-    projector = Projector(
-        projection,
-        bootstrap_servers=cfg.log.bootstrap_servers,
-        topic_prefix=cfg.log.topic_prefix,
-        batch_size=args.batch_size,
-    )
-    logging.getLogger("helix_es.project").info(
-        "projecting %s.* into view %s (%s store); SIGTERM stops", cfg.log.topic_prefix, projection.name,
-        projection.kind,
-    )
+    say = logging.getLogger("helix_es.project").info
+    stores, projectors = [], []
+    for part in cfg.memory.parts:  # a composite runs one projector (consumer group) per part
+        store = open_store(part) if isinstance(part.view, View) else None
+        stores += [store] if store else []
+        projection = open_projection(part, store)
+        projectors.append(Projector(projection, bootstrap_servers=cfg.log.bootstrap_servers,
+                                    topic_prefix=cfg.log.topic_prefix, batch_size=args.batch_size))
+        say("projecting %s.* into view %s (%s store); SIGTERM stops", cfg.log.topic_prefix, projection.name,
+            projection.kind)
 
     async def report() -> None:
         while not stop.is_set():
             await asyncio.sleep(args.progress)
-            p = projector.progress
-            logging.getLogger("helix_es.project").info(
-                "%s: %d events applied, %d re-deliveries skipped, %d partitions",
-                projection.name, p.events, p.skipped, len(p.assigned),
-            )
+            for p in projectors:
+                say("%s: %d events applied, %d re-deliveries skipped, %d dead letters, %d partitions",
+                    p.projection.name, p.progress.events, p.progress.skipped, p.progress.dead_letters,
+                    len(p.progress.assigned))
 
     reporter = asyncio.create_task(report())
     try:
-        (progress,) = await run_projectors([projector], stop)
+        done = await run_projectors(projectors, stop)
     finally:
         reporter.cancel()
-        await projection.close()
-        await store.close()
-    logging.getLogger("helix_es.project").info("stopped cleanly after %d events", progress.events)
+        for p in projectors:
+            await p.projection.close()
+        for store in stores:
+            await store.close()
+    say("stopped cleanly after %d events", sum(progress.events for progress in done))
     return 0
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,9 +14,15 @@ import yaml
 
 from helix_es import names
 from helix_es.errors import ConfigError
+from helix_es.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.views import IndexView, View
 from helix_es.views.conversation import Conversation
+from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
 from helix_es.views.sliding_window import SlidingWindow
+from helix_es.views.smart import DEFAULT_TOKENS, Smart
+from helix_es.views.summary import Summary
+from helix_es.views.token_window import TokenWindow
+from helix_es.views.vector import Vector
 
 ViewFactory = Callable[[Mapping[str, Any], str], View | IndexView]
 
@@ -26,24 +34,123 @@ def _int(options: Mapping[str, Any], key: str, where: str, default: int) -> int:
     return value
 
 
+def _max_length(options: Mapping[str, Any], where: str) -> int | None:
+    """The seed's max-length (LTRIM) cap, folded into the view so every store agrees."""
+    value = options.get("max_length")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{where}.max_length", f"must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _conversation(options: Mapping[str, Any], where: str) -> View:
+    return Conversation(max_length=_max_length(options, where))
+
+
 def _sliding_window(options: Mapping[str, Any], where: str) -> View:
     size = _int(options, "window_size", where, 30)
     if size < 1:
         raise ConfigError(f"{where}.window_size", f"must be >= 1, got {size}")
-    return SlidingWindow(size)
+    return SlidingWindow(size, max_length=_max_length(options, where))
+
+
+def _token_window(options: Mapping[str, Any], where: str) -> View:
+    if "max_tokens" not in options:
+        raise ConfigError(f"{where}.max_tokens", "missing: a token-window needs its budget, e.g. max_tokens: 4000")
+    size = _int(options, "max_tokens", where, 0)
+    if size < 1:
+        raise ConfigError(f"{where}.max_tokens", f"must be >= 1, got {size}")
+    return TokenWindow(size, max_length=_max_length(options, where))
 
 
 VIEW_TYPES: dict[str, ViewFactory] = {
-    "conversation": lambda options, where: Conversation(),
+    "conversation": _conversation,
     "sliding-window": _sliding_window,
+    "token-window": _token_window,
 }
-VIEW_KEYS: dict[str, set[str]] = {"conversation": set(), "sliding-window": {"window_size"}}
+VIEW_KEYS: dict[str, set[str]] = {
+    "conversation": {"max_length"},
+    "sliding-window": {"window_size", "max_length"},
+    "token-window": {"max_tokens", "max_length"},
+}
+VIEW_TYPES["vector"] = Vector.from_config  # search-only; store: memory | postgres
+VIEW_KEYS["vector"] = {"top_k", "embed"}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
-STORES = ("memory", "redis", "postgres")
+
+def parse_ttl(value: Any, where: str) -> float | None:
+    """`ttl`: a Go duration as in the seed ("168h", "30m", "45s", "1h30m") or a number of seconds.
+
+    Seconds, or None when absent. Only Redis-stored views expire; other stores ignore it.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and _DURATION.fullmatch(value.strip()):
+        seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(value))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigError(where, f"must be a duration (168h, 30m, 45s, 1h30m) or a number of seconds, got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0.001:  # Redis expires in whole milliseconds
+        raise ConfigError(where, f"must be finite and at least 1ms, got {value!r}")
+    return seconds
+
+# Namespace-wide (helix_es.views.long_term); sql-long-term is the seed's name for it in PostgreSQL.
+VIEW_TYPES["long-term"] = long_term
+VIEW_TYPES["sql-long-term"] = sql_long_term
+VIEW_KEYS["long-term"] = set(LONG_TERM_KEYS)
+VIEW_KEYS["sql-long-term"] = set(LONG_TERM_KEYS)
+DEFAULT_STORES: dict[str, str] = {"sql-long-term": "postgres"}  # a type's store when `store:` is left out
+
+
+def _summary(options: Mapping[str, Any], where: str) -> View:
+    size = _int(options, "max_messages", where, 20)
+    if size < 2:
+        raise ConfigError(f"{where}.max_messages", f"must be >= 2, got {size}")
+    return Summary(size)
+
+
+def _smart(options: Mapping[str, Any], where: str) -> View:
+    budget = _int(options, "max_tokens", where, 0)
+    if budget < 0:
+        raise ConfigError(f"{where}.max_tokens", f"must be >= 0 (0 means {DEFAULT_TOKENS}), got {budget}")
+    return Smart(budget)
+
+
+VIEW_TYPES["smart"] = VIEW_TYPES["code"] = _smart  # `code` is the seed's older name
+VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens"}
+VIEW_TYPES["summary"] = _summary
+VIEW_KEYS["summary"] = {"max_messages", "summariser"}
+SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
+
+
+def parse_summariser(raw: Any, where: str) -> Summariser:
+    """`summariser: {provider: extractive | openai, model, base_url, api_key_env}`; extractive by default."""
+    if raw is None:
+        return ExtractiveSummariser()
+    raw = _mapping(raw, where)
+    unknown = set(raw) - SUMMARISER_KEYS
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"unknown key; known: {sorted(SUMMARISER_KEYS)}")
+    provider = raw.get("provider", "extractive")
+    if provider == "extractive":
+        return ExtractiveSummariser(max_chars=_int(raw, "max_chars", where, 4000))
+    if provider == "openai":
+        texts = {k: raw[k] for k in ("model", "base_url", "api_key_env") if k in raw}
+        for k, v in texts.items():
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{where}.{k}", f"must be a non-empty string, got {v!r}")
+        return OpenAISummariser(**texts)
+    raise ConfigError(f"{where}.provider", f"must be extractive or openai, got {provider!r}")
+
+STORES = ("memory", "redis", "postgres", "file")
 COMMON_KEYS = {
     "type", "store", "namespace", "redis_url", "dsn", "postgres_dsn", "consistency",
-    "read_timeout", "session_id", "session_id_header", "ttl",
+    "read_timeout", "session_id", "session_id_header", "ttl", "file_path",
 }  # fmt: skip
+COMPOSITE_KEYS = {"type", "backends", "namespace", "consistency", "read_timeout", "session_id", "session_id_header"}
+SHARED_KEYS = ("namespace", "consistency", "read_timeout", "session_id", "session_id_header")  # parts inherit them
 LOG_KEYS = {"type", "bootstrap_servers", "topic_prefix", "partitions", "replication_factor", "path", "fsync"}
 
 
@@ -61,7 +168,7 @@ class LogConfig:
 @dataclass(frozen=True)
 class MemoryConfig:
     type: str
-    view: View | IndexView
+    view: View | IndexView | Composite
     store: str = "memory"
     namespace: str = "default"
     redis_url: str | None = None
@@ -70,6 +177,21 @@ class MemoryConfig:
     read_timeout: float = 5.0
     session_id: str | None = None
     session_id_header: str | None = None
+    summariser: Summariser | None = None  # summary views only
+    file_path: str | None = None  # store: file: the JSON export; the log lives beside it
+
+    @property
+    def parts(self) -> tuple[MemoryConfig, ...]:
+        """The memories a composite combines; a plain memory is its own one part."""
+        return self.view.parts if isinstance(self.view, Composite) else (self,)
+
+
+@dataclass(frozen=True)
+class Composite:
+    """`type: composite`: one event feeds every part; get/search merge them, deduplicated."""
+
+    parts: tuple[MemoryConfig, ...]
+    name = "composite"
 
 
 @dataclass(frozen=True)
@@ -131,7 +253,17 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
     if not isinstance(middleware, (list, tuple)) or not all(isinstance(m, str) for m in middleware):
         raise ConfigError("memory_middleware", "must be a list of middleware names")
     log = parse_log(doc.get("log"), "log")
-    return Config(memory=parse_memory(memory, where, log), log=log, middleware=tuple(middleware))
+    parsed = parse_memory(memory, where, log)
+    files = {p.file_path for p in parsed.parts if p.store == "file"}
+    if files:
+        if doc.get("log") is not None and log.type == "kafka":
+            raise ConfigError("log.type", "store: file keeps memory in local files; it needs the embedded log")
+        if len(files) > 1:
+            raise ConfigError(where, f"the parts of one memory must share one file_path, got {sorted(files)}")
+        # The file store is the embedded log, kept in log/ beside its JSON exports.
+        (path,) = files
+        log = replace(log, type="embedded", path=str(Path(path).parent / "log"))  # type: ignore[arg-type]
+    return Config(memory=parsed, log=log, middleware=tuple(middleware))
 
 
 def parse_log(raw: Any, where: str) -> LogConfig:
@@ -145,7 +277,7 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     if kind not in ("embedded", "kafka"):
         raise ConfigError(f"{where}.type", f"must be kafka or embedded, got {kind!r}")
     default = LogConfig()
-    bootstrap = raw.get("bootstrap_servers") or os.environ.get("HELIX_KAFKA_BOOTSTRAP") or default.bootstrap_servers
+    bootstrap = os.environ.get("HELIX_KAFKA_BOOTSTRAP") or raw.get("bootstrap_servers") or default.bootstrap_servers
     prefix = raw.get("topic_prefix", default.topic_prefix)
     if not isinstance(prefix, str) or not names.NAMESPACE_RE.fullmatch(prefix):
         raise ConfigError(f"{where}.topic_prefix", f"must match [A-Za-z0-9._-]+, got {prefix!r}")
@@ -159,23 +291,58 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     return LogConfig(kind, str(bootstrap), prefix, partitions, replication, str(raw.get("path", default.path)), fsync)
 
 
+def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -> MemoryConfig:
+    unknown = set(raw) - COMPOSITE_KEYS
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"is not a key of a composite memory; known: "
+                                                          f"{sorted(COMPOSITE_KEYS)}")
+    backends = raw.get("backends")
+    if not isinstance(backends, list) or not backends:
+        raise ConfigError(f"{where}.backends", "must be a non-empty list of memory mappings")
+    shared = {k: raw[k] for k in SHARED_KEYS if k in raw}
+    parts = []
+    for i, part in enumerate(backends):
+        here = f"{where}.backends[{i}]"
+        part = _mapping(part, here)
+        if part.get("type") == "composite":
+            raise ConfigError(f"{here}.type", "a composite cannot contain a composite")
+        clash = sorted(set(part) & set(SHARED_KEYS))
+        if clash:
+            raise ConfigError(f"{here}.{clash[0]}", "set it on the composite: its parts share one log and session")
+        parts.append(parse_memory({**part, **shared}, here, log))
+    base = parse_memory({"type": "conversation", **shared}, where)
+    return replace(base, type="composite", view=Composite(tuple(parts)), store="composite")
+
+
 def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = None) -> MemoryConfig:
     kind = raw.get("type", "conversation")
+    if kind == "composite":
+        return parse_composite(raw, where, log)
     if kind not in VIEW_TYPES:
         raise ConfigError(f"{where}.type", f"unknown memory type {kind!r}; known: {sorted(VIEW_TYPES)}")
     unknown = set(raw) - COMMON_KEYS - VIEW_KEYS[kind]
     if unknown:
         raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"is not a key of a {kind} memory")
     view = VIEW_TYPES[kind](raw, where)
-    store = raw.get("store", "memory")
+    ttl = parse_ttl(raw.get("ttl"), f"{where}.ttl")
+    if ttl is not None and hasattr(view, "ttl"):  # views that carry it to their store (Redis expires keys)
+        view = replace(view, ttl=ttl)  # type: ignore[type-var]
+    store = raw.get("store", DEFAULT_STORES.get(kind, "memory"))
     if store not in STORES:
         raise ConfigError(f"{where}.store", f"must be one of {list(STORES)}, got {store!r}")
-    if log is not None and log.type == "kafka" and store == "memory":
+    if log is not None and log.type == "kafka" and store in ("memory", "file"):
         raise ConfigError(
             f"{where}.store",
-            "memory views live in one process, but a Kafka log is projected by separate workers; "
+            f"{store} views live in one process, but a Kafka log is projected by separate workers; "
             "use store: redis or postgres with log: kafka",
         )
+    file_path = raw.get("file_path")
+    if store == "file":
+        file_path = file_path or ".helix/memory/agent.json"
+        if not isinstance(file_path, str) or not file_path.endswith(".json"):
+            raise ConfigError(f"{where}.file_path", f"must be a path ending in .json, got {file_path!r}")
+    elif file_path is not None:
+        raise ConfigError(f"{where}.file_path", "only store: file uses file_path")
     namespace = names.check_namespace(raw.get("namespace", "default"), f"{where}.namespace", ConfigError)
     consistency = raw.get("consistency", "read-your-writes")
     if consistency not in ("read-your-writes", "eventual"):
@@ -186,8 +353,9 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     session_id = raw.get("session_id")
     if session_id is not None:
         names.check_session_id(session_id, f"{where}.session_id", ConfigError)
-    redis_url = raw.get("redis_url") or os.environ.get("HELIX_REDIS_URL")
-    dsn = raw.get("dsn") or raw.get("postgres_dsn") or os.environ.get("HELIX_POSTGRES_DSN")
+    # The environment names this deployment's services: it wins over addresses in a shared file.
+    redis_url = os.environ.get("HELIX_REDIS_URL") or raw.get("redis_url")
+    dsn = os.environ.get("HELIX_POSTGRES_DSN") or raw.get("dsn") or raw.get("postgres_dsn")
     if store == "redis" and not redis_url:
         raise ConfigError(f"{where}.redis_url", "store: redis needs redis_url (or HELIX_REDIS_URL)")
     if store == "postgres" and not dsn:
@@ -203,4 +371,6 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         read_timeout=float(timeout),
         session_id=session_id,
         session_id_header=raw.get("session_id_header"),
+        summariser=parse_summariser(raw.get("summariser"), f"{where}.summariser") if kind == "summary" else None,
+        file_path=file_path,
     )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from helix_es import backend as backends
@@ -66,9 +69,13 @@ class ViewMemory:
 
     async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
         position = await self.backend.append(Event(self.namespace, self.session_id, payload))
+        self.wrote(position)
+        return position
+
+    def wrote(self, position: Position) -> None:
+        """Reads from now on wait until the view has applied `position`."""
         self.last_write = position
         self._seen_last_write = False
-        return position
 
     async def get(self) -> list[Message]:
         return await self._read(lambda want: self.projection.get(self.key, want))
@@ -113,6 +120,49 @@ def check_search(query: object, limit: object) -> None:
         raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
 
 
+class JsonExport:
+    """store: file: after every add and clear, the session's memory is written out as JSON for people."""
+
+    def __init__(self, inner: Memory, path: str) -> None:
+        self.inner = inner
+        self.namespace: str = getattr(inner, "namespace", "")
+        self.session_id: str = getattr(inner, "session_id", "")
+        self.path = Path(path.replace("{session_id}", self.session_id).replace("{namespace}", self.namespace))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def add(self, message: Message) -> Position:
+        position = await self.inner.add(message)
+        await self.export()
+        return position
+
+    async def clear(self) -> Position:
+        position = await self.inner.clear()
+        await self.export()
+        return position
+
+    async def get(self) -> list[Message]:
+        return await self.inner.get()
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        return await self.inner.search(query, limit)
+
+    async def export(self) -> Path:
+        """Write the JSON export atomically (a reader never sees half a file)."""
+        doc = {
+            "namespace": self.namespace,
+            "session_id": self.session_id,
+            "exported_at": datetime.now(UTC).isoformat(),
+            "messages": [json.loads(m.to_json()) for m in await self.inner.get()],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        os.replace(tmp, self.path)
+        return self.path
+
+
 @asynccontextmanager
 async def open_memory(
     config: Mapping[str, Any] | str | os.PathLike[str] | Config,
@@ -126,13 +176,19 @@ async def open_memory(
     sid = session_id or mem.session_id
     if sid is None:
         raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
+    from helix_es.composite import CompositeMemory  # it builds on ViewMemory
+
     chain = build_chain(cfg.middleware)
-    backend = await backends.acquire(cfg.log, mem)
+    backend = await backends.acquire(cfg.log)
     try:
-        projection = await backend.attach(mem, mem.namespace)
-        memory = ViewMemory(
-            backend, projection, mem.namespace, sid, consistency=mem.consistency, read_timeout=mem.read_timeout
-        )
+        parts = [
+            ViewMemory(backend, await backend.attach(part, mem.namespace), mem.namespace, sid,
+                       consistency=mem.consistency, read_timeout=mem.read_timeout)
+            for part in mem.parts
+        ]
+        memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)
+        if mem.file_path is not None:
+            memory = JsonExport(memory, mem.file_path)
         yield chain(memory)
     finally:
-        await backends.release(cfg.log, mem, backend)
+        await backends.release(cfg.log, backend)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -33,12 +34,23 @@ def chain(*middleware: Middleware) -> Middleware:
     return wrap
 
 
+# Built-ins with heavier imports (cryptography) register themselves when first named.
+_BUILTIN_MODULES = {"encryption": "helix_es.encryption", "redaction": "helix_es.redaction"}
+
+
 def build_chain(names: Iterable[str]) -> Middleware:
     found = []
     for i, name in enumerate(names):
+        if name not in _registry and name in _BUILTIN_MODULES:
+            importlib.import_module(_BUILTIN_MODULES[name])
         if name not in _registry:
-            raise ConfigError(f"memory_middleware[{i}]", f"unknown middleware {name!r}; known: {sorted(_registry)}")
-        found.append(_registry[name]())
+            known = sorted({*_registry, *_BUILTIN_MODULES})
+            raise ConfigError(f"memory_middleware[{i}]", f"unknown middleware {name!r}; known: {known}")
+        try:
+            found.append(_registry[name]())
+        except ConfigError as exc:
+            # A factory knows what is wrong (a missing env key), not where it was named: add that.
+            raise ConfigError(f"memory_middleware[{i}]", f"{name}: {exc}") from exc
     return chain(*found)
 
 

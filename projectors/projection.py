@@ -78,6 +78,11 @@ class SessionProjection:
         # Without `want` the caller has seen its writes already: the state alone is one round trip.
         snap = await self.store.read(self.view, key, guard=want is not None)
         if want is not None and (snap.applied is None or snap.applied < want.offset):
+            if snap.applied is None and not snap.state:
+                # No guard: the session may have expired (Redis ttl) after the view applied the write.
+                checkpoint = await self.store.checkpoint(self.view, want.topic, want.partition)
+                if checkpoint is not None and checkpoint >= want.offset:
+                    return ()
             return None
         return snap.state
 

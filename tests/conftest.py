@@ -14,6 +14,8 @@ from contextlib import ExitStack
 
 import pytest
 
+pytest_plugins = ["tests.model_server"]
+
 REQUIRE = os.environ.get("HELIX_REQUIRE_SERVICES") == "1"
 RUN = uuid.uuid4().hex[:8]  # keeps this run's topics, keys and rows apart from earlier runs
 

@@ -39,12 +39,16 @@ def test_seed_agents_document_loads() -> None:
     assert cfg.log.type == "embedded"
 
 
-def test_seed_redis_document_loads() -> None:
+def test_seed_redis_document_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HELIX_REDIS_URL", raising=False)
     cfg = load_config(SEED_REDIS)
     assert cfg.memory.view == Conversation()
+    assert cfg.memory.view.ttl == 168 * 3600  # type: ignore[union-attr]
     assert cfg.memory.store == "redis"
     assert cfg.memory.redis_url == "redis://redis:6379"
     assert cfg.memory.session_id_header == "X-Session-ID"
+    monkeypatch.setenv("HELIX_REDIS_URL", "redis://10.0.0.9:6380/1")  # the deployment's own Redis wins
+    assert load_config(SEED_REDIS).memory.redis_url == "redis://10.0.0.9:6380/1"
 
 
 def test_a_path_a_dict_and_text_give_the_same_config(tmp_path: Path) -> None:

@@ -234,10 +234,13 @@ async def test_views_are_rebuilt_when_reopened(harness: Harness, session_id: str
         assert contents(await mem.get()) == expected == ["m1", "m2", "m3"]
 
 
-async def test_an_embedded_write_survives_a_store_outage(tmp_path: Any, redis_url: str, session_id: str) -> None:
+async def test_an_embedded_write_survives_a_store_outage(
+    tmp_path: Any, redis_url: str, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The log append is the write; a view that could not be folded catches up, nothing twice."""
     import redis.exceptions
 
+    monkeypatch.delenv("HELIX_REDIS_URL", raising=False)  # it would override the unreachable address
     ns = unique("outage")
     log = {"type": "embedded", "path": str(tmp_path)}
     down = {"log": log, "memory": {**VIEWS["window"], "store": "redis", "namespace": ns,

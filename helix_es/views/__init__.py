@@ -24,6 +24,8 @@ class View(ABC):
     """One way of folding a session's events. Subclasses are frozen dataclasses of their options."""
 
     kind: ClassVar[str]  # the seed's YAML `type`
+    # PostgreSQL tables (messages, session guards); checkpoints live in helix_checkpoints.
+    tables: ClassVar[tuple[str, str]] = ("helix_view_messages", "helix_view_sessions")
 
     @property
     def name(self) -> str:

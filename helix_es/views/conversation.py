@@ -1,20 +1,32 @@
-"""conversation: the whole history of a session, until it is cleared."""
+"""conversation: the whole history of a session, until it is cleared (or its last `max_length` messages)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helix_es.message import Message
 from helix_es.views import State, View
+from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix
 
 
 @dataclass(frozen=True)
 class Conversation(View):
     kind = "conversation"
+    max_length: int | None = field(default=None, kw_only=True)  # the seed's LTRIM cap; the first system message stays
+    # Seconds a Redis-stored session lives after its last write; not part of the name (same fold).
+    ttl: float | None = field(default=None, compare=False, kw_only=True)
+
+    def __post_init__(self) -> None:
+        check_max_length(self.max_length)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{max_length_suffix(self.max_length)}"
 
     @property
     def key_suffix(self) -> str:
-        return ""  # the plain session key: helix:memory:<namespace>:{<session_id>}
+        # Uncapped, the plain session key: helix:memory:<namespace>:{<session_id>}
+        return "" if self.max_length is None else self.name
 
     def added(self, state: State, message: Message) -> State:
-        return (*state, message)
+        return cap_length((*state, message), self.max_length)

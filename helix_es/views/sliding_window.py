@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helix_es.errors import ConfigError
 from helix_es.message import Message
@@ -14,32 +14,60 @@ def pinned_index(state: State) -> int | None:
     return next((i for i, m in enumerate(state) if m.role == "system"), None)
 
 
+def drop_oldest(state: State, over: int, pin: int | None) -> State:
+    """`state` without its `over` oldest messages other than the one at `pin`."""
+    if over <= 0:
+        return state
+    if pin is None:
+        return state[over:]
+    out = []
+    for i, m in enumerate(state):
+        if i == pin or over <= 0:
+            out.append(m)
+        else:
+            over -= 1
+    return tuple(out)
+
+
+def cap_length(state: State, max_length: int | None) -> State:
+    """At most `max_length` messages, the first system message among them: the oldest others go.
+    With `max_length` 1 only the newest message stays, since the newest is always kept."""
+    if max_length is None or len(state) <= max_length:
+        return state
+    if max_length == 1:
+        return state[-1:]
+    return drop_oldest(state, len(state) - max_length, pinned_index(state))
+
+
+def check_max_length(max_length: object) -> None:
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise ConfigError("max_length", f"must be a whole number >= 1, got {max_length!r}")
+
+
+def max_length_suffix(max_length: int | None) -> str:
+    """Part of a view's name: a different cap folds differently, so it is another view."""
+    return "" if max_length is None else f"-max{max_length}"
+
+
 @dataclass(frozen=True)
 class SlidingWindow(View):
     kind = "sliding-window"
     window_size: int = 30
+    max_length: int | None = field(default=None, kw_only=True)  # caps the list, the pinned message included
+    # Seconds a Redis-stored session lives after its last write; not part of the name (same fold).
+    ttl: float | None = field(default=None, compare=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
             raise ConfigError("window_size", f"must be a whole number >= 1, got {self.window_size!r}")
+        check_max_length(self.max_length)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.window_size}"
+        return f"{self.kind}-{self.window_size}{max_length_suffix(self.max_length)}"
 
     def added(self, state: State, message: Message) -> State:
         new = (*state, message)
         pin = pinned_index(new)
-        over = len(new) - (pin is not None) - self.window_size
-        if over <= 0:
-            return new
-        if pin is None:
-            return new[over:]
-        # Drop the `over` oldest messages other than the pinned one.
-        out = []
-        for i, m in enumerate(new):
-            if i == pin or over <= 0:
-                out.append(m)
-            else:
-                over -= 1
-        return tuple(out)
+        new = drop_oldest(new, len(new) - (pin is not None) - self.window_size, pin)
+        return cap_length(new, self.max_length)

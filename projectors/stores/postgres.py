@@ -10,7 +10,9 @@ off those sessions until commit.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -111,6 +113,26 @@ SELECT $1, a.namespace, a.session_id,
 FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS a(namespace, session_id, pos, message)
 """
 
+
+
+@dataclass(frozen=True)
+class _Sql:
+    """The statements above for one view's pair of tables (`View.tables`)."""
+
+    schema: str
+    load: str
+    claim: str
+    append: str
+
+
+@functools.cache
+def _sql(messages: str, sessions: str) -> _Sql:
+    def named(sql: str) -> str:
+        return sql.replace("helix_view_messages", messages).replace("helix_view_sessions", sessions)
+
+    return _Sql(named(_SCHEMA), named(_LOAD), named(_CLAIM), named(_APPEND))
+
+
 _CHECKPOINT = """
 SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3
 """
@@ -132,31 +154,33 @@ class PostgresStore:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self._pool: asyncpg.Pool | None = None
-        self._ready = False
+        self._ready: set[_Sql] = set()  # table pairs whose schema exists
         self._init = asyncio.Lock()
 
-    async def ensure_schema(self) -> None:
+    async def ensure_schema(self, tables: tuple[str, str] = View.tables) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
+        sql = _sql(*tables)
         async with self._init:
             if self._pool is None:
                 self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
             async with self._pool.acquire() as conn, conn.transaction():
                 # CREATE TABLE IF NOT EXISTS still races on the catalog when run concurrently.
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                await conn.execute(_SCHEMA)
-            self._ready = True
+                await conn.execute(sql.schema)
+            self._ready.add(sql)
 
-    async def _pool_ready(self) -> asyncpg.Pool:
-        if not self._ready:
-            await self.ensure_schema()
+    async def _pool_ready(self, view: View | None = None) -> tuple[asyncpg.Pool, _Sql]:
+        sql = _sql(*(view.tables if view is not None else View.tables))
+        if sql not in self._ready:
+            await self.ensure_schema(view.tables if view is not None else View.tables)
         assert self._pool is not None
-        return self._pool
+        return self._pool, sql
 
     async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
         if not keys:
             return {}
-        pool = await self._pool_ready()
-        rows = await pool.fetch(_LOAD, view.name, [k.namespace for k in keys], [k.session_id for k in keys])
+        pool, sql = await self._pool_ready(view)
+        rows = await pool.fetch(sql.load, view.name, [k.namespace for k in keys], [k.session_id for k in keys])
         return {keys[r["i"] - 1]: _snapshot(r["applied"], r["messages"]) for r in rows}
 
     async def apply(self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int) -> None:
@@ -187,25 +211,25 @@ class PostgresStore:
                 add_pos.append(pos)
                 add_msg.append(message.to_json())
         claim = (view.name, namespaces, session_ids, expected, applied, keeps, drops, topic, partition, checkpoint)
-        pool = await self._pool_ready()
+        pool, sql = await self._pool_ready(view)
         if not changes:
-            await pool.execute(_CLAIM, *claim)  # only the checkpoint: one statement is atomic
+            await pool.execute(sql.claim, *claim)  # only the checkpoint: one statement is atomic
             return
         try:
             async with pool.acquire() as conn, conn.transaction():
-                claimed = await conn.fetch(_CLAIM, *claim)
+                claimed = await conn.fetch(sql.claim, *claim)
                 if len(claimed) != len(changes):
                     won = {SessionKey(r["namespace"], r["session_id"]) for r in claimed}
                     lost = next(c for c in changes if c.key not in won)
                     raise StaleWrite(f"{view.name} {lost.key}: guard moved since load (expected {lost.before.applied})")
                 if add_msg:
-                    await conn.execute(_APPEND, view.name, add_ns, add_sid, add_pos, add_msg)
+                    await conn.execute(sql.append, view.name, add_ns, add_sid, add_pos, add_msg)
         except asyncpg.DeadlockDetectedError as exc:
             # Two projectors locked overlapping sessions in different orders; both must reload anyway.
             raise StaleWrite(f"{view.name}: concurrent write to the same sessions ({exc})") from exc
 
     async def checkpoint(self, view: View, topic: str, partition: int) -> int | None:
-        pool = await self._pool_ready()
+        pool, _ = await self._pool_ready(view)
         offset: int | None = await pool.fetchval(_CHECKPOINT, view.name, topic, partition)
         return offset
 
@@ -214,6 +238,7 @@ class PostgresStore:
 
     async def close(self) -> None:
         async with self._init:
-            pool, self._pool, self._ready = self._pool, None, False
+            pool, self._pool = self._pool, None
+            self._ready.clear()
         if pool is not None:
             await pool.close()

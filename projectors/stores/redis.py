@@ -3,6 +3,11 @@
 Beside it, in the same hash slot, `...:<view>:applied` holds the session guard. One Lua
 script checks every guard of a batch, applies the list edits, sets the guards and the
 partition checkpoint (`helix:checkpoint:<view>`), so the step is atomic on one server.
+
+A view with a `ttl` (the seed's Redis TTL) has every session it writes expire that long after
+its last write: the same script sets the data and guard keys to expire together, so an expired
+session reads as empty and starts afresh. The checkpoints never expire. Without a ttl the keys
+are made persistent again. Only this store expires sessions; memory and PostgreSQL keep them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from helix_es.views import View
 from projectors.stores import Change, SessionKey, Snapshot, StaleWrite, list_edit
 
 _APPLY = """
+local ttl = tonumber(ARGV[#ARGV])
 local argi = 1
 local n = (#KEYS - 1) / 2
 for i = 1, n do
@@ -44,7 +50,13 @@ for i = 1, n do
     redis.call('RPUSH', data, unpack(ARGV, first, last))
     first = last + 1
   end
-  redis.call('SET', guard, ARGV[argi + 1])
+  if ttl > 0 then
+    redis.call('SET', guard, ARGV[argi + 1], 'PX', ttl)
+    redis.call('PEXPIRE', data, ttl)
+  else
+    redis.call('SET', guard, ARGV[argi + 1])
+    redis.call('PERSIST', data)
+  end
   argi = argi + 5 + nadd
 end
 redis.call('HSET', KEYS[1], ARGV[argi], ARGV[argi + 1])
@@ -96,7 +108,8 @@ class RedisStore:
             expected = "" if c.before.applied is None else str(c.before.applied)
             args += [expected, c.applied, edit.keep, edit.drop, len(edit.append)]
             args += [m.to_json() for m in edit.append]
-        args += [f"{topic}:{partition}", checkpoint]
+        ttl = getattr(view, "ttl", None)  # views without the option never expire
+        args += [f"{topic}:{partition}", checkpoint, max(1, round(ttl * 1000)) if ttl else 0]
         reply = await self._apply(keys=keys, args=args)
         if reply[0] == b"STALE":
             raise StaleWrite(f"{view.name}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")

@@ -1,0 +1,85 @@
+"""summary: past `max_messages`, the oldest half is folded into a running summary by a summariser.
+
+The state is a header (a system message holding the summary text, the epoch and how many
+messages it covers) followed by the recent messages. The fold never calls a model: the
+projection asks the summariser when the view is live and appends its answer to the log as
+a `SummaryRecorded` event, which this fold applies, so a rebuild replays recorded summaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helix_es.errors import ConfigError
+from helix_es.events import Event, MemoryCleared, MessageAdded, SummaryRecorded
+from helix_es.message import Message
+from helix_es.views import State, View
+
+EPOCH = "helix.summary.epoch"  # event id of the session's last clear: summaries from before it are void
+COVERS = "helix.summary.covers"  # messages since that clear the summary stands for
+PREFIX = "Summary of the earlier conversation:\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    epoch: str = ""
+    covers: int = 0
+    text: str = ""
+
+    def message(self) -> Message:
+        return Message("system", self.text, metadata={EPOCH: self.epoch, COVERS: str(self.covers)})
+
+
+def split(state: State) -> tuple[Header, State]:
+    if not state:
+        return Header(), ()
+    head = state[0]
+    return Header(head.metadata[EPOCH], int(head.metadata[COVERS]), head.content), state[1:]
+
+
+@dataclass(frozen=True)
+class Summary(View):
+    kind = "summary"
+    tables = ("helix_summary", "helix_summary_sessions")
+    max_messages: int = 20
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_messages, bool) or not isinstance(self.max_messages, int) or self.max_messages < 2:
+            raise ConfigError("max_messages", f"must be a whole number >= 2, got {self.max_messages!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.max_messages}"
+
+    def fold(self, state: State, event: Event) -> State:
+        header, recent = split(state)
+        payload = event.payload
+        if isinstance(payload, MemoryCleared):
+            return (Header(epoch=str(event.event_id)).message(),)
+        if isinstance(payload, MessageAdded):
+            return (header.message(), *recent, payload.message)
+        if (
+            isinstance(payload, SummaryRecorded)
+            and payload.view == self.name
+            and payload.epoch == header.epoch
+            and payload.covers > header.covers  # a repeated or older summary changes nothing
+        ):
+            gone = payload.covers - header.covers
+            return (Header(header.epoch, payload.covers, payload.text).message(), *recent[gone:])
+        return state
+
+    def added(self, state: State, message: Message) -> State:
+        raise NotImplementedError("summary folds whole events")  # pragma: no cover
+
+    def due(self, state: State) -> tuple[Header, State] | None:
+        """When a summary is due: the header now, and the oldest half it must fold in."""
+        header, recent = split(state)
+        if len(recent) <= self.max_messages:
+            return None
+        return header, recent[: len(recent) // 2]
+
+    def render(self, state: State) -> list[Message]:
+        header, recent = split(state)
+        if not header.text:
+            return list(recent)
+        return [Message("system", PREFIX + header.text, metadata={"helix.summary": "true"}), *recent]

@@ -1,0 +1,81 @@
+"""vector: semantic search over every message of a namespace (the agent); `get` returns [].
+
+As in the seed, vector memory is search-only: it is one backend of a composite, beside a
+sequential one. Messages are embedded and `search` returns the `min(limit, top_k)` nearest
+by cosine, best first. A `MemoryCleared` anywhere in the namespace clears its vectors (the
+seed's store is per agent). The view's name carries the embedding model, so another model
+is another view, with its own consumer group, rows and checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from helix_es.embed import Embedder, EmbedSpec, parse_embed
+from helix_es.errors import ConfigError
+from helix_es.views import IndexView
+
+if TYPE_CHECKING:
+    from helix_es.config import MemoryConfig
+    from projectors.projection import Projection
+
+VECTOR_STORES = ("memory", "postgres")
+
+
+def model_slug(model: str) -> str:
+    """`openai/text-embedding-3-small` -> `openai-text-embedding-3-small`: safe in group names and keys."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-") or "model"
+
+
+@dataclass(frozen=True)
+class Vector(IndexView):
+    kind = "vector"
+    top_k: int = 5
+    embed: EmbedSpec = field(default_factory=EmbedSpec)
+    # Programmatic use: an embedder object (e.g. `embedder_from_func`) instead of `embed`.
+    embedder: Embedder | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
+            raise ConfigError("top_k", f"must be a whole number >= 1, got {self.top_k!r}")
+
+    @classmethod
+    def from_config(cls, options: Mapping[str, Any], where: str) -> Vector:
+        """The `VIEW_TYPES` factory: `top_k`, `embed` and a memory or postgres `store`."""
+        top_k = options.get("top_k", 5)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ConfigError(f"{where}.top_k", f"must be a whole number >= 1, got {top_k!r}")
+        store = options.get("store", "memory")
+        if store not in VECTOR_STORES:
+            raise ConfigError(f"{where}.store", f"a vector memory lives in memory or postgres, got {store!r}")
+        return cls(top_k, parse_embed(options.get("embed"), f"{where}.embed"))
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model if self.embedder is not None else self.embed.model_id
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{model_slug(self.model)}"
+
+    def projection(self, memory: MemoryConfig) -> Projection:
+        from projectors.vector import VectorProjection, VectorStore
+
+        store: VectorStore
+        if memory.store == "postgres":
+            from projectors.vector.postgres import PostgresVectorStore
+
+            if not memory.postgres_dsn:
+                raise ConfigError("memory.dsn", "store: postgres needs dsn (or HELIX_POSTGRES_DSN)")
+            store = PostgresVectorStore(memory.postgres_dsn)
+        elif memory.store == "memory":
+            from projectors.vector.memory import MemoryVectorStore
+
+            store = MemoryVectorStore()
+        else:
+            raise ConfigError("memory.store", f"a vector memory lives in memory or postgres, got {memory.store!r}")
+        embedder = self.embedder if self.embedder is not None else self.embed.build()
+        return VectorProjection(self.name, embedder, store, top_k=self.top_k)

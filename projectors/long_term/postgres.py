@@ -1,0 +1,246 @@
+r"""PostgreSQL long-term memory: the seed's SQLDBLongTermMemory, folded from the log.
+
+Schema (`ensure_table`, `CREATE ... IF NOT EXISTS` under the advisory lock every helix-es
+schema creator takes):
+
+- `<table>` (default `agent_memory`): one row per message, primary key
+  `(namespace, topic, partition, "offset")`, so a re-delivery never duplicates; columns
+  `session_id` (who wrote it, for audit), `created_at` (the event time), `role`, `content`
+  (what `search` matches) and `message` (jsonb, the whole Message). A `UNIQUE (namespace,
+  created_at, topic, partition, "offset")` constraint is the read-order index; CREATE TABLE
+  names it itself, so no derived name can overflow PostgreSQL's 63-byte identifiers. `topic` is
+  `COLLATE "C"` so the order is bytewise, as in the other stores.
+- `helix_long_term_cleared (view, namespace, cleared_at)`: each namespace's clear watermark.
+- `helix_checkpoints (view, topic, partition, "offset")`: shared with the session views.
+
+The table name is validated when the config is read (`helix_es.views.long_term.check_table`),
+checked again here, and always double-quoted.
+
+`apply` is one transaction of two statements. The first upserts the watermark row of each
+namespace in the batch (raised to the batch's newest clear): its row lock serialises the
+batches of one namespace across partitions and projector processes, so a clear and an older
+message arriving concurrently from another partition cannot miss each other. The second (READ
+COMMITTED, so it sees what the lock waited for) reads the checkpoint, drops the records it
+covers, deletes rows at or before the watermark, inserts newer messages (`ON CONFLICT DO
+NOTHING`) and moves the checkpoint (never backwards).
+
+`get` and `search` are one statement each: the checkpoint and, only if it covers `want`, the
+rows. `search` is `content ILIKE '%q%' ESCAPE '\'` with `\`, `%` and `_` in q escaped; case
+folding follows the database's collation. It scans the namespace's rows in order and stops at
+`limit`; add a `pg_trgm` GIN index on `content` yourself for very large namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+from helix_es.errors import HelixError
+from helix_es.events import Position, Record
+from helix_es.message import Message, decode_json
+from helix_es.views.long_term import DEFAULT_TABLE, check_table
+from projectors.long_term import VIEW_NAME, escape_like, ops
+from projectors.projection import Applied
+from projectors.stores import SessionKey
+
+# The key projectors.stores.postgres locks too: both create helix_checkpoints, and concurrent
+# CREATE TABLE IF NOT EXISTS still races on the catalog.
+SCHEMA_LOCK = 0x68656C6978
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {t} (
+    namespace text NOT NULL,
+    topic text COLLATE "C" NOT NULL,
+    partition int NOT NULL,
+    "offset" bigint NOT NULL,
+    session_id text NOT NULL,
+    created_at timestamptz NOT NULL,
+    role text NOT NULL,
+    content text NOT NULL,
+    message jsonb NOT NULL,
+    PRIMARY KEY (namespace, topic, partition, "offset"),
+    UNIQUE (namespace, created_at, topic, partition, "offset")
+);
+CREATE TABLE IF NOT EXISTS helix_long_term_cleared (
+    view text NOT NULL,
+    namespace text NOT NULL,
+    cleared_at timestamptz NOT NULL,
+    PRIMARY KEY (view, namespace)
+);
+CREATE TABLE IF NOT EXISTS helix_checkpoints (
+    view text NOT NULL,
+    topic text NOT NULL,
+    partition int NOT NULL,
+    "offset" bigint NOT NULL,
+    PRIMARY KEY (view, topic, partition)
+);
+"""
+
+_COLUMNS = ("namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content", "message")
+
+_MISSING_COLUMNS = """
+SELECT array(
+    SELECT c FROM unnest($2::text[]) AS c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass($1) AND attname = c AND attnum > 0 AND NOT attisdropped
+    )
+)
+"""
+
+# First statement of `apply`: the namespaces' watermark rows, locked until commit (in name order).
+_LOCK = """
+INSERT INTO helix_long_term_cleared AS c (view, namespace, cleared_at)
+SELECT $1, n.namespace, coalesce(n.cleared_at, '-infinity')
+FROM unnest($2::text[], $3::timestamptz[]) AS n(namespace, cleared_at)
+ORDER BY n.namespace
+ON CONFLICT (view, namespace) DO UPDATE SET cleared_at = greatest(c.cleared_at, excluded.cleared_at)
+"""
+
+# Second statement: everything else, in one snapshot taken after the locks were granted.
+_APPLY = """
+WITH cp AS (
+    SELECT coalesce(max("offset"), -1) AS o FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3
+), ev AS (
+    SELECT e.* FROM unnest($4::bigint[], $5::text[], $6::text[], $7::timestamptz[], $8::text[], $9::text[], $10::text[])
+        AS e("offset", namespace, session_id, created_at, role, content, message)
+    WHERE e."offset" > (SELECT o FROM cp)
+), mark AS (
+    SELECT namespace, cleared_at FROM helix_long_term_cleared WHERE view = $1 AND namespace = ANY($11::text[])
+), gone AS (
+    DELETE FROM {t} m USING mark WHERE m.namespace = mark.namespace AND m.created_at <= mark.cleared_at
+), added AS (
+    INSERT INTO {t} (namespace, topic, partition, "offset", session_id, created_at, role, content, message)
+    SELECT ev.namespace, $2, $3, ev."offset", ev.session_id, ev.created_at, ev.role, ev.content, ev.message::jsonb
+    FROM ev JOIN mark ON mark.namespace = ev.namespace
+    WHERE ev.message IS NOT NULL AND ev.created_at > mark.cleared_at
+    ON CONFLICT DO NOTHING
+), moved AS (
+    INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $2, $3, $12)
+    ON CONFLICT (view, topic, partition)
+        DO UPDATE SET "offset" = greatest(helix_checkpoints."offset", excluded."offset")
+)
+SELECT count(*) FROM ev
+"""
+
+_CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
+
+# $2 NULL: no `want`, just read. The rows' sub-select runs only when the CASE needs it.
+_READ = """
+WITH cp AS MATERIALIZED (SELECT ({checkpoint}) AS o)
+SELECT cp.o AS applied,
+    CASE WHEN $2::text IS NULL OR cp.o >= $4 THEN array(
+        SELECT message::text FROM {t} WHERE namespace = $5 {where}
+        ORDER BY created_at, topic, partition, "offset" {limit}
+    ) END AS messages
+FROM cp
+"""
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset hook: we never change session state, so skip asyncpg's reset query round trip."""
+
+
+class SchemaMismatch(HelixError):
+    """The long-term table exists with columns helix-es did not create; it is not altered."""
+
+
+class PostgresLongTerm:
+    kind = "postgres"
+
+    def __init__(self, dsn: str, *, table: str = DEFAULT_TABLE, name: str | None = None) -> None:
+        self.dsn = dsn
+        self.table = check_table(table)  # again: a direct caller skipped the config
+        self.name = name or (VIEW_NAME if self.table == DEFAULT_TABLE else f"{VIEW_NAME}-{self.table}")
+        t = f'"{self.table}"'
+        self._schema = _SCHEMA.format(t=t)
+        self._apply = _APPLY.format(t=t)
+        self._get = _READ.format(t=t, checkpoint=_CHECKPOINT, where="", limit="")
+        self._search = _READ.format(t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'",
+                                    limit="LIMIT $7")
+        self._pool: asyncpg.Pool | None = None
+        self._ready = False
+        self._init = asyncio.Lock()
+
+    async def ensure_table(self) -> None:
+        """Connect if needed, create the schema if absent and check an existing table fits; safe to repeat."""
+        async with self._init:
+            if self._pool is None:
+                self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
+            async with self._pool.acquire() as conn:
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
+                    await conn.execute(self._schema)
+                missing = await conn.fetchval(_MISSING_COLUMNS, f'"{self.table}"', list(_COLUMNS))
+            if missing:
+                raise SchemaMismatch(
+                    f"table {self.table} exists without the columns {', '.join(missing)} that a helix-es "
+                    "long-term memory needs; it is left as it is. Set memory.table to another name."
+                )
+            self._ready = True
+
+    async def _pool_ready(self) -> asyncpg.Pool:
+        if not self._ready:
+            await self.ensure_table()
+        assert self._pool is not None
+        return self._pool
+
+    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
+        if not records:
+            return Applied(0)
+        topic, partition, batch = ops(records)
+        newest: dict[str, datetime | None] = {}  # namespace -> its newest clear in this batch
+        for op in batch:
+            if op.clear:
+                seen = newest.get(op.namespace)
+                newest[op.namespace] = op.at if seen is None else max(seen, op.at)
+            else:
+                newest.setdefault(op.namespace, None)
+        lock_ns = sorted(newest)
+        rows = (
+            [op.offset for op in batch],
+            [op.namespace for op in batch],
+            [op.session_id for op in batch],
+            [op.at for op in batch],
+            [None if op.message is None else op.message.role for op in batch],
+            [None if op.message is None else op.message.content for op in batch],
+            [None if op.message is None else op.message.to_json() for op in batch],
+        )
+        pool = await self._pool_ready()
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute(_LOCK, self.name, lock_ns, [newest[ns] for ns in lock_ns])
+            applied: int = await conn.fetchval(
+                self._apply, self.name, topic, partition, *rows, lock_ns, records[-1].position.offset
+            )
+        return Applied(applied)
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        pool = await self._pool_ready()
+        offset: int | None = await pool.fetchval(_CHECKPOINT, self.name, topic, partition)
+        return offset
+
+    @staticmethod
+    def _want(want: Position | None) -> tuple[str | None, int | None, int]:
+        return (None, None, 0) if want is None else (want.topic, want.partition, want.offset)
+
+    async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
+        pool = await self._pool_ready()
+        row = await pool.fetchrow(self._get, self.name, *self._want(want), key.namespace)
+        return None if row["messages"] is None else [decode_json(m) for m in row["messages"]]
+
+    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
+        pool = await self._pool_ready()
+        row = await pool.fetchrow(self._search, self.name, *self._want(want), key.namespace, escape_like(query), limit)
+        return None if row["messages"] is None else [decode_json(m) for m in row["messages"]]
+
+    async def applied(self, key: SessionKey, want: Position) -> int | None:
+        return await self.checkpoint(want.topic, want.partition)
+
+    async def close(self) -> None:
+        async with self._init:
+            pool, self._pool, self._ready = self._pool, None, False
+        if pool is not None:
+            await pool.close()

@@ -1,0 +1,95 @@
+"""composite: one event per add, every part folds it; reads merge the parts, deduplicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helix_es import ConfigError, Message, ToolCall, load_config, open_memory
+from helix_es.backend import open_log
+from helix_es.composite import merge
+from tests.conftest import unique
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = [{"type": "sliding-window", "window_size": 2}, {"type": "conversation"}]
+
+
+def test_merge_dedups_on_role_and_content_keeping_part_order() -> None:
+    a, b, c = Message("user", "a"), Message("assistant", "b"), Message("user", "c")
+    call_1 = Message("assistant", "", tool_calls=(ToolCall("1", "f"),))
+    call_2 = Message("assistant", "", tool_calls=(ToolCall("2", "f"),))
+    assert merge([[b, c], [a, b, c, Message("user", "a", metadata={"x": "y"})]]) == [b, c, a]
+    assert merge([[call_1], [call_2]]) == [call_1, call_2]  # empty content: the calls tell them apart
+    assert merge([[a, b], [c]], limit=2) == [a, b]
+
+
+async def history(cfg: dict[str, Any], ns: str, session: str) -> list[str]:
+    log = open_log(load_config(cfg).log)
+    try:
+        return [type(r.event.payload).__name__ async for r in log.read(ns, session_id=session)]
+    finally:
+        await log.close()
+
+
+async def test_embedded_composite_writes_one_event_and_merges(tmp_path: Path) -> None:
+    ns = unique("comp")
+    cfg = {"log": {"path": str(tmp_path)}, "memory": {"type": "composite", "namespace": ns, "backends": PARTS}}
+    async with open_memory(cfg, session_id="s") as mem:
+        for text in ["one", "two", "three"]:
+            await mem.add(Message("user", text))
+        # window [two, three] first, then the conversation's remaining [one]; duplicates dropped
+        assert [m.content for m in await mem.get()] == ["two", "three", "one"]
+        assert [m.content for m in await mem.search("T", limit=5)] == ["two", "three"]
+        assert [m.content for m in await mem.search("e", limit=2)] == ["three", "one"]
+        await mem.clear()
+        assert await mem.get() == []
+    assert await history(cfg, ns, "s") == ["MessageAdded"] * 3 + ["MemoryCleared"]
+
+
+def test_composite_config_errors_name_the_part() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "composite", "backends": [{"type": "sliding-window", "window_size": 0}]}})
+    assert err.value.field == "memory.backends[0].window_size"
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "composite", "backends": [{"type": "conversation", "namespace": "x"}]}})
+    assert err.value.field == "memory.backends[0].namespace"
+    with pytest.raises(ConfigError, match="non-empty list"):
+        load_config({"memory": {"type": "composite", "backends": []}})
+
+
+async def test_composite_over_kafka_with_one_projector_process(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str, postgres_dsn: str
+) -> None:
+    ns, prefix = unique("comp"), unique("comp")
+    cfg: dict[str, Any] = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
+        "memory": {"type": "composite", "namespace": ns, "read_timeout": 60, "backends": [
+            {"type": "sliding-window", "window_size": 2, "store": "redis", "redis_url": redis_url},
+            {"type": "conversation", "store": "postgres", "dsn": postgres_dsn},
+        ]},
+    }
+    path = tmp_path / "helix.yaml"
+    path.write_text(json.dumps(cfg))
+    proc = subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
+                            cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        async with open_memory(cfg, session_id="s") as mem:
+            for text in ["one", "two", "three"]:
+                await mem.add(Message("user", text))
+            assert [m.content for m in await mem.get()] == ["two", "three", "one"]  # both parts caught up
+            await mem.clear()
+            await mem.add(Message("user", "four"))
+            assert [m.content for m in await mem.get()] == ["four"]
+        assert await history(cfg, ns, "s") == ["MessageAdded"] * 3 + ["MemoryCleared", "MessageAdded"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "view sliding-window-2 (redis store)" in err and "view conversation (postgres store)" in err

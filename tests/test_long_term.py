@@ -1,0 +1,609 @@
+"""long-term memory over every store (memory, Redis, PostgreSQL), on the embedded log and through Kafka.
+
+The view is namespace-wide: every session of a namespace reads the same messages, in event-time
+order, and a clear from any session empties it. The stores are the real services of conftest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+
+from helix_es import ConfigError, Message, ToolCall, names, open_memory
+from helix_es.config import load_config
+from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.log.kafka import KafkaLog
+from helix_es.memory import ViewMemory
+from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table
+from projectors.long_term import escape_like
+from projectors.long_term.memory import MemoryLongTerm
+from projectors.long_term.postgres import SCHEMA_LOCK, PostgresLongTerm, SchemaMismatch
+from projectors.long_term.redis import RedisLongTerm, prefix
+from projectors.projection import Projection
+from projectors.runner import Projector
+from projectors.stores import SessionKey
+from tests.conftest import RUN, unique, wait_for
+
+STORES = ["memory", "redis", "postgres"]
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The `memory:` keys that pick one store, with its real service."""
+    kind = request.param
+    if kind == "redis":
+        return {"store": "redis", "redis_url": request.getfixturevalue("redis_url")}
+    if kind == "postgres":
+        return {"store": "postgres", "dsn": request.getfixturevalue("postgres_dsn")}
+    return {"store": "memory"}
+
+
+def embedded(tmp_path: Path, store: dict[str, Any], namespace: str, **extra: Any) -> dict[str, Any]:
+    memory = {"type": "long-term", **store, "namespace": namespace, "read_timeout": 30, **extra}
+    return {"log": {"type": "embedded", "path": str(tmp_path / "log")}, "memory": memory}
+
+
+def contents(messages: list[Message]) -> list[str]:
+    return [m.content for m in messages]
+
+
+def projection_of(mem: object) -> Projection:
+    assert isinstance(mem, ViewMemory)
+    return mem.projection
+
+
+@pytest.fixture
+async def projection(store: dict[str, Any]) -> AsyncIterator[Projection]:
+    """A projection opened straight from the config, as the Kafka projector does."""
+    memory = load_config({"memory": {"type": "long-term", **store}}).memory
+    assert isinstance(memory.view, LongTerm)
+    opened = memory.view.projection(memory)
+    yield opened
+    await opened.close()
+
+
+def record(namespace: str, session_id: str, payload: Any, at: datetime, position: Position) -> Record:
+    return Record(Event(namespace, session_id, payload, timestamp=at), position)
+
+
+def said(namespace: str, topic: str, partition: int, offset: int, text: str, at: datetime, sid: str = "s") -> Record:
+    return record(namespace, sid, MessageAdded(Message("user", text)), at, Position(topic, partition, offset))
+
+
+def cleared(namespace: str, topic: str, partition: int, offset: int, at: datetime, sid: str = "s") -> Record:
+    return record(namespace, sid, MemoryCleared(), at, Position(topic, partition, offset))
+
+
+async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
+    """The session id kept beside each message, read from the store itself, in view order."""
+    if isinstance(projection, MemoryLongTerm):
+        return projection.sessions(namespace)
+    if isinstance(projection, RedisLongTerm):
+        base = prefix(namespace, projection.name)
+        members = cast(list[bytes], await projection.redis.zrange(base + "index", 0, -1))
+        keys = [base.encode() + b"m:" + m for m in members]
+        values = cast(list[bytes], await projection.redis.mget(keys) if keys else [])
+        return [json.loads(v)["session_id"] for v in values]
+    assert isinstance(projection, PostgresLongTerm)
+    conn = await asyncpg.connect(projection.dsn)
+    try:
+        rows = await conn.fetch(
+            f'SELECT session_id FROM "{projection.table}" WHERE namespace = $1 '
+            'ORDER BY created_at, topic, partition, "offset"',
+            namespace,
+        )
+    finally:
+        await conn.close()
+    return [r["session_id"] for r in rows]
+
+
+async def forget_checkpoint(projection: Projection, topic: str, partition: int) -> None:
+    """Lose the checkpoint, as a restored backup would: the next delivery is applied again."""
+    if isinstance(projection, MemoryLongTerm):
+        projection._checkpoints.pop((topic, partition))
+    elif isinstance(projection, RedisLongTerm):
+        await projection.redis.hdel(names.checkpoint_key(projection.name), f"{topic}:{partition}")
+    else:
+        assert isinstance(projection, PostgresLongTerm)
+        conn = await asyncpg.connect(projection.dsn)
+        try:
+            await conn.execute(
+                "DELETE FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3",
+                projection.name, topic, partition,
+            )
+        finally:
+            await conn.close()
+    assert await projection.checkpoint(topic, partition) is None
+
+
+# --- through open_memory on the embedded log ---------------------------------------------------
+
+
+async def test_every_session_of_the_namespace_reads_every_message_in_order(
+    tmp_path: Path, store: dict[str, Any]
+) -> None:
+    ns = unique("lt")
+    cfg = embedded(tmp_path, store, ns)
+    sent = [
+        Message("user", "What's the weather in Oslo?", name="ada", metadata={"lang": "en"}),
+        Message("assistant", "", tool_calls=(ToolCall("call-1", "weather", '{"city": "Oslo"}'),)),
+        Message("tool", '{"temp": -3}', tool_call_id="call-1"),
+        Message("assistant", "It is -3 °C in Oslo. ☃"),
+    ]
+    async with open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob:
+        await alice.add(sent[0])
+        await bob.add(sent[1])
+        await alice.add(sent[2])
+        await bob.add(sent[3])
+        assert await alice.get() == sent
+        assert await bob.get() == sent
+        assert await stored_sessions(projection_of(alice), ns) == ["alice", "bob", "alice", "bob"]
+    async with open_memory(cfg, session_id="carol") as carol:  # a new client: the view rebuilt or reread
+        assert await carol.get() == sent
+
+
+async def test_namespaces_are_isolated(tmp_path: Path, store: dict[str, Any]) -> None:
+    ns_a, ns_b = unique("lt-a"), unique("lt-b")
+    async with (
+        open_memory(embedded(tmp_path, store, ns_a), session_id="s") as in_a,
+        open_memory(embedded(tmp_path, store, ns_b), session_id="s") as in_b,
+    ):
+        await in_a.add(Message("user", "tenant a"))
+        await in_b.add(Message("user", "tenant b"))
+        assert contents(await in_a.get()) == ["tenant a"]
+        assert contents(await in_b.search("tenant")) == ["tenant b"]
+        await in_b.clear()
+        assert await in_b.get() == []
+        assert contents(await in_a.get()) == ["tenant a"]
+
+
+async def test_search_is_case_insensitive_substring_oldest_first_with_limit(
+    tmp_path: Path, store: dict[str, Any]
+) -> None:
+    cfg = embedded(tmp_path, store, unique("lt"))
+    async with open_memory(cfg, session_id="s1") as s1, open_memory(cfg, session_id="s2") as s2:
+        for i, text in enumerate(["The Kafka log", "redis view", "KAFKA again", "postgres", "kafkaesque"]):
+            await (s1 if i % 2 else s2).add(Message("user", text))
+        assert contents(await s1.search("kafka", limit=10)) == ["The Kafka log", "KAFKA again", "kafkaesque"]
+        assert contents(await s2.search("kAfKa", limit=2)) == ["The Kafka log", "KAFKA again"]
+        assert contents(await s1.search("", limit=2)) == ["The Kafka log", "redis view"]
+        assert await s1.search("nothing like it") == []
+
+
+async def test_search_matches_like_wildcards_literally(tmp_path: Path, store: dict[str, Any]) -> None:
+    cfg = embedded(tmp_path, store, unique("lt"))
+    texts = ["100% sure", "100 percent", "snake_case", "snakeXcase", "C:\\temp", "C:temp", "50%_off"]
+    async with open_memory(cfg, session_id="s") as mem:
+        for text in texts:
+            await mem.add(Message("user", text))
+        assert contents(await mem.search("%")) == ["100% sure", "50%_off"]
+        assert contents(await mem.search("_")) == ["snake_case", "50%_off"]
+        assert contents(await mem.search("e_c")) == ["snake_case"]
+        assert contents(await mem.search("0%")) == ["100% sure", "50%_off"]
+        assert contents(await mem.search("%_")) == ["50%_off"]
+        assert contents(await mem.search("\\")) == ["C:\\temp"]
+        assert contents(await mem.search(":\\T")) == ["C:\\temp"]
+
+
+def test_escape_like() -> None:
+    assert escape_like("a%b_c\\d") == "%a\\%b\\_c\\\\d%"
+    assert escape_like("") == "%%"
+
+
+async def test_search_casefolds_unicode_in_memory_and_redis(tmp_path: Path, store: dict[str, Any]) -> None:
+    if store["store"] == "postgres":
+        pytest.skip("ILIKE folds case by the database's collation; helix's test database is C")
+    cfg = embedded(tmp_path, store, unique("lt"))
+    async with open_memory(cfg, session_id="s") as mem:
+        for text in ["Straße", "ÉCOLE", "école", "plain ascii", "Kelvin 5 \u212a"]:
+            await mem.add(Message("user", text))
+        assert contents(await mem.search("STRASSE")) == ["Straße"]
+        assert contents(await mem.search("École")) == ["ÉCOLE", "école"]
+        assert contents(await mem.search("5 k")) == ["Kelvin 5 \u212a"]  # KELVIN SIGN casefolds to k
+        assert contents(await mem.search("ASCII")) == ["plain ascii"]
+
+
+async def test_a_clear_from_any_session_clears_the_namespace(tmp_path: Path, store: dict[str, Any]) -> None:
+    ns = unique("lt")
+    cfg = embedded(tmp_path, store, ns)
+    async with open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob:
+        await alice.add(Message("user", "alice one"))
+        await bob.add(Message("user", "bob one"))
+        await bob.clear()
+        assert await bob.get() == []
+        assert await alice.get() == []
+        assert await alice.search("one") == []
+        await alice.add(Message("user", "alice two"))
+        assert contents(await bob.get()) == ["alice two"]
+    async with open_memory(cfg, session_id="carol") as carol:  # rebuilt from the log: the same view
+        assert contents(await carol.get()) == ["alice two"]
+
+
+async def test_store_file_keeps_the_namespace_across_restarts(tmp_path: Path) -> None:
+    ns = unique("lt")
+    path = tmp_path / "agent.json"
+    cfg = {"memory": {"type": "long-term", "store": "file", "file_path": str(path), "namespace": ns}}
+    async with open_memory(cfg, session_id="s1") as s1, open_memory(cfg, session_id="s2") as s2:
+        await s1.add(Message("user", "kept on disk"))
+        await s2.add(Message("assistant", "noted"))
+        assert contents(await s1.get()) == ["kept on disk", "noted"]
+    assert path.exists()
+    async with open_memory(cfg, session_id="s3") as s3:  # a new process would rebuild it the same way
+        assert contents(await s3.search("DISK")) == ["kept on disk"]
+
+
+# --- the projection itself --------------------------------------------------------------------
+
+
+async def test_a_redelivered_batch_changes_nothing(projection: Projection) -> None:
+    ns = unique("lt")
+    topic = names.topic(ns)
+    batch = [
+        said(ns, topic, 0, 0, "one", T0, sid="a"),
+        said(ns, topic, 0, 1, "two", T0 + timedelta(seconds=1), sid="b"),
+        cleared(ns, topic, 0, 2, T0 + timedelta(seconds=2)),
+        said(ns, topic, 0, 3, "three", T0 + timedelta(seconds=3), sid="a"),
+        said(ns, topic, 0, 4, "four", T0 + timedelta(seconds=4), sid="b"),
+    ]
+    key = SessionKey(ns, "a")
+    assert (await projection.apply(batch)).events == 5
+    assert await projection.checkpoint(topic, 0) == 4
+    assert contents(await projection.get(key, None) or []) == ["three", "four"]
+    assert (await projection.apply(batch)).events == 0  # at or below the checkpoint: skipped
+    assert (await projection.apply(batch[3:])).events == 0
+    assert contents(await projection.get(key, None) or []) == ["three", "four"]
+    # Past a lost checkpoint the events apply again, and the row keys keep them single.
+    await forget_checkpoint(projection, topic, 0)
+    assert (await projection.apply(batch)).events == 5
+    assert contents(await projection.get(key, None) or []) == ["three", "four"]
+    assert await stored_sessions(projection, ns) == ["a", "b"]
+    assert await projection.checkpoint(topic, 0) == 4
+
+
+async def test_order_and_clears_do_not_depend_on_which_partition_is_applied_first(projection: Projection) -> None:
+    def batches(ns: str) -> tuple[list[Record], list[Record]]:
+        topic = names.topic(ns)
+        at = [T0 + timedelta(milliseconds=i) for i in range(8)]
+        p0 = [said(ns, topic, 0, 0, "p0 t0", at[0]), said(ns, topic, 0, 1, "p0 t3", at[3]),
+              said(ns, topic, 0, 2, "p0 t5", at[5]), said(ns, topic, 0, 3, "p0 t7", at[7])]
+        p1 = [said(ns, topic, 1, 0, "p1 t1", at[1]), cleared(ns, topic, 1, 1, at[4]),
+              said(ns, topic, 1, 2, "p1 t6", at[6]), said(ns, topic, 1, 3, "p1 t6 too", at[6])]
+        return p0, p1
+
+    expected = ["p0 t5", "p1 t6", "p1 t6 too", "p0 t7"]
+    ns_a, ns_b, ns_c = unique("lt-a"), unique("lt-b"), unique("lt-c")
+    a0, a1 = batches(ns_a)
+    await projection.apply(a0)
+    await projection.apply(a1)
+    b0, b1 = batches(ns_b)
+    await projection.apply(b1)
+    await projection.apply(b0)
+    c0, c1 = batches(ns_c)  # interleaved, one record at a time
+    for r in (c1[0], c0[0], c0[1], c1[1], c0[2], c1[2], c0[3], c1[3]):
+        await projection.apply([r])
+    for ns in (ns_a, ns_b, ns_c):
+        assert contents(await projection.get(SessionKey(ns, "s"), None) or []) == expected, ns
+        assert contents(await projection.search(SessionKey(ns, "s"), "T6", 10, None) or []) == expected[1:3]
+
+
+async def test_partitions_applied_concurrently_agree(projection: Projection) -> None:
+    """Projectors of two partitions racing on one namespace: a clear never misses an older message."""
+    namespaces = [unique("lt-race") for _ in range(8)]
+    runs = []
+    for ns in namespaces:
+        topic = names.topic(ns)
+        at = [T0 + timedelta(milliseconds=i) for i in range(6)]
+        p0 = [said(ns, topic, 0, 0, "old", at[0]), said(ns, topic, 0, 1, "older than the clear", at[2]),
+              said(ns, topic, 0, 2, "kept", at[5])]
+        p1 = [said(ns, topic, 1, 0, "also old", at[1]), cleared(ns, topic, 1, 1, at[3]),
+              said(ns, topic, 1, 2, "kept too", at[4])]
+        runs += [projection.apply(p0), projection.apply(p1)]
+    await asyncio.gather(*runs)
+    for ns in namespaces:
+        assert contents(await projection.get(SessionKey(ns, "s"), None) or []) == ["kept too", "kept"]
+
+
+async def test_reads_wait_for_the_checkpoint_of_the_callers_write(projection: Projection) -> None:
+    ns = unique("lt")
+    topic = names.topic(ns)
+    key = SessionKey(ns, "s")
+    records = [said(ns, topic, 0, i, f"m{i}", T0 + timedelta(seconds=i)) for i in range(4)]
+    await projection.apply(records[:2])
+    want = Position(topic, 0, 3)
+    assert await projection.get(key, want) is None
+    assert await projection.search(key, "m", 10, want) is None
+    assert await projection.applied(key, want) == 1
+    assert await projection.get(key, Position(topic, 1, 0)) is None  # nothing applied there yet
+    assert await projection.applied(key, Position(topic, 1, 0)) is None
+    assert contents(await projection.get(key, Position(topic, 0, 1)) or []) == ["m0", "m1"]
+    await projection.apply(records[2:])
+    assert contents(await projection.get(key, want) or []) == ["m0", "m1", "m2", "m3"]
+    assert contents(await projection.search(key, "M3", 10, want) or []) == ["m3"]
+    assert await projection.applied(key, want) == 3
+
+
+async def test_a_batch_is_one_topic_partition(projection: Projection) -> None:
+    ns = unique("lt")
+    topic = names.topic(ns)
+    with pytest.raises(ValueError, match="one topic-partition"):
+        await projection.apply([said(ns, topic, 0, 0, "a", T0), said(ns, topic, 1, 0, "b", T0)])
+    assert await projection.checkpoint(topic, 0) is None
+
+
+async def test_redis_layout(redis_url: str) -> None:
+    ns = unique("lt")
+    topic = names.topic(ns)
+    projection = RedisLongTerm(redis_url)
+    try:
+        await projection.apply([said(ns, topic, 2, 7, "hello", T0, sid="s-1")])
+        base = f"helix:memory:{ns}:long-term:"
+        micros = int((T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000
+        member = f"{micros:020d},{topic},{2:010d},{7:020d}"
+        r = aioredis.Redis.from_url(redis_url)
+        try:
+            assert await r.zrange(base + "index", 0, -1) == [member.encode()]
+            stored = cast(bytes, await r.get(base + "m:" + member))
+            value = json.loads(stored)
+            assert value == {"session_id": "s-1", "at": micros, "position": f"{topic}:2:7",
+                             "message": {"role": "user", "content": "hello"}}
+            assert await r.hget("helix:checkpoint:long-term", f"{topic}:2") == b"7"
+            await projection.apply([cleared(ns, topic, 2, 8, T0)])
+            assert await r.get(base + "cleared") == str(micros).encode()
+            assert await r.exists(base + "index", base + "m:" + member) == 0
+        finally:
+            await r.aclose()
+    finally:
+        await projection.close()
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+def test_view_names_and_types() -> None:
+    cfg = load_config({"memory": {"type": "long-term"}}).memory
+    assert cfg.view == LongTerm(store="memory") and cfg.view.name == "long-term" and cfg.store == "memory"
+    cfg = load_config({"memory": {"type": "long-term", "store": "redis", "redis_url": "redis://h:1/0"}}).memory
+    assert cfg.view.name == "long-term" and cfg.store == "redis"
+    pg = {"dsn": "postgresql://u:secret@h/db"}
+    cfg = load_config({"memory": {"type": "sql-long-term", **pg}}).memory
+    assert cfg.store == "postgres" and cfg.view.name == "long-term"
+    assert "secret" not in repr(cfg.view)
+    cfg = load_config({"memory": {"type": "sql-long-term", "table": "Agent_Memory_2", **pg}}).memory
+    assert isinstance(cfg.view, LongTerm) and cfg.view.table == "agent_memory_2"
+    assert cfg.view.name == "long-term-agent_memory_2"
+    cfg = load_config({"memory": {"type": "long-term", "store": "postgres", "table": DEFAULT_TABLE, **pg}}).memory
+    assert cfg.view.name == "long-term"
+    # sql-long-term runs under Kafka: its store is postgres even when `store:` is left out.
+    cfg = load_config({"log": {"type": "kafka"}, "memory": {"type": "sql-long-term", **pg}}).memory
+    assert cfg.store == "postgres"
+    assert check_table("x" * 63) == "x" * 63
+    assert check_table("2024_memory") == "2024_memory"  # always quoted in SQL, so a digit may lead
+
+
+BAD_NAMES = ["bad-name", "a b", "x;DROP TABLE agent_memory", "", "café", "t" * 64, "agent.memory", 5, None]
+KEYWORD_NAMES = ["select", "SELECT", "Table", "user", "offset", "name", "partition", "json_table", "analyse"]
+
+
+@pytest.mark.parametrize("table", BAD_NAMES + KEYWORD_NAMES, ids=repr)
+def test_a_bad_table_name_is_refused_naming_the_key(table: object, postgres_dsn: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "sql-long-term", "dsn": postgres_dsn, "table": table}})
+    assert err.value.field == "memory.table"
+    assert isinstance(err.value, ValueError)
+    if isinstance(table, str) and table.lower() in SQL_KEYWORDS:
+        assert "keyword" in str(err.value)
+    doc = {"agents": [{"id": "chat", "memory": {"type": "long-term", "store": "postgres", "table": table}}]}
+    with pytest.raises(ConfigError) as err:
+        load_config(doc)
+    assert err.value.field == "agents[0].memory.table"
+
+
+async def test_no_sql_runs_for_a_bad_table_name(postgres_dsn: str, tmp_path: Path) -> None:
+    names_tried = [*KEYWORD_NAMES, "x;DROP TABLE agent_memory", "t" * 64]
+    for table in names_tried:
+        cfg = embedded(tmp_path, {"store": "postgres", "dsn": postgres_dsn}, unique("lt"), table=table)
+        with pytest.raises(ConfigError, match=r"memory\.table"):
+            async with open_memory(cfg, session_id="s"):
+                pytest.fail("opened")
+        # Refused before any connection: an unreachable server makes no difference.
+        cfg["memory"]["dsn"] = "postgresql://nobody@127.0.0.1:1/none"
+        with pytest.raises(ConfigError, match=r"memory\.table"):
+            async with open_memory(cfg, session_id="s"):
+                pytest.fail("opened")
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        for table in names_tried:
+            assert await conn.fetchval("SELECT to_regclass($1)", f'"{table.lower()[:63]}"') is None, table
+    finally:
+        await conn.close()
+    with pytest.raises(ConfigError, match="SQL keyword"):
+        PostgresLongTerm(postgres_dsn, table="select")  # direct use is checked too
+
+
+def test_other_config_errors_name_their_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HELIX_POSTGRES_DSN", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "sql-long-term"}})
+    assert err.value.field == "memory.dsn"
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "sql-long-term", "store": "redis", "dsn": "postgresql://h/db"}})
+    assert err.value.field == "memory.store"
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "long-term", "store": "redis", "redis_url": "redis://h/0", "table": "t"}})
+    assert err.value.field == "memory.table"
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "long-term", "window_size": 3}})
+    assert err.value.field == "memory.window_size"
+    with pytest.raises(ConfigError) as err:
+        load_config({"memory": {"type": "long-term", "store": "cassandra"}})
+    assert err.value.field == "memory.store"
+    monkeypatch.setenv("HELIX_POSTGRES_DSN", "postgresql://env/db")
+    cfg = load_config({"memory": {"type": "sql-long-term"}}).memory
+    assert cfg.postgres_dsn == "postgresql://env/db"
+    opened = cfg.view.projection(cfg)  # type: ignore[union-attr]
+    assert isinstance(opened, PostgresLongTerm) and opened.dsn == "postgresql://env/db"
+
+
+# --- PostgreSQL schema ---------------------------------------------------------------------------
+
+
+async def _drop(dsn: str, table: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        view = f"long-term-{table}"
+        await conn.execute("DELETE FROM helix_checkpoints WHERE view = $1", view)
+        await conn.execute("DELETE FROM helix_long_term_cleared WHERE view = $1", view)
+    finally:
+        await conn.close()
+
+
+async def test_ensure_table_creates_a_fresh_custom_table(postgres_dsn: str, tmp_path: Path) -> None:
+    table = f"lt_{RUN}_{uuid.uuid4().hex[:8]}"
+    projections = [PostgresLongTerm(postgres_dsn, table=table) for _ in range(3)]
+    try:
+        await asyncio.gather(*(p.ensure_table() for p in projections))  # racing creators: one lock
+        await projections[0].ensure_table()  # and again: IF NOT EXISTS
+        conn = await asyncpg.connect(postgres_dsn)
+        try:
+            columns = await conn.fetch(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1 "
+                "ORDER BY ordinal_position", table,
+            )
+            assert [(c["column_name"], c["data_type"]) for c in columns] == [
+                ("namespace", "text"), ("topic", "text"), ("partition", "integer"), ("offset", "bigint"),
+                ("session_id", "text"), ("created_at", "timestamp with time zone"), ("role", "text"),
+                ("content", "text"), ("message", "jsonb"),
+            ]
+        finally:
+            await conn.close()
+        ns = unique("lt")
+        cfg = embedded(tmp_path, {"store": "postgres", "dsn": postgres_dsn}, ns, table=table.upper())
+        async with open_memory(cfg, session_id="s1") as s1, open_memory(cfg, session_id="s2") as s2:
+            await s1.add(Message("user", "in a custom table"))
+            await s2.add(Message("assistant", "noted"))
+            assert contents(await s1.get()) == ["in a custom table", "noted"]
+            mine = projection_of(s1)
+            assert isinstance(mine, PostgresLongTerm) and mine.table == table
+            assert mine.name == f"long-term-{table}"
+            assert await stored_sessions(mine, ns) == ["s1", "s2"]
+            assert await mine.checkpoint(names.topic(ns), 0) == 1
+    finally:
+        for p in projections:
+            await p.close()
+        await _drop(postgres_dsn, table)
+
+
+async def test_ensure_table_refuses_a_table_of_another_shape(postgres_dsn: str) -> None:
+    table = f"lt_{RUN}_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(postgres_dsn)
+    await conn.execute(f'CREATE TABLE "{table}" (id bigserial PRIMARY KEY, agent_id text, content text)')
+    await conn.close()
+    projection = PostgresLongTerm(postgres_dsn, table=table)
+    try:
+        with pytest.raises(SchemaMismatch, match="namespace"):
+            await projection.ensure_table()
+    finally:
+        await projection.close()
+        await _drop(postgres_dsn, table)
+
+
+def test_the_schema_lock_is_the_session_stores() -> None:
+    from projectors.stores import postgres
+
+    assert postgres._SCHEMA_LOCK == SCHEMA_LOCK
+
+
+# --- through Kafka, with a real projector -----------------------------------------------------------
+
+
+def _session_in_another_partition(taken: int) -> str:
+    """A session id the producer's default key hash puts in a partition other than `taken` (of 3)."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    partitioner = DefaultPartitioner()
+    for i in range(100):
+        sid = f"s{i}-{uuid.uuid4().hex[:6]}"
+        if partitioner(sid.encode(), [0, 1, 2], [0, 1, 2]) != taken:
+            return sid
+    raise AssertionError("no session id hashed to another partition")
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+async def test_through_kafka_with_a_real_projector(kind: str, request: pytest.FixtureRequest) -> None:
+    bootstrap = request.getfixturevalue("kafka_bootstrap")
+    topic_prefix = f"helix.lt-{RUN}-{uuid.uuid4().hex[:6]}"  # a consumer group of our own; RUN: deleted after
+    ns = unique("lt")
+    if kind == "redis":
+        memory = {"type": "long-term", "store": "redis", "redis_url": request.getfixturevalue("redis_url")}
+    else:
+        memory = {"type": "sql-long-term", "dsn": request.getfixturevalue("postgres_dsn")}
+    log = {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": topic_prefix, "partitions": 3}
+    cfg = {"log": log, "memory": {**memory, "namespace": ns, "read_timeout": 30}}
+    config = load_config(cfg)
+    view = config.memory.view
+    assert isinstance(view, LongTerm)
+
+    kafka = KafkaLog(bootstrap, topic_prefix=topic_prefix, partitions=3)
+    await kafka.ensure_topic(ns)  # before the projector subscribes: no rebalance mid-test
+    await kafka.close()
+
+    async def run_projector() -> tuple[asyncio.Event, asyncio.Task[Any], Projection]:
+        projection = view.projection(config.memory)
+        stop = asyncio.Event()
+        projector = Projector(projection, bootstrap_servers=bootstrap, topic_prefix=topic_prefix)
+        return stop, asyncio.create_task(projector.run(stop)), projection
+
+    stop, task, projection = await run_projector()
+    try:
+        async with open_memory(cfg, session_id="alice") as alice:
+            first = await alice.add(Message("user", "alpha from alice"))
+            other = _session_in_another_partition(first.partition)
+            async with open_memory(cfg, session_id=other) as bob:
+                second = await bob.add(Message("assistant", "beta from bob"))
+                assert second.partition != first.partition
+                # Read-your-writes covers the reader's own partition; the other arrives soon after.
+                assert "beta from bob" in contents(await bob.get())
+
+                async def both_seen() -> bool:
+                    return contents(await alice.get()) == ["alpha from alice", "beta from bob"]
+
+                await wait_for(both_seen, what="both partitions projected")
+                assert contents(await bob.search("FROM", limit=1)) == ["alpha from alice"]
+                await bob.clear()
+                assert await bob.get() == []
+
+                async def alice_sees_the_clear() -> bool:
+                    return await alice.get() == []
+
+                await wait_for(alice_sees_the_clear, what="the clear from another partition")
+                await alice.add(Message("user", "gamma after the clear"))
+                assert contents(await alice.get()) == ["gamma after the clear"]
+                assert contents(await alice.search("CLEAR")) == ["gamma after the clear"]
+                assert await stored_sessions(projection, ns) == ["alice"]
+        stop.set()
+        progress = await task
+        assert progress.events >= 4
+        # Written while no projector runs; a new one resumes from the checkpoints, applying only that.
+        async with open_memory(cfg, session_id="alice") as alice:
+            await alice.add(Message("user", "delta while stopped"))
+            await projection.close()
+            stop, task, projection = await run_projector()
+            assert contents(await alice.get()) == ["gamma after the clear", "delta while stopped"]
+        stop.set()
+        progress = await task
+        assert progress.events == 1 and progress.skipped == 0
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)
+        await projection.close()

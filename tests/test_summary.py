@@ -1,0 +1,188 @@
+"""summary: a running summary past max_messages, recorded on the log so a rebuild never asks the model again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from helix_es import Event, MemoryCleared, Message, MessageAdded, open_memory
+from helix_es.backend import open_log
+from helix_es.config import load_config
+from helix_es.events import SummaryRecorded
+from helix_es.views.summary import Summary, split
+from tests.conftest import unique, wait_for
+from tests.model_server import ModelServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def turn(i: int) -> Message:
+    return Message("user" if i % 2 == 0 else "assistant", f"Fact {i}: the sky is colour {i}. Extra words follow.")
+
+
+def test_fold_ignores_summaries_from_before_a_clear_and_repeats() -> None:
+    view = Summary(4)
+    state: tuple[Message, ...] = ()
+    for i in range(5):
+        state = view.fold(state, Event("ns", "s", MessageAdded(turn(i))))
+    header, _ = split(state)
+    summary = Event("ns", "s", SummaryRecorded(view.name, header.epoch, 2, "first two"))
+    summarised = view.fold(state, summary)
+    assert [m.content for m in view.render(summarised)][1:] == [turn(i).content for i in (2, 3, 4)]
+    assert view.fold(summarised, summary) == summarised  # a re-recorded summary changes nothing
+    cleared = view.fold(summarised, Event("ns", "s", MemoryCleared()))
+    assert view.render(cleared) == []
+    assert view.fold(cleared, summary) == cleared  # from before the clear: void
+    other_view = Event("ns", "s", SummaryRecorded("summary-99", header.epoch, 2, "not mine"))
+    assert view.fold(state, other_view) == state
+
+
+async def test_embedded_summary_keeps_context_bounded(tmp_path: Path) -> None:
+    cfg = {"log": {"path": str(tmp_path)}, "memory": {"type": "summary", "max_messages": 4, "namespace": "n"}}
+    async with open_memory(cfg, session_id="s") as mem:
+        for i in range(9):
+            await mem.add(turn(i))
+            got = await mem.get()
+            assert len([m for m in got if m.metadata.get("helix.summary") != "true"]) <= 5
+        got = await mem.get()
+        assert got[0].role == "system" and got[0].content.startswith("Summary of the earlier conversation")
+        assert "Fact 0" in got[0].content  # earlier facts survive in the summary
+        assert [m.content for m in got[1:]] == [turn(i).content for i in (6, 7, 8)]
+        assert (await mem.search("fact 1:", limit=5))[0].metadata == {"helix.summary": "true"}
+
+
+async def test_openai_summariser_is_called_live_and_never_on_rebuild(tmp_path: Path, model_server: ModelServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_MODEL_KEY", "sk-test-123")
+    summariser = {"provider": "openai", "model": "tiny-summary", "base_url": model_server.base_url,
+                  "api_key_env": "TEST_MODEL_KEY"}
+    cfg = {"log": {"path": str(tmp_path)},
+           "memory": {"type": "summary", "max_messages": 4, "namespace": "n", "summariser": summariser}}
+    async with open_memory(cfg, session_id="s") as mem:
+        for i in range(9):
+            await mem.add(turn(i))
+        before = await mem.get()
+    calls = model_server.count("/chat/completions")
+    assert calls == 3
+    _, body, headers = model_server.calls[0]
+    assert body["model"] == "tiny-summary" and body["temperature"] == 0
+    assert headers["Authorization"] == "Bearer sk-test-123"
+    assert before[0].content.endswith("summary #3 of " + before[0].content.rsplit(" of ", 1)[1])
+
+    async with open_memory(cfg, session_id="s") as mem:  # a new process's memory store: rebuilt from the file
+        assert await mem.get() == before
+    assert model_server.count("/chat/completions") == calls
+
+    log = open_log(load_config(cfg).log)
+    kinds = [type(r.event.payload).__name__ async for r in log.read("n", session_id="s")]
+    await log.close()
+    assert kinds.count("SummaryRecorded") == 3 and kinds.count("MessageAdded") == 9
+
+
+async def test_kafka_projector_records_summaries_in_postgres_and_rebuilds_without_the_model(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
+) -> None:
+    ns, prefix = unique("sum"), unique("sum")
+    cfg: dict[str, Any] = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
+        "memory": {"type": "summary", "max_messages": 4, "store": "postgres", "dsn": postgres_dsn,
+                   "namespace": ns, "read_timeout": 60,
+                   "summariser": {"provider": "openai", "model": "m", "base_url": model_server.base_url}},
+    }
+    path = tmp_path / "helix.yaml"
+    path.write_text(json.dumps(cfg))
+
+    def projector() -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
+                                cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+
+    async def summarised(mem: Any) -> bool:
+        got = await mem.get()
+        return bool(got) and got[0].metadata.get("helix.summary") == "true" and "summary #2" in got[0].content
+
+    proc = projector()
+    try:
+        async with open_memory(cfg, session_id="s") as mem:
+            for i in range(7):
+                await mem.add(turn(i))
+            await wait_for(lambda: summarised(mem), 60, "two recorded summaries")
+            before = await mem.get()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    calls = model_server.count("/chat/completions")
+
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        rows = await conn.fetch("SELECT message->>'content' AS content FROM helix_summary "
+                                "WHERE view = 'summary-4' AND namespace = $1 ORDER BY seq", ns)
+        assert rows[0]["content"].startswith("summary #2")
+        # Throw the view away: the next projector rebuilds it from the log alone.
+        await conn.execute("DELETE FROM helix_summary WHERE namespace = $1", ns)
+        await conn.execute("DELETE FROM helix_summary_sessions WHERE namespace = $1", ns)
+        await conn.execute("DELETE FROM helix_checkpoints WHERE topic LIKE $1", f"{prefix}.%")
+    finally:
+        await conn.close()
+    proc = projector()
+    try:
+        cfg["memory"]["consistency"] = "eventual"
+        async with open_memory(cfg, session_id="s") as mem:
+            await wait_for(lambda: _equals(mem, before), 60, "the rebuilt view")
+        await asyncio.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert model_server.count("/chat/completions") == calls
+
+
+async def _equals(mem: Any, expected: list[Message]) -> bool:
+    return await mem.get() == expected
+
+
+async def _drive(batches: list[list[Message]]) -> tuple[list[int], list[Message]]:
+    """Feed batches through a summary projection, appending its derived events like a driver does."""
+    from helix_es.events import Position, Record
+    from helix_es.summarise import ExtractiveSummariser
+    from projectors.stores import SessionKey
+    from projectors.stores.memory import MemoryStore
+    from projectors.summary import SummaryProjection
+
+    projection = SummaryProjection(Summary(4), MemoryStore(), summariser=ExtractiveSummariser())
+    offset, covers, pending = 0, [], []
+    for batch in batches:
+        records = []
+        for msg in batch:
+            records.append(Record(Event("ns", "s", MessageAdded(msg)), Position("t", 0, offset)))
+            offset += 1
+        pending.append(records)
+        while pending:
+            applied = await projection.apply(pending.pop(0))
+            derived = []
+            for event in applied.derived:
+                covers.append(event.payload.covers)  # type: ignore[union-attr]
+                derived.append(Record(event, Position("t", 0, offset)))
+                offset += 1
+            if derived:
+                pending.append(derived)
+    view = await projection.get(SessionKey("ns", "s"), None)
+    return covers, view or []
+
+
+async def test_summaries_do_not_depend_on_how_events_are_batched() -> None:
+    turns = [turn(i) for i in range(11)]
+    one_by_one = await _drive([[t] for t in turns])
+    all_at_once = await _drive([turns])
+    in_threes = await _drive([turns[i : i + 3] for i in range(0, 11, 3)])
+    assert one_by_one[0] == [2, 4, 6, 8]
+    assert all_at_once == one_by_one
+    assert in_threes[0] == one_by_one[0]
