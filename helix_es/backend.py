@@ -119,8 +119,10 @@ class Backend:
                     self._behind.discard(behind)
 
     async def _catch_up(self, projection: Projection, namespace: str) -> None:
-        batch: list[Record] = []
+        """Fold what the log holds past the checkpoint; only the last batch is live."""
         checkpoint: int | None = None
+        held: list[Record] = []  # a full batch, applied once we know whether it is the last
+        batch: list[Record] = []
         async for record in self.log.read(namespace):
             if checkpoint is None:
                 checkpoint = await projection.checkpoint(record.position.topic, 0)
@@ -128,10 +130,14 @@ class Backend:
             if record.position.offset > checkpoint:
                 batch.append(record)
             if len(batch) >= 500:
-                await projection.apply(batch, live=False)  # history: its derived events are in it already
-                batch = []
-        if batch:
-            applied = await projection.apply(batch, live=True)
+                if held:
+                    await projection.apply(held, live=False)  # history: its derived events are in it already
+                held, batch = batch, []
+        if held and batch:
+            await projection.apply(held, live=False)
+        last = batch or held
+        if last:
+            applied = await projection.apply(last, live=True)
             for event in applied.derived:
                 await self._append_locked(event)
 

@@ -18,15 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import math
 import os
 import re
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from helix_es.errors import ConfigError, HelixError
+from helix_es.http import HttpError, request_json
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +225,7 @@ class OpenAIEmbedder:
         model: str = "text-embedding-3-small",
         dims: int | None = None,
         *,
-        base_url: str = OPENAI_BASE_URL,
+        base_url: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         paid: bool = True,
         timeout: float = 30.0,
@@ -243,10 +240,11 @@ class OpenAIEmbedder:
         self.name = model
         self.dims: int = resolved
         # text-embedding-3 models shorten on request; a shortened vector is another model's vector.
-        self._ask_dims = native is not None and self.dims != native
-        self.model = f"openai/{model}" + (f"@{self.dims}" if self._ask_dims else "")
-        self.url = base_url.rstrip("/") + "/embeddings"
-        self.base_url = base_url
+        self._ask_dims = model.startswith("text-embedding-3")
+        self.model = f"openai/{model}" + (f"@{self.dims}" if native is not None and self.dims != native else "")
+        # Like the official SDK: an explicit base_url, else $OPENAI_BASE_URL, else OpenAI's own.
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL).rstrip("/")
+        self.url = self.base_url + "/embeddings"
         self.api_key_env = api_key_env
         self.paid = paid
         self.timeout = timeout
@@ -259,7 +257,7 @@ class OpenAIEmbedder:
         key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        elif self.base_url.rstrip("/") == OPENAI_BASE_URL:
+        elif self.base_url == OPENAI_BASE_URL:
             raise EmbeddingError(f"{self.model}: set the API key in ${self.api_key_env} (embed.api_key_env)")
         return headers  # a local OpenAI-compatible server may need no key
 
@@ -267,29 +265,18 @@ class OpenAIEmbedder:
         body: dict[str, Any] = {"model": self.name, "input": texts}
         if self._ask_dims:
             body["dimensions"] = self.dims
-        request = urllib.request.Request(self.url, json.dumps(body).encode(), self._headers(), method="POST")
-        for attempt in range(self.retries + 1):
-            pause = self.backoff * 2**attempt
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    payload = response.read()
-                break
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:300].decode(errors="replace").strip()
-                if exc.code not in _RETRY_STATUS or attempt == self.retries:
-                    hint = f"; check the key in ${self.api_key_env}" if exc.code in (401, 403) else ""
-                    raise EmbeddingHTTPError(exc.code, self.url, detail, hint) from None
-                pause = max(pause, _retry_after(exc.headers))
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if attempt == self.retries:
-                    reason = getattr(exc, "reason", exc)
-                    raise EmbeddingError(f"{self.model}: cannot reach {self.url}: {reason}") from None
-            log.warning("%s: embeddings request failed, retry %d in %.1fs", self.model, attempt + 1, pause)
-            time.sleep(pause)
         try:
-            data = sorted(json.loads(payload)["data"], key=lambda d: d["index"])
+            payload = request_json(self.url, body, headers=self._headers(), timeout=self.timeout,
+                                   retries=self.retries, backoff=self.backoff)
+        except HttpError as exc:
+            if exc.status is None:
+                raise EmbeddingError(f"{self.model}: cannot reach {self.url}: {exc.detail}") from None
+            hint = f"; check the key in ${self.api_key_env}" if exc.status in (401, 403) else ""
+            raise EmbeddingHTTPError(exc.status, self.url, exc.detail, hint) from None
+        try:
+            data = sorted(payload["data"], key=lambda d: d["index"])
             vectors = [d["embedding"] for d in data]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise EmbeddingError(f"{self.model}: {self.url} answered no embeddings list ({exc!r})") from None
         return normalise(vectors, len(texts), self.dims, self.model)
 
@@ -302,13 +289,6 @@ class OpenAIEmbedder:
             for i in range(0, len(texts), self.batch_size)
         ]
         return np.concatenate(parts)
-
-
-def _retry_after(headers: Any) -> float:
-    try:
-        return min(float(headers.get("Retry-After", 0)), 30.0)
-    except (TypeError, ValueError):
-        return 0.0
 
 
 # --- configuration: `embed: {provider, model, dims, base_url, api_key_env, paid}` --------------
@@ -337,7 +317,7 @@ class EmbedSpec:
             return OpenAIEmbedder(
                 self.model or "text-embedding-3-small",
                 self.dims,
-                base_url=self.base_url or OPENAI_BASE_URL,
+                base_url=self.base_url,
                 api_key_env=self.api_key_env or "OPENAI_API_KEY",
                 paid=True if self.paid is None else self.paid,
             )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -11,34 +13,63 @@ from typing import Any
 
 from helix_es.errors import HelixError
 
+log = logging.getLogger(__name__)
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
 
 class HttpError(HelixError):
-    """A model API did not answer, or answered with an error."""
+    """A model API did not answer (`status` None), or answered with an HTTP error status."""
+
+    def __init__(self, url: str, detail: str, status: int | None = None) -> None:
+        self.url, self.detail, self.status = url, detail, status
+        super().__init__(f"POST {url} answered HTTP {status}: {detail}" if status else f"cannot reach {url}: {detail}")
 
 
-async def post_json(
-    url: str, payload: Mapping[str, Any], *, headers: Mapping[str, str] | None = None, timeout: float = 60.0
+def request_json(
+    url: str,
+    payload: Mapping[str, Any],
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    retries: int = 3,
+    backoff: float = 0.5,
 ) -> Any:
-    """POST JSON, return the decoded JSON answer; runs in a thread so the event loop keeps going."""
-    return await asyncio.to_thread(_post, url, payload, dict(headers or {}), timeout)
-
-
-def _post(url: str, payload: Mapping[str, Any], headers: dict[str, str], timeout: float) -> Any:
+    """POST JSON and decode the JSON answer, retrying rate limits, server errors and dropped connections."""
     body = json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json",
-                                                                             **headers})
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json", **(headers or {})}, method="POST")
+    for attempt in range(retries + 1):
+        pause = backoff * 2**attempt
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                answer = response.read()
+            break
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode(errors="replace").strip()
+            if exc.code not in RETRY_STATUS or attempt == retries:
+                raise HttpError(url, detail, exc.code) from None
+            pause = max(pause, _retry_after(exc.headers))
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            if attempt == retries:
+                raise HttpError(url, str(getattr(exc, "reason", exc))) from None
+        log.warning("POST %s failed, retry %d in %.1fs", url, attempt + 1, pause)
+        time.sleep(pause)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:500].decode(errors="replace")
-        raise HttpError(f"{url} answered HTTP {exc.code}: {detail}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise HttpError(f"cannot reach {url}: {reason}") from None
+        return json.loads(answer)
     except ValueError as exc:
-        raise HttpError(f"{url} did not answer JSON: {exc}") from None
+        raise HttpError(url, f"the answer is not JSON ({exc})") from None
+
+
+async def post_json(url: str, payload: Mapping[str, Any], **options: Any) -> Any:
+    """`request_json` in a thread, so the event loop keeps going."""
+    return await asyncio.to_thread(request_json, url, payload, **options)
 
 
 def bearer(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _retry_after(headers: Any) -> float:
+    try:
+        return min(float(headers.get("Retry-After", 0)), 30.0)
+    except (TypeError, ValueError):
+        return 0.0

@@ -56,15 +56,16 @@ class OpenAISummariser:
     """Any OpenAI-compatible chat completions API; the key comes from the environment."""
 
     model: str = "gpt-4o-mini"
-    base_url: str = "https://api.openai.com/v1"
+    base_url: str | None = None  # like the official SDK: else $OPENAI_BASE_URL, else OpenAI's own
     api_key_env: str = "OPENAI_API_KEY"
     timeout: float = 60.0
 
     async def summarise(self, previous: str, messages: Sequence[Message]) -> str:
+        base_url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         transcript = "\n".join(f"{m.role}: {m.content or _gist(m)}" for m in messages)
         user = f"Summary so far:\n{previous or '(none)'}\n\nNew messages:\n{transcript}"
         answer = await post_json(
-            self.base_url.rstrip("/") + "/chat/completions",
+            base_url + "/chat/completions",
             {"model": self.model, "temperature": 0,
              "messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": user}]},
             headers=bearer(os.environ.get(self.api_key_env)),
@@ -73,4 +74,4 @@ class OpenAISummariser:
         try:
             return str(answer["choices"][0]["message"]["content"]).strip()
         except (KeyError, IndexError, TypeError):
-            raise HttpError(f"{self.base_url}: no choices[0].message.content in {str(answer)[:300]}") from None
+            raise HttpError(base_url, f"no choices[0].message.content in {str(answer)[:300]}") from None

@@ -188,6 +188,21 @@ async def test_openai_asks_v3_models_for_shorter_vectors(embedding_server: Embed
     assert (await e.embed(["hi"])).shape == (1, 256)
     assert embedding_server.calls[0]["dimensions"] == 256
     assert parse_embed({"provider": "openai", "dims": 256}, "e").model_id == e.model
+    full = OpenAIEmbedder("text-embedding-3-small", base_url=embedding_server.base_url)
+    assert (full.model, full.dims) == ("openai/text-embedding-3-small", 1536)
+    assert (await full.embed(["hi"])).shape == (1, 1536)
+    assert embedding_server.calls[1]["dimensions"] == 1536  # harmless at full length; some proxies need it
+
+
+async def test_openai_base_url_falls_back_to_the_sdks_env_var(
+    embedding_server: EmbeddingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", embedding_server.base_url + "/")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    e = load_config(SEED_COMPOSITE_VECTOR).memory.view.embed.build()  # type: ignore[union-attr]
+    assert e.model == "openai/text-embedding-3-small" and e.paid
+    assert (await e.embed(["hi"])).shape == (1, 1536)
+    assert embedding_server.calls[0]["model"] == "text-embedding-3-small"
 
 
 async def test_openai_auth_failure_is_a_typed_error_and_not_retried(embedding_server: EmbeddingServer) -> None:
@@ -224,6 +239,7 @@ async def test_openai_unreachable_and_wrong_answers_are_embedding_errors(embeddi
 
 async def test_openai_proper_needs_a_key_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(EmbeddingError, match=r"\$OPENAI_API_KEY"):
         await OpenAIEmbedder().embed(["x"])
 

@@ -111,6 +111,13 @@ class VectorStore(Protocol):
     async def close(self) -> None: ...
 
 
+def _lru_get(cache: OrderedDict[str, np.ndarray], key: str) -> np.ndarray | None:
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
 def _lru_put(cache: OrderedDict[str, np.ndarray], key: str, value: np.ndarray, cap: int) -> None:
     cache[key] = value
     cache.move_to_end(key)
@@ -201,9 +208,12 @@ class VectorProjection:
                 if visible(e):
                     candidates.setdefault(e.position, e)
 
-            unknown = {e.sha for e in candidates.values() if e.sha not in self._cache}
+            # Looked up here, not only through the bounded cache, which a big batch could overflow.
+            found = dict(learned)
+            unknown = {e.sha for e in candidates.values() if e.sha not in found and e.sha not in self._cache}
             if unknown and self._persist:
                 for sha, vector in (await self.store.known(self.embedder.model, unknown)).items():
+                    found[sha] = vector
                     _lru_put(self._cache, sha, vector, self._cache_cap)
 
             vectors: dict[str, np.ndarray] = {}
@@ -211,7 +221,9 @@ class VectorProjection:
             ask: dict[str, Entry] = {}  # sha -> the first entry that needs it
             pending: dict[Position, Entry] = {}
             for pos, e in candidates.items():
-                vector = self._cache.get(e.sha)
+                vector = found.get(e.sha)
+                if vector is None:
+                    vector = _lru_get(self._cache, e.sha)
                 if vector is not None:
                     vectors[e.sha] = vector
                     ready.append(e)
@@ -264,7 +276,7 @@ class VectorProjection:
         return None if done is None or done < want.offset else []
 
     async def _query(self, query: str) -> np.ndarray:
-        vector = self._queries.get(query)
+        vector = _lru_get(self._queries, query)
         if vector is None:
             vector = (await self.embedder.embed([query]))[0]
             _lru_put(self._queries, query, vector, 256)
