@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from helix_es.errors import InvalidMessage
-from helix_es.events import Event, MemoryCleared, MessageAdded, Position
-from helix_es.memory import ViewMemory, check_search
+from helix_es.events import Position
+from helix_es.memory import EventWriter, ViewMemory, check_search
 from helix_es.message import Message
 
 
@@ -32,7 +31,7 @@ def merge(answers: Sequence[Sequence[Message]], limit: int | None = None) -> lis
     return out
 
 
-class CompositeMemory:
+class CompositeMemory(EventWriter):
     """`add` appends one event, which every part's projection folds; reads ask each part in turn."""
 
     def __init__(self, parts: Sequence[ViewMemory]) -> None:
@@ -42,19 +41,9 @@ class CompositeMemory:
         first = self.parts[0]
         self.backend, self.namespace, self.session_id = first.backend, first.namespace, first.session_id
 
-    async def add(self, message: Message) -> Position:
-        if not isinstance(message, Message):
-            raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
-        return await self._append(MessageAdded(message))
-
-    async def clear(self) -> Position:
-        return await self._append(MemoryCleared())
-
-    async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
-        position = await self.backend.append(Event(self.namespace, self.session_id, payload))
+    def wrote(self, position: Position) -> None:
         for part in self.parts:
             part.wrote(position)
-        return position
 
     async def get(self) -> list[Message]:
         return merge([await part.get() for part in self.parts])

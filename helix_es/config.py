@@ -130,9 +130,7 @@ def parse_summariser(raw: Any, where: str) -> Summariser:
     if raw is None:
         return ExtractiveSummariser()
     raw = _mapping(raw, where)
-    unknown = set(raw) - SUMMARISER_KEYS
-    if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"unknown key; known: {sorted(SUMMARISER_KEYS)}")
+    only_keys(raw, SUMMARISER_KEYS, where, "a summariser")
     provider = raw.get("provider", "extractive")
     if provider == "extractive":
         return ExtractiveSummariser(max_chars=_int(raw, "max_chars", where, 4000))
@@ -199,6 +197,13 @@ class Config:
     memory: MemoryConfig
     log: LogConfig = field(default_factory=LogConfig)
     middleware: tuple[str, ...] = ()
+
+
+def only_keys(raw: Mapping[str, Any], known: set[str] | frozenset[str], where: str, what: str = "") -> None:
+    """An unknown key is an error naming it (a typo must not be ignored)."""
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"unknown key of {what or where}; known: {sorted(known)}")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -270,9 +275,7 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     if raw is None:
         return LogConfig()
     raw = _mapping(raw, where)
-    unknown = set(raw) - LOG_KEYS
-    if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"unknown key; known: {sorted(LOG_KEYS)}")
+    only_keys(raw, LOG_KEYS, where, "log")
     kind = raw.get("type", "embedded")
     if kind not in ("embedded", "kafka"):
         raise ConfigError(f"{where}.type", f"must be kafka or embedded, got {kind!r}")
@@ -292,10 +295,7 @@ def parse_log(raw: Any, where: str) -> LogConfig:
 
 
 def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -> MemoryConfig:
-    unknown = set(raw) - COMPOSITE_KEYS
-    if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"is not a key of a composite memory; known: "
-                                                          f"{sorted(COMPOSITE_KEYS)}")
+    only_keys(raw, COMPOSITE_KEYS, where, "a composite memory")
     backends = raw.get("backends")
     if not isinstance(backends, list) or not backends:
         raise ConfigError(f"{where}.backends", "must be a non-empty list of memory mappings")
@@ -320,9 +320,7 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         return parse_composite(raw, where, log)
     if kind not in VIEW_TYPES:
         raise ConfigError(f"{where}.type", f"unknown memory type {kind!r}; known: {sorted(VIEW_TYPES)}")
-    unknown = set(raw) - COMMON_KEYS - VIEW_KEYS[kind]
-    if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"is not a key of a {kind} memory")
+    only_keys(raw, COMMON_KEYS | VIEW_KEYS[kind], where, f"a {kind} memory")
     view = VIEW_TYPES[kind](raw, where)
     ttl = parse_ttl(raw.get("ttl"), f"{where}.ttl")
     if ttl is not None and hasattr(view, "ttl"):  # views that carry it to their store (Redis expires keys)

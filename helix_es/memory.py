@@ -36,7 +36,32 @@ class Memory(Protocol):
     async def clear(self) -> Position: ...
 
 
-class ViewMemory:
+class EventWriter:
+    """`add` and `clear`: one event on the log each, never a write to a view."""
+
+    backend: backends.Backend
+    namespace: str
+    session_id: str
+
+    async def add(self, message: Message) -> Position:
+        if not isinstance(message, Message):
+            raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
+        return await self._append(MessageAdded(message))
+
+    async def clear(self) -> Position:
+        return await self._append(MemoryCleared())
+
+    async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
+        position = await self.backend.append(Event(self.namespace, self.session_id, payload))
+        self.wrote(position)
+        return position
+
+    def wrote(self, position: Position) -> None:
+        """Reads from now on wait until the views have applied `position`."""
+        raise NotImplementedError
+
+
+class ViewMemory(EventWriter):
     """One session's memory served from one projection, with read-your-writes by default."""
 
     def __init__(
@@ -59,21 +84,7 @@ class ViewMemory:
         self.last_write: Position | None = None
         self._seen_last_write = True  # the view already covers last_write: reads need no guard
 
-    async def add(self, message: Message) -> Position:
-        if not isinstance(message, Message):
-            raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
-        return await self._append(MessageAdded(message))
-
-    async def clear(self) -> Position:
-        return await self._append(MemoryCleared())
-
-    async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
-        position = await self.backend.append(Event(self.namespace, self.session_id, payload))
-        self.wrote(position)
-        return position
-
     def wrote(self, position: Position) -> None:
-        """Reads from now on wait until the view has applied `position`."""
         self.last_write = position
         self._seen_last_write = False
 

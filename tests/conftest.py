@@ -136,3 +136,20 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 30
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
+    """The first `count` record values of a topic, read as another program would (plain aiokafka)."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    values: list[bytes] = []
+    try:
+        while len(values) < count:
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), timeout)
+            values += [r.value for records in batch.values() for r in records if r.value is not None]
+    finally:
+        await consumer.stop()
+    return values

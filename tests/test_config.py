@@ -9,30 +9,11 @@ import pytest
 from helix_es import ConfigError, load_config
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
-
-SEED_SLIDING = """
-agents:
-  - id: chat
-    type: react
-    memory:
-      type: sliding-window
-      window_size: 30
-    memory_middleware: [logging]
-"""
-
-SEED_REDIS = """
-memory:
-  type: conversation
-  store: redis
-  namespace: prod-chat
-  session_id_header: X-Session-ID
-  redis_url: redis://redis:6379
-  ttl: 168h        # 7 days
-"""
+from tests.seed_examples import MULTI_TENANT_REDIS, SLIDING_WITH_LOGGING
 
 
 def test_seed_agents_document_loads() -> None:
-    cfg = load_config(SEED_SLIDING)
+    cfg = load_config(SLIDING_WITH_LOGGING)
     assert cfg.memory.view == SlidingWindow(30)
     assert cfg.memory.namespace == "chat"  # the agent id scopes its memory
     assert cfg.middleware == ("logging",)
@@ -41,20 +22,20 @@ def test_seed_agents_document_loads() -> None:
 
 def test_seed_redis_document_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HELIX_REDIS_URL", raising=False)
-    cfg = load_config(SEED_REDIS)
+    cfg = load_config(MULTI_TENANT_REDIS)
     assert cfg.memory.view == Conversation()
     assert cfg.memory.view.ttl == 168 * 3600  # type: ignore[union-attr]
     assert cfg.memory.store == "redis"
     assert cfg.memory.redis_url == "redis://redis:6379"
     assert cfg.memory.session_id_header == "X-Session-ID"
     monkeypatch.setenv("HELIX_REDIS_URL", "redis://10.0.0.9:6380/1")  # the deployment's own Redis wins
-    assert load_config(SEED_REDIS).memory.redis_url == "redis://10.0.0.9:6380/1"
+    assert load_config(MULTI_TENANT_REDIS).memory.redis_url == "redis://10.0.0.9:6380/1"
 
 
 def test_a_path_a_dict_and_text_give_the_same_config(tmp_path: Path) -> None:
     path = tmp_path / "helix.yaml"
-    path.write_text(SEED_SLIDING)
-    assert load_config(path) == load_config(str(path)) == load_config(SEED_SLIDING)
+    path.write_text(SLIDING_WITH_LOGGING)
+    assert load_config(path) == load_config(str(path)) == load_config(SLIDING_WITH_LOGGING)
 
 
 def test_log_section(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +51,7 @@ def test_log_section(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"memory": {"type": "sliding-windw"}}, "memory.type", "unknown memory type"),
         ({"memory": {"type": "sliding-window", "window_size": 0}}, "memory.window_size", ">= 1"),
         ({"memory": {"type": "sliding-window", "window_size": "30"}}, "memory.window_size", "whole number"),
-        ({"memory": {"type": "conversation", "windw_size": 3}}, "memory.windw_size", "not a key"),
+        ({"memory": {"type": "conversation", "windw_size": 3}}, "memory.windw_size", "unknown key of a conversation"),
         ({"memory": {"store": "mongo"}}, "memory.store", "one of"),
         ({"memory": {"namespace": "has space"}}, "memory.namespace", "A-Za-z0-9"),
         ({"memory": {"consistency": "strong"}}, "memory.consistency", "read-your-writes"),

@@ -26,6 +26,7 @@ from helix_es.embed import (
     register_provider,
 )
 from helix_es.views.vector import Vector
+from tests.seed_examples import COMPOSITE_RECENT_PLUS_VECTOR
 
 
 class EmbeddingServer:
@@ -199,7 +200,7 @@ async def test_openai_base_url_falls_back_to_the_sdks_env_var(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", embedding_server.base_url + "/")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    e = load_config(SEED_COMPOSITE_VECTOR).memory.view.embed.build()  # type: ignore[union-attr]
+    e = load_config(COMPOSITE_RECENT_PLUS_VECTOR).memory.parts[1].view.embed.build()  # type: ignore[union-attr]
     assert e.model == "openai/text-embedding-3-small" and e.paid
     assert (await e.embed(["hi"])).shape == (1, 1536)
     assert embedding_server.calls[0]["model"] == "text-embedding-3-small"
@@ -259,17 +260,10 @@ async def test_local_model_embeds_meaning() -> None:
 
 # --- configuration ----------------------------------------------------------------------------
 
-SEED_COMPOSITE_VECTOR = """
-memory:
-  type: vector
-  top_k: 5
-  embed: { provider: openai, model: text-embedding-3-small }
-  store: memory
-"""
 
 
 def test_the_seeds_vector_backend_loads() -> None:
-    view = load_config(SEED_COMPOSITE_VECTOR).memory.view
+    view = load_config(COMPOSITE_RECENT_PLUS_VECTOR).memory.parts[1].view
     assert view == Vector(5, EmbedSpec("openai", "text-embedding-3-small", 1536))
     assert view.name == "vector-openai-text-embedding-3-small"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -16,7 +15,6 @@ from typing import Any
 import asyncpg
 import pytest
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer
 
 from helix_es import ConfigError, Message, ToolCall, names, open_memory
 from helix_es.encryption import (
@@ -33,7 +31,7 @@ from helix_es.encryption import (
     keys_from_env,
 )
 from helix_es.errors import HelixError, InvalidInput
-from tests.conftest import unique
+from tests.conftest import topic_values, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS = ["Oslo-7731", "hunter2-pw", "NO93-8601", "☃-snowman"]
@@ -118,17 +116,7 @@ async def test_kafka_topic_and_redis_view_hold_only_ciphertext(
     finally:
         stop(proc)
 
-    consumer = AIOKafkaConsumer(
-        f"{prefix}.{ns}", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    values: list[bytes] = []
-    try:
-        while len(values) < len(SENT):
-            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
-            values += [r.value for records in batch.values() for r in records if r.value is not None]
-    finally:
-        await consumer.stop()
+    values = await topic_values(kafka_bootstrap, f"{prefix}.{ns}", len(SENT))
     assert_ciphertext_only(b"\n".join(values), "the Kafka topic")
 
     redis = aioredis.from_url(redis_url)

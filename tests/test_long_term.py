@@ -26,7 +26,7 @@ from helix_es.memory import ViewMemory
 from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table
 from projectors.long_term import escape_like
 from projectors.long_term.memory import MemoryLongTerm
-from projectors.long_term.postgres import SCHEMA_LOCK, PostgresLongTerm, SchemaMismatch
+from projectors.long_term.postgres import PostgresLongTerm, SchemaMismatch
 from projectors.long_term.redis import RedisLongTerm, prefix
 from projectors.projection import Projection
 from projectors.runner import Projector
@@ -516,12 +516,6 @@ async def test_ensure_table_refuses_a_table_of_another_shape(postgres_dsn: str) 
     finally:
         await projection.close()
         await _drop(postgres_dsn, table)
-
-
-def test_the_schema_lock_is_the_session_stores() -> None:
-    from projectors.stores import postgres
-
-    assert postgres._SCHEMA_LOCK == SCHEMA_LOCK
 
 
 # --- through Kafka, with a real projector -----------------------------------------------------------

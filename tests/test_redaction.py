@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -12,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from helix_es import InvalidInput, Message, ToolCall, open_memory
 from helix_es.redaction import RedactingMemory, Redactor, luhn, redaction_middleware, rule
-from tests.conftest import unique
+from tests.conftest import topic_values, unique
 
 R = Redactor()
 
@@ -169,17 +167,7 @@ async def test_the_kafka_topic_never_sees_the_secret(kafka_bootstrap: str, redis
         mem = redaction_middleware()(plain)
         for m in SECRET_MESSAGES:
             await mem.add(m)
-    consumer = AIOKafkaConsumer(
-        f"{prefix}.{ns}", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    values: list[bytes] = []
-    try:
-        while len(values) < len(SECRET_MESSAGES):
-            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
-            values += [r.value for records in batch.values() for r in records if r.value is not None]
-    finally:
-        await consumer.stop()
+    values = await topic_values(kafka_bootstrap, f"{prefix}.{ns}", len(SECRET_MESSAGES))
     raw = b"".join(values)
     assert raw.count(b"[REDACTED:") == 6
     for secret in SECRETS:

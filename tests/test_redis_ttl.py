@@ -25,16 +25,8 @@ from helix_es.views.token_window import TokenWindow
 from projectors.fold import project
 from projectors.stores import SessionKey
 from tests.conftest import unique
+from tests.seed_examples import MULTI_TENANT_REDIS
 
-SEED_EXAMPLE = """
-memory:
-  type: conversation
-  store: redis
-  namespace: prod-chat
-  session_id_header: X-Session-ID
-  redis_url: redis://redis:6379
-  ttl: 168h        # 7 days
-"""
 VIEWS: dict[str, dict[str, Any]] = {
     "conversation": {"type": "conversation"},
     "sliding-window": {"type": "sliding-window", "window_size": 3},
@@ -43,7 +35,7 @@ VIEWS: dict[str, dict[str, Any]] = {
 
 
 def test_the_seed_example_parses() -> None:
-    view = load_config(SEED_EXAMPLE).memory.view
+    view = load_config(MULTI_TENANT_REDIS).memory.view
     assert view == Conversation() and view.ttl == 168 * 3600
     # Not part of the view's identity: the same keys, consumer group and checkpoints.
     assert view.name == "conversation" and view.key_suffix == ""

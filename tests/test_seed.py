@@ -10,36 +10,7 @@ import pytest
 from helix_es import Message, load_config, open_memory
 from tests.conftest import unique
 from tests.model_server import ModelServer
-
-SLIDING_WITH_LOGGING = """\
-agents:
-  - id: chat
-    type: react
-    memory:
-      type: sliding-window
-      window_size: 30
-    memory_middleware: [logging]
-"""
-
-COMPOSITE_RECENT_PLUS_VECTOR = """\
-memory:
-  type: composite
-  backends:
-    - { type: sliding-window, window_size: 20 }
-    - { type: vector, top_k: 5,
-        embed: { provider: openai, model: text-embedding-3-small },
-        store: memory }
-"""
-
-MULTI_TENANT_REDIS = """\
-memory:
-  type: conversation
-  store: redis
-  namespace: prod-chat
-  session_id_header: X-Session-ID
-  redis_url: redis://redis:6379
-  ttl: 168h        # 7 days
-"""
+from tests.seed_examples import COMPOSITE_RECENT_PLUS_VECTOR, MULTI_TENANT_REDIS, SLIDING_WITH_LOGGING
 
 
 @pytest.fixture(autouse=True)

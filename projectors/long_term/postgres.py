@@ -32,7 +32,6 @@ folding follows the database's collation. It scans the namespace's rows in order
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -43,14 +42,14 @@ from helix_es.events import Position, Record
 from helix_es.message import Message, decode_json
 from helix_es.views.long_term import DEFAULT_TABLE, check_table
 from projectors.long_term import VIEW_NAME, escape_like, ops
+from projectors.pg import CHECKPOINTS, Pg
 from projectors.projection import Applied
 from projectors.stores import SessionKey
 
 # The key projectors.stores.postgres locks too: both create helix_checkpoints, and concurrent
 # CREATE TABLE IF NOT EXISTS still races on the catalog.
-SCHEMA_LOCK = 0x68656C6978
 
-_SCHEMA = """
+_SCHEMA = CHECKPOINTS + """
 CREATE TABLE IF NOT EXISTS {t} (
     namespace text NOT NULL,
     topic text COLLATE "C" NOT NULL,
@@ -69,13 +68,6 @@ CREATE TABLE IF NOT EXISTS helix_long_term_cleared (
     namespace text NOT NULL,
     cleared_at timestamptz NOT NULL,
     PRIMARY KEY (view, namespace)
-);
-CREATE TABLE IF NOT EXISTS helix_checkpoints (
-    view text NOT NULL,
-    topic text NOT NULL,
-    partition int NOT NULL,
-    "offset" bigint NOT NULL,
-    PRIMARY KEY (view, topic, partition)
 );
 """
 
@@ -140,10 +132,6 @@ FROM cp
 """
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pool reset hook: we never change session state, so skip asyncpg's reset query round trip."""
-
-
 class SchemaMismatch(HelixError):
     """The long-term table exists with columns helix-es did not create; it is not altered."""
 
@@ -161,32 +149,22 @@ class PostgresLongTerm:
         self._get = _READ.format(t=t, checkpoint=_CHECKPOINT, where="", limit="")
         self._search = _READ.format(t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'",
                                     limit="LIMIT $7")
-        self._pool: asyncpg.Pool | None = None
-        self._ready = False
-        self._init = asyncio.Lock()
+        self.pg = Pg(dsn)
 
     async def ensure_table(self) -> None:
         """Connect if needed, create the schema if absent and check an existing table fits; safe to repeat."""
-        async with self._init:
-            if self._pool is None:
-                self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
-            async with self._pool.acquire() as conn:
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
-                    await conn.execute(self._schema)
-                missing = await conn.fetchval(_MISSING_COLUMNS, f'"{self.table}"', list(_COLUMNS))
-            if missing:
-                raise SchemaMismatch(
-                    f"table {self.table} exists without the columns {', '.join(missing)} that a helix-es "
-                    "long-term memory needs; it is left as it is. Set memory.table to another name."
-                )
-            self._ready = True
+        await self._pool_ready()
+
+    async def _fits(self, conn: asyncpg.Connection) -> None:
+        missing = await conn.fetchval(_MISSING_COLUMNS, f'"{self.table}"', list(_COLUMNS))
+        if missing:
+            raise SchemaMismatch(
+                f"table {self.table} exists without the columns {', '.join(missing)} that a helix-es "
+                "long-term memory needs; it is left as it is. Set memory.table to another name."
+            )
 
     async def _pool_ready(self) -> asyncpg.Pool:
-        if not self._ready:
-            await self.ensure_table()
-        assert self._pool is not None
-        return self._pool
+        return await self.pg.pool(self._schema, check=self._fits)
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
@@ -240,7 +218,4 @@ class PostgresLongTerm:
         return await self.checkpoint(want.topic, want.partition)
 
     async def close(self) -> None:
-        async with self._init:
-            pool, self._pool, self._ready = self._pool, None, False
-        if pool is not None:
-            await pool.close()
+        await self.pg.close()

@@ -9,7 +9,6 @@ off those sessions until commit.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,11 +17,10 @@ import asyncpg
 
 from helix_es.message import decode_json
 from helix_es.views import View
+from projectors.pg import CHECKPOINTS, Pg
 from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
 
-_SCHEMA_LOCK = 0x68656C6978  # pg_advisory_xact_lock key ("helix"): one schema creator at a time
-
-_SCHEMA = """
+_SCHEMA = CHECKPOINTS + """
 CREATE TABLE IF NOT EXISTS helix_view_messages (
     view text NOT NULL,
     namespace text NOT NULL,
@@ -37,13 +35,6 @@ CREATE TABLE IF NOT EXISTS helix_view_sessions (
     session_id text NOT NULL,
     applied bigint NOT NULL,
     PRIMARY KEY (view, namespace, session_id)
-);
-CREATE TABLE IF NOT EXISTS helix_checkpoints (
-    view text NOT NULL,
-    topic text NOT NULL,
-    partition int NOT NULL,
-    "offset" bigint NOT NULL,
-    PRIMARY KEY (view, topic, partition)
 );
 """
 
@@ -138,10 +129,6 @@ SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partit
 """
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pool reset hook: we never change session state, so skip asyncpg's reset query round trip."""
-
-
 def _snapshot(applied: int | None, messages: list[str] | None) -> Snapshot:
     if applied is None and not messages:
         return EMPTY
@@ -153,28 +140,15 @@ class PostgresStore:
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self._pool: asyncpg.Pool | None = None
-        self._ready: set[_Sql] = set()  # table pairs whose schema exists
-        self._init = asyncio.Lock()
+        self.pg = Pg(dsn)
 
     async def ensure_schema(self, tables: tuple[str, str] = View.tables) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
-        sql = _sql(*tables)
-        async with self._init:
-            if self._pool is None:
-                self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
-            async with self._pool.acquire() as conn, conn.transaction():
-                # CREATE TABLE IF NOT EXISTS still races on the catalog when run concurrently.
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                await conn.execute(sql.schema)
-            self._ready.add(sql)
+        await self.pg.pool(_sql(*tables).schema)
 
-    async def _pool_ready(self, view: View | None = None) -> tuple[asyncpg.Pool, _Sql]:
-        sql = _sql(*(view.tables if view is not None else View.tables))
-        if sql not in self._ready:
-            await self.ensure_schema(view.tables if view is not None else View.tables)
-        assert self._pool is not None
-        return self._pool, sql
+    async def _pool_ready(self, view: View) -> tuple[asyncpg.Pool, _Sql]:
+        sql = _sql(*view.tables)
+        return await self.pg.pool(sql.schema), sql
 
     async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
         if not keys:
@@ -237,8 +211,4 @@ class PostgresStore:
         return (await self.load(view, [key]))[key]
 
     async def close(self) -> None:
-        async with self._init:
-            pool, self._pool = self._pool, None
-            self._ready.clear()
-        if pool is not None:
-            await pool.close()
+        await self.pg.close()

@@ -32,12 +32,11 @@ import numpy as np
 
 from helix_es.events import Position
 from helix_es.message import Message
+from projectors.pg import CHECKPOINTS, Pg
 from projectors.vector import BatchState, Write, micros
 from projectors.vector.memory import VectorIndex
 
-_SCHEMA_LOCK = 0x68656C6978  # the key projectors/stores/postgres.py uses: one schema creator at a time
-
-_SCHEMA = """
+_SCHEMA = CHECKPOINTS + """
 CREATE TABLE IF NOT EXISTS helix_vectors (
     view text NOT NULL,
     namespace text NOT NULL,
@@ -65,13 +64,6 @@ CREATE TABLE IF NOT EXISTS helix_embeddings (
     content_sha256 text NOT NULL,
     vector bytea NOT NULL,
     PRIMARY KEY (model, content_sha256)
-);
-CREATE TABLE IF NOT EXISTS helix_checkpoints (
-    view text NOT NULL,
-    topic text NOT NULL,
-    partition int NOT NULL,
-    "offset" bigint NOT NULL,
-    PRIMARY KEY (view, topic, partition)
 );
 """
 
@@ -142,10 +134,6 @@ ORDER BY v.version, v.topic, v.partition, v."offset"
 _COUNT = "SELECT count(*) FROM helix_vectors WHERE view = $1 AND namespace = $2"
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pool reset hook: no session state is changed, so skip asyncpg's reset round trip."""
-
-
 def _bytes(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
@@ -165,28 +153,15 @@ class PostgresVectorStore:
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self._pool: asyncpg.Pool | None = None
-        self._ready = False
-        self._init = asyncio.Lock()
+        self.pg = Pg(dsn)
         self._cached: dict[tuple[str, str], _Cached] = {}
 
     async def ensure_schema(self) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
-        async with self._init:
-            if self._pool is None:
-                self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
-            if not self._ready:
-                async with self._pool.acquire() as conn, conn.transaction():
-                    # CREATE TABLE IF NOT EXISTS still races on the catalog when run concurrently.
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                    await conn.execute(_SCHEMA)
-                self._ready = True
+        await self._pool_ready()
 
     async def _pool_ready(self) -> asyncpg.Pool:
-        if not self._ready:
-            await self.ensure_schema()
-        assert self._pool is not None
-        return self._pool
+        return await self.pg.pool(_SCHEMA)
 
     async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState:
         pool = await self._pool_ready()
@@ -283,7 +258,4 @@ class PostgresVectorStore:
         return n
 
     async def close(self) -> None:
-        async with self._init:
-            pool, self._pool, self._ready = self._pool, None, False
-        if pool is not None:
-            await pool.close()
+        await self.pg.close()

@@ -1,0 +1,58 @@
+"""What every projection kept in PostgreSQL shares: one lazy pool, and schemas made once, safely."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+SCHEMA_LOCK = 0x68656C6978  # pg_advisory_xact_lock key ("helix"): one schema creator at a time
+CHECKPOINTS = """
+CREATE TABLE IF NOT EXISTS helix_checkpoints (
+    view text NOT NULL,
+    topic text NOT NULL,
+    partition int NOT NULL,
+    "offset" bigint NOT NULL,
+    PRIMARY KEY (view, topic, partition)
+);
+"""
+
+Check = Callable[[asyncpg.Connection], Awaitable[None]]
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset hook: no session state is ever changed, so skip asyncpg's reset round trip."""
+
+
+class Pg:
+    """A pool opened on first use; `pool(schema)` runs each schema's DDL once per process."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._pool: asyncpg.Pool | None = None
+        self._made: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    async def pool(self, schema: str, check: Check | None = None) -> asyncpg.Pool:
+        if schema not in self._made or self._pool is None:
+            async with self._lock:
+                if self._pool is None:
+                    self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
+                if schema not in self._made:
+                    async with self._pool.acquire() as conn:
+                        async with conn.transaction():
+                            # CREATE TABLE IF NOT EXISTS still races on the catalog when run concurrently.
+                            await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
+                            await conn.execute(schema)
+                        if check is not None:
+                            await check(conn)
+                    self._made.add(schema)
+        return self._pool
+
+    async def close(self) -> None:
+        async with self._lock:
+            pool, self._pool = self._pool, None
+            self._made.clear()
+        if pool is not None:
+            await pool.close()
