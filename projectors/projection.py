@@ -78,13 +78,18 @@ class SessionProjection:
         # Without `want` the caller has seen its writes already: the state alone is one round trip.
         snap = await self.store.read(self.view, key, guard=want is not None)
         if want is not None and (snap.applied is None or snap.applied < want.offset):
-            if snap.applied is None and not snap.state:
-                # No guard: the session may have expired (Redis ttl) after the view applied the write.
-                checkpoint = await self.store.checkpoint(self.view, want.topic, want.partition)
-                if checkpoint is not None and checkpoint >= want.offset:
-                    return ()
+            if snap.applied is None and await self._expired(key, want):
+                return ()
             return None
         return snap.state
+
+    async def _expired(self, key: SessionKey, want: Position) -> bool:
+        """No guard, yet the partition checkpoint covers the write: the session expired (Redis ttl)."""
+        checkpoint = await self.store.checkpoint(self.view, want.topic, want.partition)
+        if checkpoint is None or checkpoint < want.offset:
+            return False
+        # The guard is written with the checkpoint: read again, the write may have landed in between.
+        return (await self.store.read(self.view, key)).applied is None
 
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
         state = await self._state(key, want)
