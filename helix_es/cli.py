@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import signal
@@ -109,6 +110,9 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMAND_MODULES: list[str] = []  # e.g. "helix_es.audit": a module with add_command(subparsers)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="helix-es", description="Event-sourced memory for LLM agents.")
     p.add_argument("--version", action="version", version=f"helix-es {__version__}")
@@ -132,6 +136,10 @@ def parser() -> argparse.ArgumentParser:
     history.add_argument("--namespace", help="override memory.namespace")
     history.add_argument("--json", action="store_true", help="one JSON object per event")
     history.set_defaults(run=_history)
+
+    # Commands that live in their own modules register here: each has add_command(sub).
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_command(sub)
     return p
 
 
