@@ -58,28 +58,45 @@ async def _history(args: argparse.Namespace) -> int:
     return 0
 
 
+def served_projections(source: str) -> tuple[Any, list[tuple[Any, Any]]]:
+    """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each."""
+    from helix_es.backend import store_key
+    from helix_es.config import load_configs
+
+    configs = load_configs(source)
+    log_config = configs[0].log
+    if log_config.type != "kafka":
+        raise ConfigError("log.type", "the embedded log is projected inside the client; this needs log: kafka")
+    seen: set[tuple[object, ...]] = set()
+    parts = []
+    for cfg in configs:
+        for part in cfg.memory.parts:
+            ident = (part.view.name, *store_key(part))
+            if ident not in seen:
+                seen.add(ident)
+                parts.append(part)
+    return log_config, parts
+
+
 async def _project(args: argparse.Namespace) -> int:
     from helix_es.backend import open_projection, open_store
-    from helix_es.config import load_config
     from helix_es.views import View
     from projectors.runner import Projector, run_projectors
 
-    cfg = load_config(args.config)
-    if cfg.log.type != "kafka":
-        raise ConfigError("log.type", "the embedded log is projected inside the client; `project` needs log: kafka")
+    log_config, parts = served_projections(args.config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     say = logging.getLogger("helix_es.project").info
     stores, projectors = [], []
-    for part in cfg.memory.parts:  # a composite runs one projector (consumer group) per part
+    for part in parts:  # one projector (consumer group) per view: several processes share its partitions
         store = open_store(part) if isinstance(part.view, View) else None
         stores += [store] if store else []
         projection = open_projection(part, store)
-        projectors.append(Projector(projection, bootstrap_servers=cfg.log.bootstrap_servers,
-                                    topic_prefix=cfg.log.topic_prefix, batch_size=args.batch_size))
-        say("projecting %s.* into view %s (%s store); SIGTERM stops", cfg.log.topic_prefix, projection.name,
+        projectors.append(Projector(projection, bootstrap_servers=log_config.bootstrap_servers,
+                                    topic_prefix=log_config.topic_prefix, batch_size=args.batch_size))
+        say("projecting %s.* into view %s (%s store); SIGTERM stops", log_config.topic_prefix, projection.name,
             projection.kind)
 
     async def report() -> None:
@@ -110,7 +127,7 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMAND_MODULES: list[str] = []  # e.g. "helix_es.audit": a module with add_command(subparsers)
+COMMAND_MODULES: list[str] = ["helix_es.lag"]  # e.g. "helix_es.audit": a module with add_command(subparsers)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,7 +15,15 @@ import fastavro
 import fastavro.schema
 
 from helix_es.errors import UnknownSchema
-from helix_es.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, SummaryRecorded
+from helix_es.events import (
+    EmbeddingRecorded,
+    Event,
+    MemoryCleared,
+    MessageAdded,
+    Payload,
+    SessionErased,
+    SummaryRecorded,
+)
 from helix_es.message import Message
 
 MAGIC = b"\xc3\x01"
@@ -133,6 +141,8 @@ def event_to_record(event: Event) -> dict[str, Any]:
     elif isinstance(payload, SummaryRecorded):
         body = (_NS + "SummaryRecorded", {"view": payload.view, "epoch": payload.epoch, "covers": payload.covers,
                                           "text": payload.text, "model": payload.model})
+    elif isinstance(payload, SessionErased):
+        body = (_NS + "SessionErased", {"reason": payload.reason, "key_ids": list(payload.key_ids)})
     else:
         body = (_NS + "EmbeddingRecorded", {"model": payload.model, "content_sha256": payload.content_sha256,
                                             "vector": payload.vector})
@@ -156,6 +166,8 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         payload = SummaryRecorded(body["view"], body["epoch"], body["covers"], body["text"], body.get("model"))
     elif name == _NS + "EmbeddingRecorded":
         payload = EmbeddingRecorded(body["model"], body["content_sha256"], body["vector"])
+    elif name == _NS + "SessionErased":
+        payload = SessionErased(body.get("reason"), tuple(body.get("key_ids") or ()))
     else:
         raise UnknownSchema(f"payload type {name} is not known to this version of helix-es")
     return Event(

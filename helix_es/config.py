@@ -230,8 +230,20 @@ def _read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[
     return _mapping(doc, where)
 
 
-def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: str | None = None) -> Config:
-    """Read a dict, YAML text or a path: a whole `agents:` document or one `memory:` mapping."""
+def load_configs(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Config]:
+    """Every agent's memory in a document (one for a plain `memory:` mapping): what projectors serve."""
+    doc = _read_source(source)
+    agents = doc.get("agents")
+    if isinstance(agents, list) and agents:
+        return [load_config(doc, agent=i) for i in range(len(agents))]
+    return [load_config(doc)]
+
+
+def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: str | int | None = None) -> Config:
+    """Read a dict, YAML text or a path: a whole `agents:` document or one `memory:` mapping.
+
+    `agent` picks an agent by id (or by position); by default the first.
+    """
     doc = _read_source(source)
     middleware: Any = doc.get("memory_middleware", ())
     where = "memory"
@@ -239,11 +251,14 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         agents = doc["agents"]
         if not isinstance(agents, list) or not agents:
             raise ConfigError("agents", "must be a non-empty list")
-        picked = [a for a in agents if isinstance(a, Mapping) and (agent is None or a.get("id") == agent)]
+        if isinstance(agent, int):
+            picked = agents[agent : agent + 1]
+        else:
+            picked = [a for a in agents if isinstance(a, Mapping) and (agent is None or a.get("id") == agent)]
         if not picked:
             raise ConfigError("agents", f"no agent with id {agent!r}")
-        index = agents.index(picked[0])
-        entry = picked[0]
+        index = agent if isinstance(agent, int) else agents.index(picked[0])
+        entry = _mapping(picked[0], f"agents[{index}]")
         where = f"agents[{index}].memory"
         memory = _mapping(entry.get("memory", {"type": "conversation"}), where)
         middleware = entry.get("memory_middleware", middleware)

@@ -48,7 +48,18 @@ class EmbeddingRecorded:
     vector: bytes  # float32 little-endian
 
 
-Payload = MessageAdded | MemoryCleared | SummaryRecorded | EmbeddingRecorded
+@dataclass(frozen=True, slots=True)
+class SessionErased:
+    """The session was forgotten (schema v3): its data keys are destroyed and every view drops it.
+
+    Its earlier events stay on the log, sealed with keys that no longer exist (`helix_es.erasure`).
+    """
+
+    reason: str | None = None
+    key_ids: tuple[str, ...] = ()  # the destroyed keys' ids, as named in helix-enc envelopes
+
+
+Payload = MessageAdded | MemoryCleared | SummaryRecorded | EmbeddingRecorded | SessionErased
 
 
 def _now() -> datetime:

@@ -36,9 +36,14 @@ def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     return "^" + re.escape(prefix + ".") + r"[A-Za-z0-9._-]{1,200}$"
 
 
-def dead_letter_topic(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
-    """Where projectors park records they cannot decode; outside the namespace pattern."""
-    return f"{prefix}-deadletter"
+def dlq_topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """Where projectors park a namespace's records they cannot use; outside the namespace pattern."""
+    return f"helix.dlq.{namespace}" if prefix == DEFAULT_TOPIC_PREFIX else f"{prefix}-dlq.{namespace}"
+
+
+def dlq_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    head = "helix.dlq." if prefix == DEFAULT_TOPIC_PREFIX else prefix + "-dlq."
+    return "^" + re.escape(head) + r"[A-Za-z0-9._-]{1,200}$"
 
 
 def namespace_of(topic_name: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:

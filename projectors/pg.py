@@ -18,6 +18,12 @@ CREATE TABLE IF NOT EXISTS helix_checkpoints (
 );
 """
 
+# Move a checkpoint forward only (past dead letters): never back over applied events.
+ADVANCE = """
+INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $2, $3, $4)
+ON CONFLICT (view, topic, partition) DO UPDATE SET "offset" = greatest(helix_checkpoints."offset", excluded."offset")
+"""
+
 Check = Callable[[asyncpg.Connection], Awaitable[None]]
 
 

@@ -43,6 +43,10 @@ class Projection(Protocol):
 
     async def checkpoint(self, topic: str, partition: int) -> int | None: ...
 
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        """Move the checkpoint past records that were dead-lettered (never backwards)."""
+        ...
+
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None: ...
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
@@ -73,6 +77,11 @@ class SessionProjection:
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         return await self.store.checkpoint(self.view, topic, partition)
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        current = await self.store.checkpoint(self.view, topic, partition)
+        if current is None or current < offset:
+            await self.store.apply(self.view, topic, partition, [], offset)
 
     async def _state(self, key: SessionKey, want: Position | None) -> tuple[Message, ...] | None:
         # Without `want` the caller has seen its writes already: the state alone is one round trip.

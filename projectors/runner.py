@@ -12,13 +12,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 
 from helix_es import names
 from helix_es.codec import Codec
 from helix_es.events import Position, Record
-from helix_es.log.kafka import KafkaLog, create_topic
+from helix_es.log.kafka import KafkaLog
+from projectors.deadletter import DeadLetters, check
 from projectors.projection import Projection
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class Progress:
 
     events: int = 0  # folded into the view
     skipped: int = 0  # re-delivered at or below a session guard
-    dead_letters: int = 0  # records no known schema decodes, parked on the dead-letter topic
+    dead_letters: int = 0  # records it could not use, parked on helix.dlq.<namespace>
     batches: int = 0
     assigned: set[TopicPartition] = field(default_factory=set)
 
@@ -76,9 +76,8 @@ class Projector:
         self.codec = codec or Codec()
         self.metadata_max_age_ms = metadata_max_age_ms
         self.consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
         self._log: KafkaLog | None = None  # appends derived events
-        self.dead_letter_topic = names.dead_letter_topic(topic_prefix)
+        self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
         self.progress = Progress()
 
     async def run(self, stop: asyncio.Event) -> Progress:
@@ -101,8 +100,7 @@ class Projector:
                     await self._fold(tp, messages)
         finally:
             await self.consumer.stop()
-            if self._producer is not None:
-                await self._producer.stop()
+            await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
         return self.progress
@@ -111,13 +109,20 @@ class Projector:
         records = []
         for m in messages:
             try:
-                records.append(Record(self.codec.decode(m.value), Position(tp.topic, tp.partition, m.offset)))
-            except Exception as exc:  # a record we cannot read must not stop every view behind it
-                await self._dead_letter(m, exc)
+                event = self.codec.decode(m.value)
+                check(event, tp.topic, m.key, self.topic_prefix)
+            except Exception as exc:  # a record we cannot use must not stop every view behind it
+                await self.dead_letters.park(m, exc, self.projection.name)
+                self.progress.dead_letters += 1
+                continue
+            records.append(Record(event, Position(tp.topic, tp.partition, m.offset)))
         assert self.consumer is not None
         highwater = self.consumer.highwater(tp)
         live = highwater is None or messages[-1].offset + 1 >= highwater
         applied = await self.projection.apply(records, live=live) if records else None
+        if not records or records[-1].position.offset < messages[-1].offset:
+            # The batch ended in dead letters: move past them, so a restart does not park them again.
+            await self.projection.advance(tp.topic, tp.partition, messages[-1].offset)
         if applied is not None:
             for event in applied.derived:
                 if self._log is None:
@@ -128,31 +133,6 @@ class Projector:
         self.progress.batches += 1
         # Advisory only: on restart we seek to the view's own checkpoint.
         await self.consumer.commit({tp: messages[-1].offset + 1})
-
-
-    async def _dead_letter(self, m: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
-        if self._producer is None:
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True
-            )
-            await self._producer.start()
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-            await admin.start()
-            try:
-                await create_topic(admin, self.dead_letter_topic, 1, 1)
-            finally:
-                await admin.close()
-        headers = [
-            ("helix.source", f"{m.topic}:{m.partition}:{m.offset}".encode()),
-            ("helix.view", self.projection.name.encode()),
-            ("helix.error", f"{type(exc).__name__}: {exc}".encode()[:1000]),
-        ]
-        await self._producer.send_and_wait(self.dead_letter_topic, m.value, key=m.key, headers=headers)
-        self.progress.dead_letters += 1
-        log.error(
-            "%s: %s[%d]@%d is not a helix-es event (%s); parked on %s",
-            self.projection.name, m.topic, m.partition, m.offset, exc, self.dead_letter_topic,
-        )
 
 
 async def run_projectors(projectors: list[Projector], stop: asyncio.Event) -> list[Progress]:

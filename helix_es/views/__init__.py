@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
-from helix_es.events import Event, MemoryCleared, MessageAdded
+from helix_es.events import Event, MemoryCleared, MessageAdded, SessionErased
 from helix_es.message import Message
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class View(ABC):
 
     def fold(self, state: State, event: Event) -> State:
         payload = event.payload
-        if isinstance(payload, MemoryCleared):
+        if isinstance(payload, (MemoryCleared, SessionErased)):  # a forgotten session is cleared too
             return ()
         if isinstance(payload, MessageAdded):
             return self.added(state, payload.message)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helix_es.errors import ConfigError
-from helix_es.events import Event, MemoryCleared, MessageAdded, SummaryRecorded
+from helix_es.events import Event, MemoryCleared, MessageAdded, SessionErased, SummaryRecorded
 from helix_es.message import Message
 from helix_es.views import State, View
 
-EPOCH = "helix.summary.epoch"  # event id of the session's last clear: summaries from before it are void
+EPOCH = "helix.summary.epoch"  # event id of the session's last clear (or erasure): older summaries are void
 COVERS = "helix.summary.covers"  # messages since that clear the summary stands for
 PREFIX = "Summary of the earlier conversation:\n"
 
@@ -54,7 +54,8 @@ class Summary(View):
     def fold(self, state: State, event: Event) -> State:
         header, recent = split(state)
         payload = event.payload
-        if isinstance(payload, MemoryCleared):
+        if isinstance(payload, (MemoryCleared, SessionErased)):
+            # An erasure opens a new epoch as a clear does: summaries asked for before it are void.
             return (Header(epoch=str(event.event_id)).message(),)
         if isinstance(payload, MessageAdded):
             return (header.message(), *recent, payload.message)

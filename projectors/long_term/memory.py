@@ -61,6 +61,9 @@ class MemoryLongTerm:
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         return self._checkpoints.get((topic, partition))
 
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        self._checkpoints[(topic, partition)] = max(offset, self._checkpoints.get((topic, partition), -1))
+
     def _behind(self, want: Position | None) -> bool:
         if want is None:
             return False

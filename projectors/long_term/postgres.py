@@ -42,7 +42,7 @@ from helix_es.events import Position, Record
 from helix_es.message import Message, decode_json
 from helix_es.views.long_term import DEFAULT_TABLE, check_table
 from projectors.long_term import VIEW_NAME, escape_like, ops
-from projectors.pg import CHECKPOINTS, Pg
+from projectors.pg import ADVANCE, CHECKPOINTS, Pg
 from projectors.projection import Applied
 from projectors.stores import SessionKey
 
@@ -199,6 +199,9 @@ class PostgresLongTerm:
         pool = await self._pool_ready()
         offset: int | None = await pool.fetchval(_CHECKPOINT, self.name, topic, partition)
         return offset
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        await (await self._pool_ready()).execute(ADVANCE, self.name, topic, partition, offset)
 
     @staticmethod
     def _want(want: Position | None) -> tuple[str | None, int | None, int]:

@@ -43,6 +43,7 @@ from helix_es.message import Message, decode_json
 from projectors.long_term import VIEW_NAME, Op, OrderKey, matches, micros, ops
 from projectors.projection import Applied
 from projectors.stores import SessionKey
+from projectors.stores.redis import advance_checkpoint
 
 _APPLY = r"""
 local field, view = ARGV[1], ARGV[2]
@@ -210,6 +211,9 @@ class RedisLongTerm:
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         value = await self.redis.hget(names.checkpoint_key(self.name), f"{topic}:{partition}")
         return None if value is None else int(value)
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        await advance_checkpoint(self.redis, self.name, topic, partition, offset)
 
     @staticmethod
     def _want(want: Position | None) -> list[str | int]:

@@ -63,6 +63,18 @@ redis.call('HSET', KEYS[1], ARGV[argi], ARGV[argi + 1])
 return {'OK'}
 """
 
+# Move a checkpoint forward only (past dead letters): never back over applied events.
+ADVANCE = """
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 0
+"""
+
+
+async def advance_checkpoint(client: aioredis.Redis, view: str, topic: str, partition: int, offset: int) -> None:
+    await client.eval(ADVANCE, 1, names.checkpoint_key(view), f"{topic}:{partition}", offset)
+
+
 _READ = """
 return {redis.call('GET', KEYS[2]) or '', redis.call('LRANGE', KEYS[1], 0, -1)}
 """

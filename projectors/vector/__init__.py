@@ -268,6 +268,12 @@ class VectorProjection:
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         return await self.store.checkpoint(self.name, topic, partition)
 
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        if any((p.topic, p.partition) == (topic, partition) for p in self._pending):
+            return  # the checkpoint waits below a pending embedding; a restart re-reads from there
+        empty = np.zeros((0, self.embedder.dims), np.float32)
+        await self.store.write(self.name, self.embedder.model, Write(topic, partition, offset, [], empty, {}, {}))
+
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
         """Always [] (search-only, as in the seed), once the view holds the caller's write."""
         if want is None:
