@@ -123,7 +123,7 @@ async def _project(args: argparse.Namespace) -> int:
 async def _demo(args: argparse.Namespace) -> int:
     from helix_es.demo import run_demo
 
-    await run_demo(args.path, as_json=args.json)
+    await run_demo(args.path, as_json=args.json, config_path=args.config)
     return 0
 
 
@@ -139,6 +139,7 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a scripted agent conversation on the embedded log")
     demo.add_argument("--path", help="keep the log in this directory (default: a new temporary one)")
     demo.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    demo.add_argument("--config", help="run against the log and store this YAML names (e.g. Kafka + Redis)")
     demo.set_defaults(run=_demo)
 
     project = sub.add_parser("project", help="run the projector for the configured view until SIGTERM")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import tempfile
+import uuid
 from typing import Any
 
 from helix_es.cli import _event_json, describe
+from helix_es.config import Config, load_config
 from helix_es.memory import open_memory
 from helix_es.message import Message, ToolCall
 
@@ -27,18 +29,31 @@ def _short(messages: list[Message]) -> str:
     return " | ".join(f"{m.role}:{(m.content or '[tool call]')[:28]}" for m in messages)
 
 
-async def run_demo(path: str | None = None, *, as_json: bool = False) -> None:
-    directory = path or tempfile.mkdtemp(prefix="helix-demo-")
-    config: dict[str, Any] = {
-        "log": {"type": "embedded", "path": directory},
-        "memory": {"type": "sliding-window", "window_size": 4, "namespace": "demo"},
-    }
+async def run_demo(path: str | None = None, *, as_json: bool = False, config_path: str | None = None) -> None:
+    """The scripted agent on the embedded default, or on the services a config names (`--config`)."""
 
     def out(kind: str, text: str, **data: Any) -> None:
         print(json.dumps({"kind": kind, **data}) if as_json else text)
 
-    out("start", f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)", path=directory)
-    async with open_memory(config, session_id="alice") as alice, open_memory(config, session_id="bob") as bob:
+    config: Config | dict[str, Any]
+    if config_path is not None:
+        config = load_config(config_path)
+        namespace, run = config.memory.namespace, uuid.uuid4().hex[:6]  # fresh sessions on a long-lived log
+        log = config.log
+        where = f"{log.type} log at {log.bootstrap_servers if log.type == 'kafka' else log.path}"
+        out("start", f"{where}; view: {config.memory.view.name} in {config.memory.store}", config=config_path)
+    else:
+        directory = path or tempfile.mkdtemp(prefix="helix-demo-")
+        config = {
+            "log": {"type": "embedded", "path": directory},
+            "memory": {"type": "sliding-window", "window_size": 4, "namespace": "demo"},
+        }
+        namespace, run = "demo", ""
+        out("start", f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)",
+            path=directory)
+    names = {who: f"{who}-{run}" if run else who for who in ("alice", "bob")}
+    async with open_memory(config, session_id=names["alice"]) as alice, \
+            open_memory(config, session_id=names["bob"]) as bob:
         memories = {"alice": alice, "bob": bob}
         for turn, (who, message) in enumerate(SCRIPT, 1):
             mem = memories[who]
@@ -57,5 +72,5 @@ async def run_demo(path: str | None = None, *, as_json: bool = False) -> None:
         await bob.clear()
         out("clear", f"\nbob clear -> get {await bob.get()} (the log keeps his turns)", session="bob")
         out("history", "\nalice's history, read back from the log (every turn, including evicted ones):")
-        async for record in alice.backend.log.read("demo", session_id="alice"):  # type: ignore[attr-defined]
+        async for record in alice.backend.log.read(namespace, session_id=names["alice"]):  # type: ignore[attr-defined]
             out("event", "  " + describe(record), **_event_json(record))

@@ -126,3 +126,27 @@ async def test_records_a_projector_cannot_use_are_dead_lettered_and_the_rest_flo
     assert report.dead_letters == {ns: 2 * len(bad)}
     assert report.total() == 0
     assert set(parked) == {value for _, value in bad}
+
+
+async def test_the_demo_runs_against_kafka_and_redis_with_the_projector_service(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """README's compose flow: services up, `helix-es project`, then `helix-es demo --config`."""
+    prefix = unique("demo")
+    path = tmp_path / "helix.yaml"
+    path.write_text(json.dumps({
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix},
+        "memory": {"type": "sliding-window", "window_size": 4, "store": "redis", "redis_url": redis_url,
+                   "namespace": "demo", "read_timeout": 60},
+    }))
+    proc = project(path)
+    try:
+        demo = subprocess.run([sys.executable, "-m", "helix_es.cli", "demo", "--config", str(path), "--json"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=180)
+    finally:
+        stop(proc)
+    assert demo.returncode == 0, demo.stderr
+    lines = [json.loads(line) for line in demo.stdout.splitlines()]
+    last = [x for x in lines if x["kind"] == "turn"][-1]
+    assert last["get"][0]["role"] == "system" and len(last["get"]) == 5  # the window, served from Redis
+    assert sum(1 for x in lines if x["kind"] == "event") == 7

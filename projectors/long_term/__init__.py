@@ -17,6 +17,11 @@ the same in every store and under every delivery order.
   than the newest clear" whichever order partitions are applied in. A message stamped at or
   before a clear by a producer whose clock runs behind is cleared with it: the price of a
   deterministic view without a total order.
+- **Erasure.** A `SessionErased` (`helix-es forget`) deletes every row of its session written
+  before it: the rows of that session except those after it on its own partition (a session's
+  events share one partition, the one its key hashes to, so offsets order them). It is applied
+  atomically with the checkpoint, or before it, and deleting twice deletes nothing more, so a
+  re-delivery is safe and a replay of the log ends without the session's erased rows.
 - **Idempotence.** `apply` gets one topic-partition's records, skips those at or below the
   stored checkpoint of (view, topic, partition), and writes rows, watermark and checkpoint in
   one atomic step. Rows are keyed by (namespace, topic, partition, offset), so even a
@@ -35,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from helix_es.events import MemoryCleared, MessageAdded, Record
+from helix_es.events import MemoryCleared, MessageAdded, Record, SessionErased
 from helix_es.message import Message
 
 VIEW_NAME = "long-term"
@@ -81,6 +86,18 @@ class Op:
     def order(self) -> OrderKey:
         p = self.record.position
         return (micros(self.at), p.topic, p.partition, p.offset)
+
+    @property
+    def erased(self) -> bool:
+        """SessionErased: the session's rows written before it leave the view."""
+        return isinstance(self.record.event.payload, SessionErased)
+
+    def erases(self, session_id: str, topic: str, partition: int, offset: int) -> bool:
+        """Whether this erasure removes the row of `session_id` at (topic, partition, offset)."""
+        p = self.record.position
+        return session_id == self.session_id and not (
+            (topic, partition) == (p.topic, p.partition) and offset > p.offset
+        )
 
 
 def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:

@@ -54,6 +54,12 @@ class MemoryLongTerm:
                 if key not in ns.rows:  # a re-delivery past a lost checkpoint
                     bisect.insort(ns.order, key)
                 ns.rows[key] = (op.session_id, op.message)
+            elif op.erased:  # the forgotten session's earlier rows go; the other sessions' stay
+                gone = {k for k in ns.order if op.erases(ns.rows[k][0], k[1], k[2], k[3])}
+                if gone:
+                    ns.order = [k for k in ns.order if k not in gone]
+                    for k in gone:
+                        del ns.rows[k]
         if fresh:
             self._checkpoints[(topic, partition)] = fresh[-1].offset
         return Applied(len(fresh))

@@ -120,6 +120,12 @@ SELECT count(*) FROM ev
 
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
+# After _APPLY, in its transaction (so it sees the batch's own inserts): a SessionErased deletes its
+# session's rows except those after it on its partition (the `erases` rule). Repeating it deletes nothing.
+_ERASE = """
+DELETE FROM {t} WHERE namespace = $1 AND session_id = $2 AND NOT (topic = $3 AND partition = $4 AND "offset" > $5)
+"""
+
 # $2 NULL: no `want`, just read. The rows' sub-select runs only when the CASE needs it.
 _READ = """
 WITH cp AS MATERIALIZED (SELECT ({checkpoint}) AS o)
@@ -146,6 +152,7 @@ class PostgresLongTerm:
         t = f'"{self.table}"'
         self._schema = _SCHEMA.format(t=t)
         self._apply = _APPLY.format(t=t)
+        self._erase = _ERASE.format(t=t)
         self._get = _READ.format(t=t, checkpoint=_CHECKPOINT, where="", limit="")
         self._search = _READ.format(t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'",
                                     limit="LIMIT $7")
@@ -193,6 +200,9 @@ class PostgresLongTerm:
             applied: int = await conn.fetchval(
                 self._apply, self.name, topic, partition, *rows, lock_ns, records[-1].position.offset
             )
+            erasures = [(op.namespace, op.session_id, topic, partition, op.offset) for op in batch if op.erased]
+            if erasures:
+                await conn.executemany(self._erase, erasures)
         return Applied(applied)
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:

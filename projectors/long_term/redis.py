@@ -140,6 +140,28 @@ return out
 """
 
 
+# A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
+# KEYS: index; ARGV: message key prefix, session id, topic, partition, offset. A scan of the namespace's
+# index, as erasures are rare; it runs before the batch's apply script moves the checkpoint.
+_ERASE = r"""
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+local gone = 0
+for i = 1, #members do
+  local m = members[i]
+  local value = redis.call('GET', ARGV[1] .. m)
+  if value and cjson.decode(value)['session_id'] == ARGV[2] then
+    local t, p, o = string.match(m, '^%d+,(.*),(%d+),(%d+)$')
+    if not (t == ARGV[3] and tonumber(p) == tonumber(ARGV[4]) and tonumber(o) > tonumber(ARGV[5])) then
+      redis.call('DEL', ARGV[1] .. m)
+      redis.call('ZREM', KEYS[1], m)
+      gone = gone + 1
+    end
+  end
+end
+return gone
+"""
+
+
 def member(order: OrderKey) -> str:
     """The index member (and message key suffix) of a row: byte order is the view's order."""
     at, topic, partition, offset = order
@@ -184,7 +206,7 @@ class RedisLongTerm:
         """The client, created (with the scripts) on first use."""
         if self._redis is None:
             self._redis = aioredis.Redis.from_url(self.url)
-            for key, script in (("apply", _APPLY), ("get", _GET), ("search", _SEARCH)):
+            for key, script in (("apply", _APPLY), ("get", _GET), ("search", _SEARCH), ("erase", _ERASE)):
                 self._scripts[key] = self._redis.register_script(script)
         return self._redis
 
@@ -196,10 +218,15 @@ class RedisLongTerm:
         if not records:
             return Applied(0)
         topic, partition, batch = ops(records)
+        erasures = [op for op in batch if op.erased]
+        for e in erasures:  # first: a crash before the apply script re-delivers the erasure with the batch
+            base = prefix(e.namespace, self.name)
+            await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset])
         args: list[str | int] = [f"{topic}:{partition}", self.name]
         for op in batch:
             at = max(micros(op.at), 0)
-            if op.message is not None:
+            if op.message is not None and not any(e.erases(op.session_id, topic, partition, op.offset)
+                                                  for e in erasures):
                 args += ["a", op.offset, op.namespace, at, member(op.order), _value(op, op.message, at)]
             elif op.clear:
                 args += ["c", op.offset, op.namespace, at, f"({at + 1:020d}", ""]  # members with time <= at

@@ -7,6 +7,9 @@ One `apply` folds one topic-partition batch:
   drops entries at or before it and never inserts one at or before it later. Clears therefore
   give the same view whatever order partitions are applied in.
 - `EmbeddingRecorded` of this view's model fills the content-hash cache.
+- `SessionErased` (`helix-es forget`) removes that session's entries written before it (all of
+  them but those after it on its own partition, where a session's events live) in the same
+  atomic write, and drops its pending messages; other sessions' entries stay.
 
 Vectors come, in order, from the batch's recorded embeddings, an in-process cache by content
 hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. A paid
@@ -24,14 +27,14 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
 
 from helix_es.embed import Embedder, EmbeddingError, HashEmbedder
-from helix_es.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
 from helix_es.message import Message
 from projectors.projection import Applied
 from projectors.stores import SessionKey
@@ -83,6 +86,12 @@ class Write:
     vectors: np.ndarray  # (len(entries), dims) float32, unit rows
     cleared: Mapping[str, datetime]  # watermarks this batch moves
     embeddings: Mapping[str, np.ndarray]  # content sha -> vector, for a store that caches by content
+    erased: Mapping[tuple[str, str], Position] = field(default_factory=dict)  # (namespace, session) -> erasure
+
+
+def erases(at: Position, position: Position) -> bool:
+    """Whether a session's erasure at `at` removes its entry at `position`: all but those after it on its partition."""
+    return not ((position.topic, position.partition) == (at.topic, at.partition) and position.offset > at.offset)
 
 
 class VectorStore(Protocol):
@@ -178,6 +187,7 @@ class VectorProjection:
 
             adds: list[Entry] = []
             clears: dict[str, datetime] = {}
+            erased: dict[tuple[str, str], Position] = {}
             learned: dict[str, np.ndarray] = {}
             for r in fresh:
                 payload, ns = r.event.payload, r.event.namespace
@@ -187,6 +197,8 @@ class VectorProjection:
                 elif isinstance(payload, MemoryCleared):
                     if ns not in clears or r.event.timestamp > clears[ns]:
                         clears[ns] = r.event.timestamp
+                elif isinstance(payload, SessionErased):
+                    erased[(ns, r.event.session_id)] = r.position  # offset order: the last one wins
                 elif isinstance(payload, EmbeddingRecorded) and payload.model == self.embedder.model:
                     vector = self._recorded(payload)
                     if vector is not None:
@@ -200,6 +212,9 @@ class VectorProjection:
 
             def visible(e: Entry) -> bool:
                 mark = watermarks.get(e.namespace)
+                at = erased.get((e.namespace, e.session_id))
+                if at is not None and erases(at, e.position):
+                    return False  # its session was forgotten after it
                 return mark is None or e.timestamp > mark
 
             # Pending messages a clear has since covered will never be shown: forget them.
@@ -259,7 +274,7 @@ class VectorProjection:
             checkpoint = min(waiting) - 1 if waiting else fresh[-1].position.offset
             keep = {**learned, **made} if self._persist else {}
             await self.store.write(self.name, self.embedder.model,
-                                   Write(topic, partition, checkpoint, ready, matrix, moved, keep))
+                                   Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased))
             # Only once the write is durable: a failed write leaves everything to be re-folded.
             self._pending = pending
             self._high[here] = fresh[-1].position.offset
