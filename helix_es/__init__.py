@@ -15,12 +15,14 @@ from helix_es.errors import (
     LogCorrupted,
     UnknownSchema,
 )
-from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
 from helix_es.message import Message, ToolCall
 from helix_es.middleware import chain, register
 from helix_es.sessions import MemoryHolder, SessionMemoryManager  # imports helix_es.memory only when used
 
 if TYPE_CHECKING:
+    from helix_es.erasure import forget
+    from helix_es.history import audit
     from helix_es.memory import Memory, ViewMemory, open_memory
 
 _LAZY = {"Memory", "ViewMemory", "open_memory"}
@@ -32,6 +34,14 @@ def __getattr__(name: str) -> object:
         from helix_es import memory
 
         return getattr(memory, name)
+    if name == "audit":  # it folds views with projectors too: imported on first use
+        from helix_es.history import audit
+
+        return audit
+    if name == "forget":  # crypto-shredding erasure (helix_es.erasure); loads the client too
+        from helix_es.erasure import forget
+
+        return forget
     raise AttributeError(f"module 'helix_es' has no attribute {name!r}")
 
 
@@ -52,11 +62,14 @@ __all__ = [
     "MessageAdded",
     "Position",
     "Record",
+    "SessionErased",
     "SessionMemoryManager",
     "ToolCall",
     "UnknownSchema",
     "ViewMemory",
+    "audit",
     "chain",
+    "forget",
     "load_config",
     "open_memory",
     "register",

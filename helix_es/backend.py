@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helix_es.codec import Codec
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.events import Event, Position, Record
 from helix_es.log import EventLog
@@ -20,21 +21,23 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.summarise import ExtractiveSummariser
 from helix_es.views import View
 from helix_es.views.summary import Summary
+from projectors.aliases import AliasedProjection, AliasStore, open_aliases
 from projectors.projection import Projection, SessionProjection
 from projectors.stores import ViewStore
 
 log = logging.getLogger(__name__)
 
 
-def open_log(config: LogConfig) -> EventLog:
+def open_log(config: LogConfig, codec: Codec | None = None) -> EventLog:
     if config.type == "kafka":
         return KafkaLog(
             config.bootstrap_servers,
             topic_prefix=config.topic_prefix,
             partitions=config.partitions,
             replication_factor=config.replication_factor,
+            codec=codec,
         )
-    return EmbeddedLog(config.path, fsync=config.fsync, topic_prefix=config.topic_prefix)
+    return EmbeddedLog(config.path, fsync=config.fsync, topic_prefix=config.topic_prefix, codec=codec)
 
 
 def open_store(config: MemoryConfig) -> ViewStore:
@@ -84,21 +87,37 @@ class Backend:
     _attached: dict[str, dict[Ident, Projection]] = field(default_factory=dict)  # namespace -> projections
     _behind: set[tuple[Ident, str]] = field(default_factory=set)  # inline folds that failed, per namespace
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
+
+    def aliases(self, memory: MemoryConfig) -> AliasStore:
+        """Where the aliases of `memory`'s view live (one per store location; in process for memory stores)."""
+        where = store_key(memory)
+        found = self._aliases.get(where)
+        if found is None:
+            found = self._aliases[where] = open_aliases(memory)
+        return found
 
     async def attach(self, memory: MemoryConfig, namespace: str) -> Projection:
-        """Serve `memory`'s view for `namespace`; inline backends catch it up from the log first."""
+        """Serve `memory`'s view for `namespace`; inline backends catch it up from the log first.
+
+        The projection serves the target the view's alias names (`projectors.aliases`), resolved
+        here once and followed about once a second by `current`.
+        """
         where = store_key(memory)
         ident: Ident = (memory.view.name, *where)
         projection = self._projections.get(ident)
         if projection is None:
+            store = None
             if isinstance(memory.view, View):  # session views share one store per location
                 store = self._stores.get(where)
                 if store is None:
                     store = self._stores[where] = open_store(memory)
-                projection = open_projection(memory, store)
-            else:
-                projection = memory.view.projection(memory)
-            self._projections[ident] = projection
+            projection = self._projections[ident] = AliasedProjection(
+                memory, self.aliases(memory), self.log.topic_prefix, store=store,
+                install=self._install if self.inline else None,
+            )
+        if isinstance(projection, AliasedProjection):
+            await projection.ready()
         attached = self._attached.setdefault(namespace, {})
         if ident not in attached:
             async with self._lock:
@@ -108,7 +127,10 @@ class Backend:
         return projection
 
     async def current(self, projection: Projection, namespace: str) -> None:
-        """Before an inline read: fold what a failed inline projection left behind."""
+        """Before a read: follow the view's alias (at most about once a second), and on an inline
+        backend fold what a failed inline projection left behind."""
+        if isinstance(projection, AliasedProjection):
+            await projection.refresh()
         if not self._behind:
             return
         behind = next(((i, namespace) for i, p in self._projections.items() if p is projection), None)
@@ -117,6 +139,23 @@ class Backend:
                 if behind in self._behind:
                     await self._catch_up(projection, namespace)
                     self._behind.discard(behind)
+
+    async def _install(self, aliased: AliasedProjection, projection: Projection, target: str) -> None:
+        """Inline backends fold into the new target from now on, caught up from the log first.
+
+        Under the lock no append runs: the new target misses nothing, and readers that had seen their
+        last write wait for it again (the generation moved), so they never read it unfinished.
+        """
+        async with self._lock:
+            aliased.swap(projection, target)
+            for namespace, attached in self._attached.items():
+                for ident, attached_projection in attached.items():
+                    if attached_projection is aliased:
+                        try:
+                            await self._catch_up(aliased, namespace)
+                        except Exception as exc:
+                            log.warning("view %s of %s is behind the log: %s", target, namespace, exc)
+                            self._behind.add((ident, namespace))
 
     async def _catch_up(self, projection: Projection, namespace: str) -> None:
         """Fold what the log holds past the checkpoint; only the last batch is live."""
@@ -169,6 +208,8 @@ class Backend:
             await projection.close()
         for store in self._stores.values():
             await store.close()
+        for aliases in self._aliases.values():
+            await aliases.close()
         await self.log.close()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import logging
 import signal
 import sys
@@ -14,48 +13,6 @@ from typing import Any
 
 from helix_es import __version__
 from helix_es.errors import ConfigError, HelixError, InvalidInput
-
-
-def _event_json(record: Any) -> dict[str, Any]:
-    event = record.event
-    out: dict[str, Any] = {
-        "offset": record.position.offset,
-        "partition": record.position.partition,
-        "topic": record.position.topic,
-        "event_id": str(event.event_id),
-        "session_id": event.session_id,
-        "time": event.timestamp.isoformat(),
-        "type": type(event.payload).__name__,
-    }
-    message = getattr(event.payload, "message", None)
-    if message is not None:
-        out["message"] = json.loads(message.to_json())
-    return out
-
-
-def describe(record: Any) -> str:
-    e = _event_json(record)
-    what = e["type"]
-    if "message" in e:
-        m = e["message"]
-        calls = ", ".join(f"{c['name']}({c['arguments']})" for c in m.get("tool_calls", ()))
-        what += f"  {m['role']}: {m['content']!r}" + (f" calls {calls}" if calls else "")
-    return f"#{e['offset']:<4} {e['time'][:23]}  {e['session_id']}  {what}"
-
-
-async def _history(args: argparse.Namespace) -> int:
-    from helix_es.backend import open_log
-    from helix_es.config import load_config
-
-    cfg = load_config(args.config)
-    namespace = args.namespace or cfg.memory.namespace
-    log = open_log(cfg.log)
-    try:
-        async for record in log.read(namespace, session_id=args.session):
-            print(json.dumps(_event_json(record)) if args.json else describe(record))
-    finally:
-        await log.close()
-    return 0
 
 
 def served_projections(source: str) -> tuple[Any, list[tuple[Any, Any]]]:
@@ -127,7 +84,8 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMAND_MODULES: list[str] = ["helix_es.lag"]  # e.g. "helix_es.audit": a module with add_command(subparsers)
+# Modules with add_command(subparsers).
+COMMAND_MODULES: list[str] = ["helix_es.lag", "helix_es.history", "helix_es.erasure"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -147,13 +105,6 @@ def parser() -> argparse.ArgumentParser:
     project.add_argument("--batch-size", type=int, default=500, help="events per fetch (default 500)")
     project.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
     project.set_defaults(run=_project)
-
-    history = sub.add_parser("history", help="read a session's events back from the log")
-    history.add_argument("--config", required=True, help="YAML file naming the log and namespace")
-    history.add_argument("--session", help="only this session id")
-    history.add_argument("--namespace", help="override memory.namespace")
-    history.add_argument("--json", action="store_true", help="one JSON object per event")
-    history.set_defaults(run=_history)
 
     # Commands that live in their own modules register here: each has add_command(sub).
     for module in COMMAND_MODULES:

@@ -7,8 +7,8 @@ import tempfile
 import uuid
 from typing import Any
 
-from helix_es.cli import _event_json, describe
 from helix_es.config import Config, load_config
+from helix_es.history import audit
 from helix_es.memory import open_memory
 from helix_es.message import Message, ToolCall
 
@@ -38,7 +38,7 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
     config: Config | dict[str, Any]
     if config_path is not None:
         config = load_config(config_path)
-        namespace, run = config.memory.namespace, uuid.uuid4().hex[:6]  # fresh sessions on a long-lived log
+        run = uuid.uuid4().hex[:6]  # fresh sessions on a long-lived log
         log = config.log
         where = f"{log.type} log at {log.bootstrap_servers if log.type == 'kafka' else log.path}"
         out("start", f"{where}; view: {config.memory.view.name} in {config.memory.store}", config=config_path)
@@ -48,7 +48,7 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
             "log": {"type": "embedded", "path": directory},
             "memory": {"type": "sliding-window", "window_size": 4, "namespace": "demo"},
         }
-        namespace, run = "demo", ""
+        run = ""
         out("start", f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)",
             path=directory)
     names = {who: f"{who}-{run}" if run else who for who in ("alice", "bob")}
@@ -72,5 +72,7 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         await bob.clear()
         out("clear", f"\nbob clear -> get {await bob.get()} (the log keeps his turns)", session="bob")
         out("history", "\nalice's history, read back from the log (every turn, including evicted ones):")
-        async for record in alice.backend.log.read(namespace, session_id=names["alice"]):  # type: ignore[attr-defined]
-            out("event", "  " + describe(record), **_event_json(record))
+        report = await audit(config, session_id=names["alice"])
+        for event in report.events:
+            out("event", f"  #{event.position.offset:<4} {event.time.isoformat()[:23]}  {event.describe()}",
+                **event.to_json())

@@ -11,6 +11,11 @@ its namespace, session, role and field (and a tool call's id and name), so ciphe
 moved to another session, role or tool call fails authentication. The key id names the
 key that sealed it, so old keys still open old events after a rotation.
 
+Keys that can be destroyed (crypto-shredding, `helix_es.keystore`): a provider may have an async
+`prepare(namespace, session_id, *, write, key_ids)`, awaited before sealing and opening so it can
+load keys from its store, and raise `KeyErased` for a key that `helix-es forget` destroyed. Reads
+leave out messages sealed with an erased key instead of failing: that content is gone.
+
 Search cannot look inside ciphertext at the store, so `EncryptedMemory.search` decrypts
 what `get()` returns and matches there (case-insensitive substring, oldest first). It
 works for views whose `get` returns the messages (conversation, sliding-window); it cannot
@@ -59,6 +64,10 @@ class EncryptionError(HelixError):
 
 class KeyNotFound(EncryptionError, LookupError):
     """The key provider has no key for this namespace/session, or none with the key id a field names."""
+
+
+class KeyErased(KeyNotFound):
+    """The key was destroyed (`helix-es forget`): what it sealed can never be opened again."""
 
 
 class DecryptionError(EncryptionError):
@@ -171,6 +180,25 @@ class DerivedSessionKeys:
         return None if master is None else self.derive(master, namespace, session_id)
 
 
+def envelope_key_id(value: str) -> str | None:
+    """The key id a stored field's envelope names (content, or tool arguments as a JSON string); None if plaintext."""
+    if value.startswith('"'):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, str) or not value.startswith(PREFIX):
+        return None
+    key_id = value[len(PREFIX) :].partition(":")[0]
+    return key_id if KEY_ID_RE.fullmatch(key_id) else None
+
+
+def envelope_key_ids(message: Message) -> set[str]:
+    """The key ids named by a stored message's envelopes (content and tool arguments)."""
+    ids = (envelope_key_id(v) for v in (message.content, *(c.arguments for c in message.tool_calls)))
+    return {i for i in ids if i is not None}
+
+
 def _lv(data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + data
 
@@ -254,7 +282,9 @@ class EncryptedMemory:
                     "with another key (a different master or namespace key), or that key was rotated out; "
                     "give the old key to the key provider (KeyRing.of(new, old))"
                 )
-            cipher = self._ciphers[key_id] = AESGCM(_check_key(key, "key", AES_KEY_SIZES))
+            cipher = AESGCM(_check_key(key, "key", AES_KEY_SIZES))
+            if not hasattr(self.keys, "prepare"):  # a key store's provider decides how long a key lives
+                self._ciphers[key_id] = cipher
         return cipher
 
     def _open(self, value: str, role: str, field: str) -> str:
@@ -313,13 +343,33 @@ class EncryptedMemory:
 
     # -- Memory ----------------------------------------------------------------------------
 
+    async def _prepare(self, stored: list[Message] | None = None) -> None:
+        # Providers with a key store load (or, to write, create) the session's keys before the sync calls.
+        prepare = getattr(self.keys, "prepare", None)
+        if prepare is None:
+            return
+        ids: set[str] = set()
+        for m in stored or ():
+            if m not in self._opened:
+                ids |= envelope_key_ids(m)
+        await prepare(self.namespace, self.session_id, write=stored is None, key_ids=ids)
+
     async def add(self, message: Message) -> Position:
         if not isinstance(message, Message):
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
+        await self._prepare()
         return await self.inner.add(self.encrypt(message))
 
     async def get(self) -> list[Message]:
-        return [self.decrypt(m) for m in await self.inner.get()]
+        stored = await self.inner.get()
+        await self._prepare(stored)
+        opened = []
+        for m in stored:
+            try:
+                opened.append(self.decrypt(m))
+            except KeyErased:
+                continue  # forgotten: its key is destroyed, and the views drop it once they apply the erasure
+        return opened
 
     async def search(self, query: str, limit: int = 10) -> list[Message]:
         """Case-insensitive substring match over the decrypted `get()`, oldest first, at most `limit`."""
@@ -378,6 +428,10 @@ def keys_from_env(environ: Mapping[str, str] | None = None) -> DerivedSessionKey
 
 
 def _from_env() -> Middleware:
+    if os.environ.get("HELIX_KEY_STORE"):  # data keys in a store that `helix-es forget` can destroy them in
+        from helix_es.keystore import keys_from_store_env
+
+        return encryption_middleware(keys_from_store_env())
     return encryption_middleware(keys_from_env())
 
 

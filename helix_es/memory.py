@@ -83,6 +83,7 @@ class ViewMemory(EventWriter):
         self.read_timeout = read_timeout
         self.last_write: Position | None = None
         self._seen_last_write = True  # the view already covers last_write: reads need no guard
+        self._generation = getattr(projection, "generation", 0)  # moves when readers switch target (rebuild)
 
     def wrote(self, position: Position) -> None:
         self.last_write = position
@@ -97,6 +98,10 @@ class ViewMemory(EventWriter):
 
     async def _read(self, op: Callable[[Position | None], Awaitable[list[Message] | None]]) -> list[Message]:
         await self.backend.current(self.projection, self.namespace)
+        generation = getattr(self.projection, "generation", 0)
+        if generation != self._generation:  # another target now: it must show our last write before we skip the guard
+            self._generation = generation
+            self._seen_last_write = self.last_write is None
         # Views only move forward, so once our last write was seen, every later state covers it.
         want = None if self._seen_last_write or self.consistency == "eventual" else self.last_write
         result = await op(want)

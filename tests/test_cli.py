@@ -18,7 +18,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_help_and_version() -> None:
     out = run("--help")
     assert out.returncode == 0
-    for command in ("demo", "project", "history"):
+    for command in ("demo", "project", "lag", "audit", "history", "forget"):
         assert command in out.stdout
     assert run("--version").stdout.startswith("helix-es ")
     assert run("no-such-command").returncode == 2
@@ -44,17 +44,17 @@ def test_demo_json_and_history_agree(tmp_path: Path) -> None:
 
     cfg = tmp_path / "helix.yaml"
     cfg.write_text(f"log: {{path: {tmp_path}}}\nmemory: {{type: conversation, namespace: demo}}\n")
-    hist = run("history", "--config", str(cfg), "--session", "bob", "--json")
+    hist = run("history", "--config", str(cfg), "--session", "bob", "--json")  # `history` is `audit`
     assert hist.returncode == 0, hist.stderr
-    events = [json.loads(line) for line in hist.stdout.splitlines()]
+    events = json.loads(hist.stdout)["events"]
     assert [e["type"] for e in events] == ["MessageAdded", "MessageAdded", "MemoryCleared"]
-    assert events[0]["message"]["content"] == "Remind me to book the Bergen train."
+    assert events[0]["payload"]["message"]["content"] == "Remind me to book the Bergen train."
 
 
 def test_config_errors_exit_2_and_say_what_to_fix(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("memory: {type: sliding-window, window_size: -3}\n")
-    out = run("history", "--config", str(cfg))
+    out = run("audit", "--config", str(cfg), "--session", "s")
     assert out.returncode == 2
     assert "memory.window_size" in out.stderr
     cfg.write_text("memory: {type: conversation}\n")

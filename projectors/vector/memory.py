@@ -16,7 +16,7 @@ import numpy as np
 
 from helix_es.events import Position
 from helix_es.message import Message
-from projectors.vector import BatchState, Write, micros
+from projectors.vector import BatchState, Write, erases, micros
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,13 @@ class VectorIndex:
         mask = self._times[self._start : self._end] > cleared_at
         return [] if mask.all() else self._keep(mask)
 
+    def drop_positions(self, positions: Collection[Position]) -> list[Position]:
+        """Drop the rows at these log positions (an erased session's); returns those dropped."""
+        gone = set(positions)
+        live = self._positions[self._start : self._end]
+        mask = np.fromiter((p not in gone for p in live), dtype=bool, count=len(live))
+        return [] if mask.all() else self._keep(mask)
+
     def drop_oldest(self, count: int) -> list[Position]:
         """Drop the `count` rows applied first; returns their positions."""
         count = min(count, len(self))
@@ -137,6 +144,7 @@ class MemoryVectorStore:
         self.evicted = 0
         self._indexes: dict[tuple[str, str], VectorIndex] = {}
         self._held: dict[tuple[str, str], set[Position]] = {}  # re-delivery never duplicates an entry
+        self._writers: dict[tuple[str, str], dict[Position, str]] = {}  # held entry -> its session, for erasure
         self._cleared: dict[tuple[str, str], datetime] = {}
         self._checkpoints: dict[tuple[str, str, int], int] = {}
         self._seq = 0
@@ -151,6 +159,12 @@ class MemoryVectorStore:
         return {}
 
     async def write(self, view: str, model: str, write: Write) -> None:
+        for (ns, session), at in write.erased.items():
+            index = self._indexes.get((view, ns))
+            writers = self._writers.get((view, ns), {})
+            mine = [p for p, s in writers.items() if s == session and erases(at, p)]
+            if index is not None and mine:
+                self._forget(view, ns, index.drop_positions(mine))
         for ns, mark in write.cleared.items():
             old = self._cleared.get((view, ns))
             if old is None or mark > old:
@@ -175,6 +189,7 @@ class MemoryVectorStore:
             index.add(write.vectors[fresh], [micros(e.timestamp) for e in entries], seqs,
                       [e.message for e in entries], [e.position for e in entries])
             held.update(e.position for e in entries)
+            self._writers.setdefault((view, ns), {}).update((e.position, e.session_id) for e in entries)
             self._total += len(fresh)
         key = (view, write.topic, write.partition)
         self._checkpoints[key] = max(write.checkpoint, self._checkpoints.get(key, -1))
@@ -182,6 +197,9 @@ class MemoryVectorStore:
 
     def _forget(self, view: str, namespace: str, dropped: list[Position]) -> None:
         self._held.get((view, namespace), set()).difference_update(dropped)
+        writers = self._writers.get((view, namespace), {})
+        for p in dropped:
+            writers.pop(p, None)
         self._total -= len(dropped)
 
     def _evict(self) -> None:

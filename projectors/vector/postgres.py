@@ -8,6 +8,8 @@ Tables (created on first use under an advisory lock):
   namespace's write counter when the row was written.
 - `helix_vector_namespaces`: per view and namespace, the `cleared_at` watermark and `version`.
   Every write takes this row's lock first, so writes to one namespace commit in version order.
+  `erasures` counts the writes that deleted a forgotten session's rows: a reader whose cache
+  saw another count reads the namespace afresh (deleted rows leave no newer version to fetch).
 - `helix_embeddings`: (model, content_sha256) -> vector, so a new projector process reuses
   what was embedded before without calling the model or replaying the log.
 - `helix_checkpoints`: shared with the session views.
@@ -59,6 +61,7 @@ CREATE TABLE IF NOT EXISTS helix_vector_namespaces (
     version bigint NOT NULL,
     PRIMARY KEY (view, namespace)
 );
+ALTER TABLE helix_vector_namespaces ADD COLUMN IF NOT EXISTS erasures bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS helix_embeddings (
     model text NOT NULL,
     content_sha256 text NOT NULL,
@@ -100,6 +103,18 @@ WITH cleared AS (
 SELECT 1
 """
 
+# After _WRITE, under the namespace row's lock: a SessionErased deletes its session's rows except those
+# after it on its partition, and counts itself only if it deleted any (readers then reload).
+_ERASE = """
+WITH gone AS (
+    DELETE FROM helix_vectors
+    WHERE view = $1 AND namespace = $2 AND session_id = $3 AND NOT (topic = $4 AND partition = $5 AND "offset" > $6)
+    RETURNING 1
+)
+UPDATE helix_vector_namespaces SET erasures = erasures + 1
+WHERE view = $1 AND namespace = $2 AND EXISTS (SELECT 1 FROM gone)
+"""
+
 _KEEP = """
 WITH kept AS (
     INSERT INTO helix_embeddings (model, content_sha256, vector)
@@ -121,7 +136,7 @@ _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic 
 
 # One statement, one snapshot: checkpoint, watermark and the rows newer than the cached version agree.
 _REFRESH = """
-SELECT c.checkpoint, n.version AS ns_version, n.cleared_at,
+SELECT c.checkpoint, n.version AS ns_version, n.cleared_at, n.erasures,
        v.topic, v.partition, v."offset", v.event_time, v.message::text AS message, v.embedding
 FROM (SELECT (SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $4 AND partition = $5)
       AS checkpoint) c
@@ -145,6 +160,7 @@ class _Cached:
     index: VectorIndex | None = None
     version: int = 0
     cleared_at: datetime | None = None
+    erasures: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -181,6 +197,8 @@ class PostgresVectorStore:
             groups.setdefault(e.namespace, []).append(i)
         for ns in write.cleared:
             groups.setdefault(ns, [])
+        for ns, _session in write.erased:
+            groups.setdefault(ns, [])
         shas = list(write.embeddings)
         keep = (model, shas, [_bytes(write.embeddings[s]) for s in shas],
                 view, write.topic, write.partition, write.checkpoint)
@@ -198,6 +216,9 @@ class PostgresVectorStore:
                     [e.timestamp for e in rows], [e.sha for e in rows], [e.message.to_json() for e in rows],
                     ns in write.cleared, [_bytes(write.vectors[i]) for i in groups[ns]],
                 )
+                for (erased_ns, session), at in write.erased.items():
+                    if erased_ns == ns:
+                        await conn.execute(_ERASE, view, ns, session, at.topic, at.partition, at.offset)
             await conn.execute(_KEEP, *keep)
 
     async def checkpoint(self, view: str, topic: str, partition: int) -> int | None:
@@ -212,8 +233,8 @@ class PostgresVectorStore:
         async with cached.lock:  # two searches must not both append the same new rows
             rows = await pool.fetch(_REFRESH, view, namespace, cached.version, *where)
             version = rows[0]["ns_version"]
-            if version is not None and version < cached.version:
-                # The tables were emptied and written again: read the namespace afresh.
+            if version is not None and (version < cached.version or rows[0]["erasures"] != cached.erasures):
+                # The tables were emptied and written again, or a session erased: read the namespace afresh.
                 cached.index, cached.version, cached.cleared_at = None, 0, None
                 rows = await pool.fetch(_REFRESH, view, namespace, 0, *where)
                 version = rows[0]["ns_version"]
@@ -231,6 +252,7 @@ class PostgresVectorStore:
         ):
             cached.index.drop_until(micros(cleared_at))
         cached.cleared_at = cleared_at
+        cached.erasures = head["erasures"]
         new = [r for r in rows if r["offset"] is not None]
         if new:
             vectors = np.frombuffer(b"".join(r["embedding"] for r in new), dtype="<f4").reshape(len(new), -1)
