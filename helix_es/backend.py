@@ -117,7 +117,7 @@ class Backend:
                 install=self._install if self.inline else None,
             )
         if isinstance(projection, AliasedProjection):
-            await projection.ready()
+            await projection.ready(strict=False)
         attached = self._attached.setdefault(namespace, {})
         if ident not in attached:
             async with self._lock:

@@ -38,6 +38,7 @@ from helix_es import names
 from helix_es.backend import open_log, open_projection
 from helix_es.codec import HEADER_LEN, MAGIC, Codec, record_to_event
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
+from helix_es.erasure import Erasure, erased_by, erasure_of
 from helix_es.errors import ConfigError, HelixError, InvalidInput, UnknownSchema
 from helix_es.events import (
     EmbeddingRecorded,
@@ -210,14 +211,16 @@ class AuditedEvent:
     time: datetime  # event time, UTC
     type: str  # MessageAdded, MemoryCleared, SummaryRecorded, EmbeddingRecorded, or an unknown type's name
     payload: Payload | UnknownPayload
+    erased: bool = False  # written before the session was forgotten: its content is crypto-shredded
 
     @classmethod
-    def from_record(cls, record: Record) -> AuditedEvent:
+    def from_record(cls, record: Record, erasure: Erasure | None = None) -> AuditedEvent:
         event = record.event
         payload: Payload | UnknownPayload = event.payload
         kind = payload.short_type if isinstance(payload, UnknownPayload) else type(payload).__name__
+        erased = erasure is not None and isinstance(payload, MessageAdded) and erased_by(record, erasure)
         return cls(record.position, str(event.event_id), event.namespace, event.session_id,
-                   _utc(event.timestamp), kind, payload)
+                   _utc(event.timestamp), kind, payload, erased)
 
     @property
     def known(self) -> bool:
@@ -225,6 +228,8 @@ class AuditedEvent:
 
     def payload_json(self) -> dict[str, Any]:
         p = self.payload
+        if isinstance(p, MessageAdded) and self.erased:
+            return {"message": {"role": p.message.role, "erased": True}}
         if isinstance(p, MessageAdded):
             return {"message": _message_json(p.message)}
         if isinstance(p, MemoryCleared):
@@ -248,12 +253,15 @@ class AuditedEvent:
             "session_id": self.session_id,
             "type": self.type,
             "known": self.known,
+            "erased": self.erased,
             "payload": self.payload_json(),
         }
 
     def describe(self) -> str:
         """The payload on one line, for people; text is JSON-quoted so control characters stay inert."""
         p = self.payload
+        if isinstance(p, MessageAdded) and self.erased:
+            return f"{p.message.role}: content erased (its key was destroyed by forget)"
         if isinstance(p, MessageAdded):
             return _describe_message(p.message)
         if isinstance(p, MemoryCleared):
@@ -284,6 +292,7 @@ class AuditReport:
     partition: int | None = None  # the session's partition (with an offset cut)
     # With an offset cut and a namespace-wide view: the time other partitions were cut at (see module doc).
     cut_time: datetime | None = None
+    erasure: Erasure | None = None  # the session was forgotten (helix_es.erasure.forget)
 
     def to_json(self) -> dict[str, Any]:
         cut = None
@@ -302,6 +311,9 @@ class AuditReport:
             "session_id": self.session_id,
             "topic": self.topic,
             "cut": cut,
+            "erased": None if self.erasure is None else {
+                "offset": self.erasure.position.offset, "at": _iso(self.erasure.at), "reason": self.erasure.reason,
+            },
             "events": [e.to_json() for e in self.events],
             "views": views,
         }
@@ -497,7 +509,8 @@ async def audit(
             return cut_time is not None and _utc(r.event.timestamp) <= cut_time
         return cut_at is None or _utc(r.event.timestamp) <= cut_at
 
-    events = [AuditedEvent.from_record(r) for r in mine if kept(r)]
+    erasure = erasure_of(mine)  # forgotten now, whatever the cut: its content is gone
+    events = [AuditedEvent.from_record(r, erasure) for r in mine if kept(r)]
     views: dict[str, list[Message]] | None = None
     if has_cut:
         upto = [r for r in records if kept(r)]
@@ -518,6 +531,7 @@ async def audit(
         offset=cut_offset,
         partition=partition,
         cut_time=cut_time,
+        erasure=erasure,
     )
 
 
@@ -560,6 +574,10 @@ def _table(rows: list[list[str]]) -> list[str]:
 def render(report: AuditReport) -> str:
     """The report as aligned text: the events, then each view at the cut."""
     lines = [f"session {report.session_id} of namespace {report.namespace}, from the log (topic {report.topic})"]
+    if report.erasure is not None:
+        why = f": {_q(report.erasure.reason)}" if report.erasure.reason else ""
+        lines.append(f"ERASED at {report.erasure.at.isoformat()} (offset {report.erasure.position.offset}){why}; "
+                     "the content of its earlier messages is crypto-shredded")
     if report.offset is not None:
         cut = f"events at or below offset {report.offset} of partition {report.partition}"
         if report.cut_time is not None:

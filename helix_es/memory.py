@@ -19,6 +19,7 @@ from helix_es.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.events import Event, MemoryCleared, MessageAdded, Position
 from helix_es.message import Message
 from helix_es.middleware import build_chain
+from projectors.aliases import AliasedProjection
 from projectors.projection import Projection
 from projectors.stores import SessionKey
 
@@ -75,7 +76,7 @@ class ViewMemory(EventWriter):
         read_timeout: float = 5.0,
     ) -> None:
         self.backend = backend
-        self.projection = projection
+        self.source = projection  # what the backend attached: it follows the view's alias
         self.namespace = names.check_namespace(namespace)
         self.session_id = names.check_session_id(session_id)
         self.key = SessionKey(namespace, session_id)
@@ -84,6 +85,18 @@ class ViewMemory(EventWriter):
         self.last_write: Position | None = None
         self._seen_last_write = True  # the view already covers last_write: reads need no guard
         self._generation = getattr(projection, "generation", 0)  # moves when readers switch target (rebuild)
+
+    @property
+    def projection(self) -> Projection:
+        """The projection reads go to now: the target the view's alias names."""
+        source = self.source
+        if isinstance(source, AliasedProjection) and source.current is not None:
+            return source.current
+        return source
+
+    @projection.setter
+    def projection(self, projection: Projection) -> None:
+        self.source = projection
 
     def wrote(self, position: Position) -> None:
         self.last_write = position
@@ -97,8 +110,8 @@ class ViewMemory(EventWriter):
         return await self._read(lambda want: self.projection.search(self.key, query, limit, want))
 
     async def _read(self, op: Callable[[Position | None], Awaitable[list[Message] | None]]) -> list[Message]:
-        await self.backend.current(self.projection, self.namespace)
-        generation = getattr(self.projection, "generation", 0)
+        await self.backend.current(self.source, self.namespace)
+        generation = getattr(self.source, "generation", 0)
         if generation != self._generation:  # another target now: it must show our last write before we skip the guard
             self._generation = generation
             self._seen_last_write = self.last_write is None

@@ -124,7 +124,19 @@ class AliasStore(Protocol):
 
     async def forget_target(self, alias: str, target: str) -> None: ...
 
+    async def announce(self, alias: str, target: str, ttl: float) -> None:
+        """A projector service projects `target` (for `ttl` seconds, unless announced again; 0 withdraws)."""
+        ...
+
+    async def served(self, alias: str) -> set[str]:
+        """The targets some projector service announced it projects, and still does."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def served_key(alias: str) -> str:
+    return f"helix:served:{alias}"
 
 
 _SWITCH = """
@@ -167,6 +179,17 @@ class RedisAliases:
     async def forget_target(self, alias: str, target: str) -> None:
         await self.redis.srem(targets_key(alias), target)
 
+    async def announce(self, alias: str, target: str, ttl: float) -> None:
+        # A sorted set of target -> until (ms since the epoch): several services may announce.
+        if ttl > 0:
+            await self.redis.zadd(served_key(alias), {target: time.time() * 1000 + ttl * 1000})
+        else:
+            await self.redis.zrem(served_key(alias), target)
+
+    async def served(self, alias: str) -> set[str]:
+        found = await self.redis.zrangebyscore(served_key(alias), time.time() * 1000, "+inf")
+        return {t.decode() for t in found}
+
     async def close(self) -> None:
         if self._redis is not None:
             await self._redis.aclose()
@@ -183,6 +206,12 @@ CREATE TABLE IF NOT EXISTS helix_targets (
     view text NOT NULL,
     target text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (view, target)
+);
+CREATE TABLE IF NOT EXISTS helix_served (
+    view text NOT NULL,
+    target text NOT NULL,
+    until timestamptz NOT NULL,
     PRIMARY KEY (view, target)
 );
 """
@@ -231,6 +260,22 @@ class PostgresAliases:
         pool = await self.pg.pool(_PG_SCHEMA)
         await pool.execute("DELETE FROM helix_targets WHERE view = $1 AND target = $2", alias, target)
 
+    async def announce(self, alias: str, target: str, ttl: float) -> None:
+        pool = await self.pg.pool(_PG_SCHEMA)
+        if ttl > 0:
+            await pool.execute(
+                "INSERT INTO helix_served (view, target, until) VALUES ($1, $2, now() + make_interval(secs => $3)) "
+                "ON CONFLICT (view, target) DO UPDATE SET until = greatest(helix_served.until, excluded.until)",
+                alias, target, float(ttl),
+            )
+        else:
+            await pool.execute("DELETE FROM helix_served WHERE view = $1 AND target = $2", alias, target)
+
+    async def served(self, alias: str) -> set[str]:
+        pool = await self.pg.pool(_PG_SCHEMA)
+        rows = await pool.fetch("SELECT target FROM helix_served WHERE view = $1 AND until > now()", alias)
+        return {r["target"] for r in rows}
+
     async def close(self) -> None:
         await self.pg.close()
 
@@ -243,6 +288,7 @@ class MemoryAliases:
     cheap: bool = True
     aliases: dict[str, str] = field(default_factory=dict)
     built: dict[str, set[str]] = field(default_factory=dict)
+    announced: dict[tuple[str, str], float] = field(default_factory=dict)  # (alias, target) -> until (monotonic)
 
     async def get(self, alias: str) -> str | None:
         return self.aliases.get(alias)
@@ -263,6 +309,13 @@ class MemoryAliases:
 
     async def forget_target(self, alias: str, target: str) -> None:
         self.built.get(alias, set()).discard(target)
+
+    async def announce(self, alias: str, target: str, ttl: float) -> None:
+        self.announced[(alias, target)] = time.monotonic() + ttl
+
+    async def served(self, alias: str) -> set[str]:
+        now = time.monotonic()
+        return {t for (a, t), until in self.announced.items() if a == alias and until > now}
 
     async def close(self) -> None:
         pass
@@ -446,14 +499,24 @@ class AliasedProjection:
     def name(self) -> str:
         return self.target
 
-    async def ready(self) -> Projection:
-        """Resolve the alias and open the target's projection, once."""
+    async def ready(self, *, strict: bool = True) -> Projection | None:
+        """Resolve the alias and open the target's projection, once.
+
+        Not `strict` (when a memory is opened), an unreachable store leaves that to the first use,
+        as the stores themselves connect on first use: an embedded append still lands on the log.
+        """
         if self.current is None:
             async with self._lock:
                 if self.current is None:
-                    self.target = await resolve_alias(self.aliases, self.alias, self.view_name)
-                    self.current = target_projection(self.memory, self.target, self.store)
-                    self.kind = self.current.kind
+                    try:
+                        target = await resolve_alias(self.aliases, self.alias, self.view_name)
+                    except Exception:
+                        if strict:
+                            raise
+                        log.debug("%s: alias not read yet", self.view_name, exc_info=True)
+                        return None
+                    self.current = target_projection(self.memory, target, self.store)
+                    self.target, self.kind = target, self.current.kind
                     self._next_check = time.monotonic() + self.interval
         return self.current
 
@@ -487,27 +550,34 @@ class AliasedProjection:
         self.current, self.target = projection, target
         self.generation += 1
 
-    def _now(self) -> Projection:
-        assert self.current is not None, "ready() first"
-        return self.current
+    def __getattr__(self, name: str) -> Any:
+        # What else a projection offers (a store, counters) is the current target's.
+        if name.startswith("__") or self.__dict__.get("current") is None:
+            raise AttributeError(name)
+        return getattr(self.__dict__["current"], name)
+
+    async def _now(self) -> Projection:
+        current = self.current or await self.ready()
+        assert current is not None
+        return current
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
-        return await self._now().apply(records, live=live)
+        return await (await self._now()).apply(records, live=live)
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
-        return await self._now().checkpoint(topic, partition)
+        return await (await self._now()).checkpoint(topic, partition)
 
     async def advance(self, topic: str, partition: int, offset: int) -> None:
-        await self._now().advance(topic, partition, offset)
+        await (await self._now()).advance(topic, partition, offset)
 
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
-        return await self._now().get(key, want)
+        return await (self.current or await self._now()).get(key, want)
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
-        return await self._now().search(key, query, limit, want)
+        return await (self.current or await self._now()).search(key, query, limit, want)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
-        return await self._now().applied(key, want)
+        return await (await self._now()).applied(key, want)
 
     async def close(self) -> None:
         for projection in [*self._retired, *([self.current] if self.current else [])]:
@@ -527,9 +597,11 @@ class TargetFollower:
     """Runs the Kafka projector of the target readers use, and moves with the alias.
 
     For the projector service (`helix-es project`): one per view, in place of a `Projector`. It
-    projects the target the alias names; when a rebuild switches the alias it stops that
-    projector (leaving its consumer group cleanly) and starts one on the new target, which seeks
-    to the checkpoints the rebuild wrote, within about `interval` seconds. `projection` and
+    projects the target the alias names and announces so (`AliasStore.announce`, renewed every
+    `interval`); when a rebuild switches the alias it stops that projector (leaving its consumer
+    group cleanly) and starts one on the new target, which seeks to the checkpoints the rebuild
+    wrote, within about `interval` seconds. The rebuild keeps folding the new target until a
+    service announces it, so readers never wait on a target nobody writes. `projection` and
     `progress` are those of the projector running now (progress adds up across targets).
     """
 
@@ -558,45 +630,56 @@ class TargetFollower:
         self.progress: Progress = Progress()
         self.projector: Projector | None = None
 
+    async def _announce(self, target: str, ttl: float) -> None:
+        try:
+            await self.aliases.announce(self.alias, target, ttl)
+        except Exception as exc:  # a store hiccup must not stop the projector
+            log.warning("%s: could not announce target %s (%s)", self.alias, target, exc)
+
     async def run(self, stop: asyncio.Event) -> Progress:
         from projectors.runner import Projector
 
-        first = True
         try:
             self.target = await resolve_alias(self.aliases, self.alias, self.memory.view.name)
             while not stop.is_set():
-                if not first or self.projection.name != self.target:
+                if self.projection.name != self.target:
                     retired, self.projection = self.projection, target_projection(self.memory, self.target, self.store)
                     await retired.close()
-                first = False
                 projector = Projector(self.projection, bootstrap_servers=self.bootstrap_servers,
                                       topic_prefix=self.topic_prefix, **self.options)
                 projector.progress = self.progress  # one running total across targets
                 self.projector = projector
                 moved = asyncio.Event()
                 task = asyncio.create_task(projector.run(moved))
-                while not task.done():
-                    waiter = asyncio.create_task(stop.wait())
-                    await asyncio.wait({task, waiter}, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    if stop.is_set():
-                        moved.set()
-                        break
-                    if task.done():
-                        break
-                    try:
-                        target = await resolve_alias(self.aliases, self.alias, self.memory.view.name)
-                    except Exception as exc:
-                        log.warning("%s: could not read its alias (%s); projecting %s", self.alias, exc, self.target)
-                        continue
-                    if target != self.target:
-                        log.info("%s: the alias moved from %s to %s; projecting %s from now on",
-                                 self.memory.view.name, self.target, target, target)
-                        self.target = target
-                        moved.set()
-                        break
-                await task  # raises what the projector raised
+                serving = self.target
+                try:
+                    await self._watch(task, stop, moved)
+                    await task  # raises what the projector raised
+                finally:
+                    moved.set()
+                    await asyncio.gather(task, return_exceptions=True)
+                    await self._announce(serving, 0)  # withdrawn: this process projects it no more
         finally:
             await self.aliases.close()
         return self.progress
 
+    async def _watch(self, task: asyncio.Task[Progress], stop: asyncio.Event, moved: asyncio.Event) -> None:
+        """Announce the target while `task` projects it; return when stopped, failed, or the alias moved."""
+        while not task.done():
+            await self._announce(self.target, 3 * self.interval)
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait({task, waiter}, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if stop.is_set() or task.done():
+                return
+            try:
+                target = await resolve_alias(self.aliases, self.alias, self.memory.view.name)
+            except Exception as exc:
+                log.warning("%s: could not read its alias (%s); projecting %s", self.alias, exc, self.target)
+                continue
+            if target != self.target:
+                log.info("%s: the alias moved from %s to %s; projecting %s from now on",
+                         self.memory.view.name, self.target, target, target)
+                self.target = target
+                moved.set()
+                return

@@ -622,3 +622,25 @@ class _Stored:
 
     async def clear(self) -> Position:
         raise AssertionError("read-only")
+
+
+async def test_audit_shows_a_forgotten_session_as_erased(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key_env: bytes
+) -> None:
+    from helix_es import audit, forget
+
+    use_file_keys(monkeypatch, tmp_path)
+    ns = unique("aud-erase")
+    cfg = embedded(tmp_path, ns, {"type": "conversation"})
+    async with open_memory(cfg, session_id="alice") as mem:
+        await mem.add(Message("user", "my address is 1 Main St"))
+    await forget(cfg, session_id="alice", reason="erasure request 17")
+    report = await audit(cfg, session_id="alice", as_of="now")
+    assert report.erasure is not None and report.erasure.reason == "erasure request 17"
+    added = [e for e in report.events if e.type == "MessageAdded"]
+    assert added and all(e.erased for e in added)
+    assert "content erased" in added[0].describe()
+    doc = report.to_json()
+    assert doc["erased"]["reason"] == "erasure request 17"
+    assert "Main St" not in json.dumps(doc)
+    assert report.views == {"conversation": []}
