@@ -76,3 +76,10 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         for event in report.events:
             out("event", f"  #{event.position.offset:<4} {event.time.isoformat()[:23]}  {event.describe()}",
                 **event.to_json())
+        # Time travel: the view as it was after alice's 5th turn, folded from the log up to there.
+        fifth = report.events[4]
+        then = await audit(config, session_id=names["alice"], offset=fifth.position.offset)
+        for view, messages in (then.views or {}).items():
+            out("as-of", "\n" + f"alice's {view} as of offset {fifth.position.offset} "
+                f"({fifth.time.isoformat()[:23]}): {_short(messages)}", view=view, offset=fifth.position.offset,
+                messages=[json.loads(m.to_json()) for m in messages])
