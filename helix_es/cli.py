@@ -36,9 +36,10 @@ def served_projections(source: str) -> tuple[Any, list[tuple[Any, Any]]]:
 
 
 async def _project(args: argparse.Namespace) -> int:
-    from helix_es.backend import open_projection, open_store
+    from helix_es.backend import open_store
     from helix_es.views import View
-    from projectors.runner import Projector, run_projectors
+    from projectors.aliases import TargetFollower
+    from projectors.runner import run_projectors
 
     log_config, parts = served_projections(args.config)
     stop = asyncio.Event()
@@ -50,11 +51,11 @@ async def _project(args: argparse.Namespace) -> int:
     for part in parts:  # one projector (consumer group) per view: several processes share its partitions
         store = open_store(part) if isinstance(part.view, View) else None
         stores += [store] if store else []
-        projection = open_projection(part, store)
-        projectors.append(Projector(projection, bootstrap_servers=log_config.bootstrap_servers,
-                                    topic_prefix=log_config.topic_prefix, batch_size=args.batch_size))
-        say("projecting %s.* into view %s (%s store); SIGTERM stops", log_config.topic_prefix, projection.name,
-            projection.kind)
+        # A Projector of the target the view's alias names, moving with it when `helix-es rebuild` switches it.
+        projectors.append(TargetFollower(part, store, bootstrap_servers=log_config.bootstrap_servers,
+                                         topic_prefix=log_config.topic_prefix, batch_size=args.batch_size))
+        say("projecting %s.* into view %s (%s store); SIGTERM stops", log_config.topic_prefix, part.view.name,
+            part.store)
 
     async def report() -> None:
         while not stop.is_set():
@@ -85,7 +86,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 # Modules with add_command(subparsers).
-COMMAND_MODULES: list[str] = ["helix_es.lag", "helix_es.history", "helix_es.erasure"]
+COMMAND_MODULES: list[str] = ["helix_es.lag", "helix_es.history", "helix_es.erasure", "helix_es.rebuild"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from helix_es.config import Config, load_config
 from helix_es.history import audit
 from helix_es.memory import open_memory
 from helix_es.message import Message, ToolCall
+from helix_es.rebuild import rebuild
 
 SCRIPT: list[tuple[str, Message]] = [
     ("alice", Message("system", "You are a travel assistant. Be brief.")),
@@ -83,3 +84,11 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
             out("as-of", "\n" + f"alice's {view} as of offset {fifth.position.offset} "
                 f"({fifth.time.isoformat()[:23]}): {_short(messages)}", view=view, offset=fifth.position.offset,
                 messages=[json.loads(m.to_json()) for m in messages])
+    if config_path is None:  # a second backend, built from the history alone (the embedded default)
+        second = {"log": config["log"], "memory": {"type": "token-window", "max_tokens": 60, "namespace": "demo"}}
+        report = await rebuild(second)
+        async with open_memory(second, session_id=names["alice"]) as rebuilt:
+            got = await rebuilt.get()
+        out("rebuild", "\n" + f"rebuilt a token-window of 60 tokens from the log: {report.events} events into "
+            f"{report.target}; alice's window there: {_short(got)}", target=report.target, events=report.events,
+            get=[json.loads(m.to_json()) for m in got])

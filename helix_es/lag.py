@@ -61,9 +61,10 @@ async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
 
 async def lag(source: str) -> LagReport:
     """The lag of every view a config's projectors serve (all agents, all parts)."""
-    from helix_es.backend import open_projection, open_store
+    from helix_es.backend import open_store
     from helix_es.cli import served_projections
     from helix_es.views import View
+    from projectors.aliases import current_target, target_projection
 
     log_config, parts = served_projections(source)
     bootstrap, prefix = log_config.bootstrap_servers, log_config.topic_prefix
@@ -71,7 +72,8 @@ async def lag(source: str) -> LagReport:
     rows = []
     for part in parts:
         store = open_store(part) if isinstance(part.view, View) else None
-        projection = open_projection(part, store)
+        # The target readers use now (a rebuild may have switched it), not the view's first name.
+        projection = target_projection(part, await current_target(part, prefix), store)
         try:
             for tp, end in sorted(ends.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
                 applied = await projection.checkpoint(tp.topic, tp.partition)

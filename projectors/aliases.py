@@ -485,7 +485,7 @@ class AliasedProjection:
         self.kind = memory.store if memory.store != "file" else "memory"
         self.alias = alias_id(self.view_name, topic_prefix)
         self.aliases = aliases
-        self.store = store
+        self.shared_store = store
         self._install = install
         self.interval = 0.0 if aliases.cheap else (REFRESH_SECONDS if interval is None else interval)
         self.current: Projection | None = None
@@ -515,7 +515,7 @@ class AliasedProjection:
                             raise
                         log.debug("%s: alias not read yet", self.view_name, exc_info=True)
                         return None
-                    self.current = target_projection(self.memory, target, self.store)
+                    self.current = target_projection(self.memory, target, self.shared_store)
                     self.target, self.kind = target, self.current.kind
                     self._next_check = time.monotonic() + self.interval
         return self.current
@@ -535,7 +535,7 @@ class AliasedProjection:
                 return False
             if target == self.target:
                 return False
-            projection = target_projection(self.memory, target, self.store)
+            projection = target_projection(self.memory, target, self.shared_store)
             log.info("%s: readers move from %s to %s", self.view_name, self.target, target)
             if self._install is not None:
                 await self._install(self, projection, target)
@@ -549,6 +549,16 @@ class AliasedProjection:
             self._retired.append(self.current)
         self.current, self.target = projection, target
         self.generation += 1
+
+    async def forget(self, target: str) -> None:
+        """Close and let go of the projections of `target`, which readers left (its data is dropped)."""
+        keep = []
+        for projection in self._retired:
+            if projection.name == target:
+                await projection.close()
+            else:
+                keep.append(projection)
+        self._retired = keep
 
     def __getattr__(self, name: str) -> Any:
         # What else a projection offers (a store, counters) is the current target's.
@@ -654,6 +664,7 @@ class TargetFollower:
                 serving = self.target
                 try:
                     await self._watch(task, stop, moved)
+                    moved.set()  # stopped or moved: the projector leaves its group cleanly
                     await task  # raises what the projector raised
                 finally:
                     moved.set()

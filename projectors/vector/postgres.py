@@ -59,9 +59,16 @@ CREATE TABLE IF NOT EXISTS helix_vector_namespaces (
     namespace text NOT NULL,
     cleared_at timestamptz,
     version bigint NOT NULL,
+    erasures bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (view, namespace)
 );
-ALTER TABLE helix_vector_namespaces ADD COLUMN IF NOT EXISTS erasures bigint NOT NULL DEFAULT 0;
+-- Tables made before erasure existed. Only when missing: ALTER TABLE locks even when it changes nothing.
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                   WHERE table_name = 'helix_vector_namespaces' AND column_name = 'erasures') THEN
+        ALTER TABLE helix_vector_namespaces ADD COLUMN erasures bigint NOT NULL DEFAULT 0;
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS helix_embeddings (
     model text NOT NULL,
     content_sha256 text NOT NULL,

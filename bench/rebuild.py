@@ -1,0 +1,226 @@
+"""How fast `helix-es rebuild` folds the log into a new target, next to the raw fastavro decode rate.
+
+    python bench/rebuild.py [--events 200000] [--sessions 2000] [--views window,long-term] [--log kafka,embedded]
+                            [--batch-size 5000] [--profile] [--json]
+
+Needs HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN (eval "$(scripts/services up)").
+Writes `--events` chat events (the bytes `add` writes: user and assistant turns, tool calls and
+their results, a clear now and then) over `--sessions` sessions into one namespace, on a Kafka
+topic of 6 partitions and in an embedded log file, then rebuilds each view from it into a new
+target with `helix_es.rebuild.rebuild` (what the CLI runs) and reports events/s per view. The
+anchor, measured in the same run on the same bytes, is `fastavro.schemaless_reader` alone
+(schema parsed once, as any Avro program would). Everything it creates is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from helix_es import names  # noqa: E402
+from helix_es.codec import Codec, fingerprint  # noqa: E402
+from helix_es.events import Event, MemoryCleared, MessageAdded  # noqa: E402
+from helix_es.message import Message, ToolCall  # noqa: E402
+from helix_es.rebuild import rebuild  # noqa: E402
+
+VIEWS: dict[str, dict[str, Any]] = {
+    "window": {"type": "sliding-window", "window_size": 30, "store": "redis"},
+    "token-window": {"type": "token-window", "max_tokens": 4000, "store": "redis"},
+    "conversation-pg": {"type": "conversation", "store": "postgres"},
+    "long-term": {"type": "long-term", "store": "redis"},
+    "long-term-pg": {"type": "long-term", "store": "postgres"},
+}
+
+
+def events(n: int, sessions: int, namespace: str) -> list[Event]:
+    out = []
+    for i in range(n):
+        sid = f"s{i % sessions}"
+        turn = i // sessions
+        r = turn % 10
+        if turn % 97 == 96:
+            payload: Any = MemoryCleared()
+        elif r == 3:
+            payload = MessageAdded(Message("assistant", "", tool_calls=(
+                ToolCall(f"c{i}", "read_file", json.dumps({"path": f"src/module_{turn}.py"})),)))
+        elif r == 4:
+            payload = MessageAdded(Message("tool", "def handler(event):\n    return event\n" * 4,
+                                           tool_call_id=f"c{i - sessions}"))
+        else:
+            role = "user" if r % 2 else "assistant"
+            payload = MessageAdded(Message(role, f"turn {turn}: " + "words of a typical chat message " * 3,
+                                           metadata={"lang": "en"} if r == 0 else {}))
+        out.append(Event(namespace, sid, payload))
+    return out
+
+
+def anchor(data: list[bytes]) -> float:
+    """Raw fastavro: schemaless_reader on each event body, the writer schema parsed once."""
+    schemas = {}
+    for f in sorted((ROOT / "schemas").glob("envelope.v*.avsc")):
+        raw = json.loads(f.read_text())
+        schemas[fingerprint(raw)] = fastavro.parse_schema(raw)
+    started = time.perf_counter()
+    for d in data:
+        fastavro.schemaless_reader(io.BytesIO(d[10:]), schemas[d[2:10]])
+    return len(data) / (time.perf_counter() - started)
+
+
+def codec_rate(data: list[bytes]) -> float:
+    codec = Codec()
+    started = time.perf_counter()
+    for d in data:
+        codec.decode(d)
+    return len(data) / (time.perf_counter() - started)
+
+
+async def write_kafka(bootstrap: str, prefix: str, namespace: str, evs: list[Event], data: list[bytes]) -> str:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from helix_es.log.kafka import create_topic
+
+    topic = names.topic(namespace, prefix)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await create_topic(admin, topic, 6, 1)
+    finally:
+        await admin.close()
+    await asyncio.sleep(0.5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
+                                max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, d, key=e.session_id.encode()) for e, d in zip(evs, data, strict=True)]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    return topic
+
+
+async def write_embedded_async(path: str, prefix: str, evs: list[Event]) -> None:
+    from helix_es.log.embedded import EmbeddedLog
+
+    log = EmbeddedLog(path, fsync=False, topic_prefix=prefix)
+    try:
+        for e in evs:
+            await log.append(e)
+    finally:
+        await log.close()
+
+
+async def cleanup(bootstrap: str, redis_url: str, dsn: str, prefix: str, namespace: str, topics: list[str],
+                  built: list[tuple[dict[str, Any], str]]) -> None:
+    import asyncpg
+    import redis.asyncio as aioredis
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from helix_es.rebuild import drop_target, select
+    from projectors.aliases import alias_id
+
+    for cfg, target in built:
+        log_config, part = select(cfg)
+        for old in {target, part.view.name}:
+            await drop_target(part, log_config, old, [namespace])
+    client = aioredis.Redis.from_url(redis_url)
+    for pattern in (f"helix:*:*:{prefix}", f"helix:memory:{namespace}:*"):
+        async for key in client.scan_iter(match=pattern, count=1000):
+            await client.delete(key)
+    await client.aclose()
+    conn = await asyncpg.connect(dsn)
+    try:
+        for cfg, _ in built:
+            _, part = select(cfg)
+            alias = alias_id(part.view.name, prefix)
+            for table in ("helix_aliases", "helix_targets", "helix_served"):
+                if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
+                    await conn.execute(f"DELETE FROM {table} WHERE view = $1", alias)
+    finally:
+        await conn.close()
+    if topics:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics(topics)
+        finally:
+            await admin.close()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    bootstrap = os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    redis_url = os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0")
+    dsn = os.environ.get("HELIX_POSTGRES_DSN", "postgresql://helix:helix@127.0.0.1:5432/helix")
+    run = uuid.uuid4().hex[:8]
+    prefix, namespace = f"bench-rebuild-{run}", f"bench-{run}"
+    evs = events(args.events, args.sessions, namespace)
+    codec = Codec()
+    data = [codec.encode(e) for e in evs]
+    result: dict[str, Any] = {"events": len(evs), "sessions": args.sessions, "bytes_per_event": round(
+        sum(map(len, data)) / len(data)), "raw_fastavro_decode_per_s": round(anchor(data)),
+        "codec_decode_per_s": round(codec_rate(data)), "rebuild_per_s": {}}
+    topics: list[str] = []
+    built: list[tuple[dict[str, Any], str]] = []
+    tmp = tempfile.mkdtemp(prefix="helix-bench-rebuild-")
+    try:
+        for log_kind in args.log.split(","):
+            if log_kind == "kafka":
+                topics.append(await write_kafka(bootstrap, prefix, namespace, evs, data))
+                log_cfg: dict[str, Any] = {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix}
+            else:
+                await write_embedded_async(tmp, prefix, evs)
+                log_cfg = {"type": "embedded", "path": tmp, "topic_prefix": prefix, "fsync": False}
+            for view in args.views.split(","):
+                memory = {**VIEWS[view], "namespace": namespace, "redis_url": redis_url, "dsn": dsn}
+                cfg = {"log": log_cfg, "memory": memory}
+                profiler = cProfile.Profile() if args.profile else None
+                if profiler:
+                    profiler.enable()
+                report = await rebuild(cfg, switch=False, batch_size=args.batch_size, workers=args.workers)
+                if profiler:
+                    profiler.disable()
+                    pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+                built.append((cfg, report.target))
+                result["rebuild_per_s"][f"{view} ({log_kind})"] = report.events_per_second
+                print(f"{view:>16} from {log_kind:<8}: {report.read:,} events in {report.seconds:.2f}s = "
+                      f"{report.events_per_second:,} events/s", file=sys.stderr)
+    finally:
+        await cleanup(bootstrap, redis_url, dsn, prefix, namespace, topics, built)
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--sessions", type=int, default=2000)
+    parser.add_argument("--views", default="window,long-term")
+    parser.add_argument("--log", default="kafka,embedded")
+    parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument("--workers", type=int, help="rebuild worker processes (default: one per core)")
+    parser.add_argument("--profile", action="store_true", help="cProfile each rebuild (slower)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    out = asyncio.run(main(args))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"raw fastavro decode: {out['raw_fastavro_decode_per_s']:,} events/s; Codec.decode: "
+              f"{out['codec_decode_per_s']:,} events/s ({out['events']:,} events, {out['bytes_per_event']} B each)")
+        for name, rate in out["rebuild_per_s"].items():
+            print(f"rebuild {name}: {rate:,} events/s")
