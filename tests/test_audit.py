@@ -369,7 +369,8 @@ def test_cli_json_is_one_document(summary_log: tuple[Path, str, list[Seen]]) -> 
     assert set(doc) == {"namespace", "session_id", "topic", "cut", "erased", "events", "views"}
     assert doc["cut"] == {"as_of": None, "offset": seen[-1].offset, "partition": 0, "time": None}
     first = doc["events"][0]
-    assert set(first) == {"time", "topic", "partition", "offset", "event_id", "session_id", "type", "known", "payload"}
+    assert set(first) == {"time", "topic", "partition", "offset", "event_id", "session_id", "type", "known", "erased",
+                          "payload"}
     assert first["payload"] == {"message": {"role": "user", "content": turn(0).content}}
     summary = next(e for e in doc["events"] if e["type"] == "SummaryRecorded")
     assert set(summary["payload"]) == {"view", "epoch", "covers", "text", "model"}
