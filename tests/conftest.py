@@ -6,17 +6,24 @@ With HELIX_REQUIRE_SERVICES=1 (CI) a missing service fails the run instead of sk
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest_plugins = ["tests.model_server"]
 
 REQUIRE = os.environ.get("HELIX_REQUIRE_SERVICES") == "1"
+ROOT = Path(__file__).resolve().parent.parent
 RUN = uuid.uuid4().hex[:8]  # keeps this run's topics, keys and rows apart from earlier runs
 
 
@@ -153,3 +160,22 @@ async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 
     finally:
         await consumer.stop()
     return values
+
+
+def start_projector(config: dict[str, Any], tmp_path: Path, *, batch_size: int = 50) -> subprocess.Popen[str]:
+    """`helix-es project` in its own process, as a deployment runs it."""
+    path = tmp_path / f"projector-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--batch-size", str(batch_size)]
+    return subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, as a deployment stops it; killed if it does not drain in 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()

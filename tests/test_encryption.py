@@ -5,9 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,7 @@ from helix_es.encryption import (
     keys_from_env,
 )
 from helix_es.errors import HelixError, InvalidInput
-from tests.conftest import topic_values, unique
+from tests.conftest import start_projector, stop, topic_values, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS = ["Oslo-7731", "hunter2-pw", "NO93-8601", "☃-snowman"]
@@ -65,21 +62,6 @@ def embedded(tmp_path: Path, namespace: str, **memory: Any) -> dict[str, Any]:
     }
 
 
-def start_projector(config: dict[str, Any], tmp_path: Path) -> subprocess.Popen[str]:
-    path = tmp_path / f"projector-{config['memory']['store']}.yaml"
-    path.write_text(json.dumps(config))  # JSON is YAML
-    cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--batch-size", "50"]
-    return subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.fixture

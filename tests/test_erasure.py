@@ -10,7 +10,6 @@ import asyncio
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -59,7 +58,7 @@ from projectors.stores import SessionKey
 from projectors.vector import VectorProjection
 from projectors.vector.memory import MemoryVectorStore
 from projectors.vector.postgres import PostgresVectorStore
-from tests.conftest import topic_values, unique, wait_for
+from tests.conftest import start_projector, stop, topic_values, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
@@ -467,21 +466,6 @@ async def test_vector_drops_the_erased_sessions_entries(request: pytest.FixtureR
 # --- through Kafka, with a real projector and the CLI -------------------------------------------------
 
 
-def start_projector(config: dict[str, Any], tmp_path: Path) -> subprocess.Popen[str]:
-    path = tmp_path / "projector.yaml"
-    path.write_text(json.dumps(config))
-    cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--batch-size", "50"]
-    return subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.fixture
