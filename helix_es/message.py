@@ -60,7 +60,6 @@ def _tool_calls(value: object) -> tuple[ToolCall, ...]:
             item = ToolCall(item.get("id"), item.get("name"), item.get("arguments", "{}"))  # type: ignore[arg-type]
         if not isinstance(item, ToolCall):
             raise InvalidMessage(f"tool_calls[{i}]", "must be a ToolCall or a mapping")
-        item.check(f"tool_calls[{i}]")
         calls.append(item)
     return tuple(calls)
 
@@ -77,11 +76,19 @@ class Message:
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tool_calls", _tool_calls(self.tool_calls))
+        self.check()
+        object.__setattr__(self, "metadata", dict(self.metadata))
+
+    def check(self) -> None:
+        """The rules `Message()` enforces. A projector runs them on messages decoded from others' records,
+        without building the message again."""
         if self.role not in ROLES:
             raise InvalidMessage("role", f"must be one of {sorted(ROLES)}, got {self.role!r}")
         _text(self.content, "content")
         _text(self.name, "name", optional=True, empty=False)
-        object.__setattr__(self, "tool_calls", _tool_calls(self.tool_calls))
+        for i, call in enumerate(self.tool_calls):
+            call.check(f"tool_calls[{i}]")
         if self.tool_calls and self.role != "assistant":
             raise InvalidMessage("tool_calls", f"only assistant messages carry tool calls, not {self.role}")
         _text(self.tool_call_id, "tool_call_id", optional=True, empty=False)
@@ -94,7 +101,6 @@ class Message:
         for key, val in self.metadata.items():
             _text(key, "metadata key", empty=False)
             _text(val, f"metadata[{key!r}]")
-        object.__setattr__(self, "metadata", dict(self.metadata))
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record form (also the JSON form stored in views)."""

@@ -18,7 +18,6 @@ from helix_es import names
 from helix_es.errors import InvalidInput
 from helix_es.events import Event, MessageAdded
 from helix_es.log.kafka import create_topic
-from helix_es.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +30,7 @@ def check(event: Event, topic: str, key: bytes | None, prefix: str = names.DEFAU
     if key != event.session_id.encode():
         raise InvalidInput("key", f"the record key {key!r} is not the session id {event.session_id!r}")
     if isinstance(event.payload, MessageAdded):
-        m = event.payload.message  # decoded without checks: check it the way Message() does
-        Message(m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata)
+        event.payload.message.check()  # decoded without checks: apply Message()'s rules
 
 
 class DeadLetters:
