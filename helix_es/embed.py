@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from helix_es.errors import ConfigError, HelixError
-from helix_es.http import HttpError, request_json
+from helix_es.http import OPENAI_BASE_URL, HttpError, openai_base_url, request_json
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,6 @@ class LocalEmbedder:
 
 # --- openai: any OpenAI-compatible embeddings endpoint ----------------------------------------
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENAI_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -242,8 +241,7 @@ class OpenAIEmbedder:
         # text-embedding-3 models shorten on request; a shortened vector is another model's vector.
         self._ask_dims = model.startswith("text-embedding-3")
         self.model = f"openai/{model}" + (f"@{self.dims}" if native is not None and self.dims != native else "")
-        # Like the official SDK: an explicit base_url, else $OPENAI_BASE_URL, else OpenAI's own.
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL).rstrip("/")
+        self.base_url = openai_base_url(base_url)
         self.url = self.base_url + "/embeddings"
         self.api_key_env = api_key_env
         self.paid = paid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import urllib.error
 import urllib.request
@@ -62,6 +63,14 @@ def request_json(
 async def post_json(url: str, payload: Mapping[str, Any], **options: Any) -> Any:
     """`request_json` in a thread, so the event loop keeps going."""
     return await asyncio.to_thread(request_json, url, payload, **options)
+
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+def openai_base_url(explicit: str | None) -> str:
+    """Like the official SDK: an explicit base_url, else $OPENAI_BASE_URL, else OpenAI's own."""
+    return (explicit or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL).rstrip("/")
 
 
 def bearer(key: str | None) -> dict[str, str]:

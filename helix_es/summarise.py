@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from helix_es.http import HttpError, bearer, post_json
+from helix_es.http import HttpError, bearer, openai_base_url, post_json
 from helix_es.message import Message
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s")
@@ -61,7 +61,7 @@ class OpenAISummariser:
     timeout: float = 60.0
 
     async def summarise(self, previous: str, messages: Sequence[Message]) -> str:
-        base_url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+        base_url = openai_base_url(self.base_url)
         transcript = "\n".join(f"{m.role}: {m.content or _gist(m)}" for m in messages)
         user = f"Summary so far:\n{previous or '(none)'}\n\nNew messages:\n{transcript}"
         answer = await post_json(
