@@ -53,6 +53,28 @@ def message(i: int) -> Message:
     return Message("user" if i % 2 else "assistant", f"turn {i}: " + "words of a typical chat message " * 3)
 
 
+def start_projector(cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """A real `helix-es project` process for `cfg`, as a deployment runs it (its log to DEVNULL)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        json.dump(cfg, f)
+    projector = subprocess.Popen(
+        [sys.executable, "-m", "helix_es.cli", "project", "--config", f.name], cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    projector.config_path = f.name  # type: ignore[attr-defined]
+    return projector
+
+
+def stop_projector(projector: subprocess.Popen[bytes]) -> None:
+    projector.send_signal(signal.SIGTERM)
+    try:
+        projector.wait(30)
+    except subprocess.TimeoutExpired:
+        projector.kill()
+        projector.wait(10)
+    os.unlink(projector.config_path)  # type: ignore[attr-defined]
+
+
 async def main(n: int, as_json: bool) -> dict[str, float]:
     bootstrap = os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     redis_url = os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -68,12 +90,7 @@ async def main(n: int, as_json: bool) -> dict[str, float]:
     anchor_topic = await anchor.ensure_topic(ns)
     await anchor.close()
     await log.close()
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        json.dump(cfg, f)
-    projector = subprocess.Popen(
-        [sys.executable, "-m", "helix_es.cli", "project", "--config", f.name], cwd=ROOT,
-        stderr=subprocess.DEVNULL,
-    )
+    projector = start_projector(cfg)
     r: dict[str, float] = {}
     try:
         async with open_memory(cfg, session_id="bench") as mem:
@@ -113,9 +130,7 @@ async def main(n: int, as_json: bool) -> dict[str, float]:
             samples = await timed(max(200, n // 4), add_then_get)
             r["add_to_visible_p50_ms"], r["add_to_visible_p99_ms"] = pct(samples, 0.5), pct(samples, 0.99)
     finally:
-        projector.send_signal(signal.SIGTERM)
-        projector.wait(30)
-        os.unlink(f.name)
+        stop_projector(projector)
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
         await admin.delete_topics([f"helix.memory.{ns}", anchor_topic])  # a bench leaves no history behind

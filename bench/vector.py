@@ -106,7 +106,8 @@ async def measure(
         if i >= warmup:
             for name, took in (("anchor", t1 - t0), ("topk", t2 - t1), ("search", t3 - t2)):
                 times[name].append(took)
-    return {f"{name}_{q}": pct(samples, p) for name, samples in times.items() for q, p in (("p50", 0.5), ("p99", 0.99))}
+    quantiles = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+    return {f"{name}_{q}": pct(samples, p) for name, samples in times.items() for q, p in quantiles}
 
 
 async def main(n: int, dims: int, queries: int, postgres: bool) -> dict[str, Any]:

@@ -187,7 +187,12 @@ class Backend:
             return await self._append_locked(event)
 
     async def _append_locked(self, event: Event) -> Position:
-        position = await self.log.append(event)
+        try:
+            position = await self.log.append(event)
+        except asyncio.CancelledError:
+            # The write may land yet (the log finishes it): the next read folds it in from the log.
+            self._behind.update((ident, event.namespace) for ident in self._attached.get(event.namespace, {}))
+            raise
         record = Record(event, position)
         derived: list[Event] = []
         for ident, projection in self._attached.get(event.namespace, {}).items():

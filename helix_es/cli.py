@@ -53,7 +53,8 @@ async def _project(args: argparse.Namespace) -> int:
         stores += [store] if store else []
         # A Projector of the target the view's alias names, moving with it when `helix-es rebuild` switches it.
         projectors.append(TargetFollower(part, store, bootstrap_servers=log_config.bootstrap_servers,
-                                         topic_prefix=log_config.topic_prefix, batch_size=args.batch_size))
+                                         topic_prefix=log_config.topic_prefix, batch_size=args.batch_size,
+                                         session_timeout=args.session_timeout))
         say("projecting %s.* into view %s (%s store); SIGTERM stops", log_config.topic_prefix, part.view.name,
             part.store)
 
@@ -61,9 +62,10 @@ async def _project(args: argparse.Namespace) -> int:
         while not stop.is_set():
             await asyncio.sleep(args.progress)
             for p in projectors:
-                say("%s: %d events applied, %d re-deliveries skipped, %d dead letters, %d partitions",
+                say("%s: %d events applied, %d re-deliveries skipped, %d dead letters, %d partitions"
+                    "; %d writes retried, %d restarts, %d partitions refolded",
                     p.projection.name, p.progress.events, p.progress.skipped, p.progress.dead_letters,
-                    len(p.progress.assigned))
+                    len(p.progress.assigned), p.progress.retries, p.progress.restarts, p.progress.refolds)
 
     reporter = asyncio.create_task(report())
     try:
@@ -105,6 +107,9 @@ def parser() -> argparse.ArgumentParser:
     project.add_argument("--config", required=True, help="YAML file (log: kafka, memory: ...)")
     project.add_argument("--batch-size", type=int, default=500, help="events per fetch (default 500)")
     project.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
+    project.add_argument("--session-timeout", type=float, default=10.0,
+                         help="seconds after which the group gives a dead process's partitions to the others "
+                              "(default 10; at least the broker's group.min.session.timeout.ms)")
     project.set_defaults(run=_project)
 
     # Commands that live in their own modules register here: each has add_command(sub).

@@ -40,6 +40,7 @@ class CompositeMemory(EventWriter):
         self.parts = list(parts)
         first = self.parts[0]
         self.backend, self.namespace, self.session_id = first.backend, first.namespace, first.session_id
+        self.max_content_bytes = first.max_content_bytes
 
     def wrote(self, position: Position) -> None:
         for part in self.parts:

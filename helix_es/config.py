@@ -14,6 +14,8 @@ import yaml
 
 from helix_es import names
 from helix_es.errors import ConfigError
+from helix_es.log import MAX_EVENT_BYTES
+from helix_es.message import DEFAULT_MAX_CONTENT_BYTES
 from helix_es.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.views import IndexView, View
 from helix_es.views.conversation import Conversation
@@ -133,22 +135,34 @@ def parse_summariser(raw: Any, where: str) -> Summariser:
     only_keys(raw, SUMMARISER_KEYS, where, "a summariser")
     provider = raw.get("provider", "extractive")
     if provider == "extractive":
-        return ExtractiveSummariser(max_chars=_int(raw, "max_chars", where, 4000))
+        for k in ("model", "base_url", "api_key_env", "timeout"):
+            if k in raw:
+                raise ConfigError(f"{where}.{k}", "is an option of the openai provider, not extractive")
+        max_chars = _int(raw, "max_chars", where, 4000)
+        if max_chars < 2:
+            raise ConfigError(f"{where}.max_chars", f"must be >= 2, got {max_chars}")
+        return ExtractiveSummariser(max_chars=max_chars)
     if provider == "openai":
+        if "max_chars" in raw:
+            raise ConfigError(f"{where}.max_chars", "is an option of the extractive provider, not openai")
         texts = {k: raw[k] for k in ("model", "base_url", "api_key_env") if k in raw}
         for k, v in texts.items():
             if not isinstance(v, str) or not v:
                 raise ConfigError(f"{where}.{k}", f"must be a non-empty string, got {v!r}")
+        if "timeout" in raw:
+            texts["timeout"] = _seconds(raw["timeout"], f"{where}.timeout")
         return OpenAISummariser(**texts)
     raise ConfigError(f"{where}.provider", f"must be extractive or openai, got {provider!r}")
 
 STORES = ("memory", "redis", "postgres", "file")
 COMMON_KEYS = {
     "type", "store", "namespace", "redis_url", "dsn", "postgres_dsn", "consistency",
-    "read_timeout", "session_id", "session_id_header", "ttl", "file_path",
+    "read_timeout", "session_id", "session_id_header", "ttl", "file_path", "max_content_bytes",
 }  # fmt: skip
-COMPOSITE_KEYS = {"type", "backends", "namespace", "consistency", "read_timeout", "session_id", "session_id_header"}
-SHARED_KEYS = ("namespace", "consistency", "read_timeout", "session_id", "session_id_header")  # parts inherit them
+COMPOSITE_KEYS = {"type", "backends", "namespace", "consistency", "read_timeout", "session_id", "session_id_header",
+                  "max_content_bytes"}
+# parts inherit them
+SHARED_KEYS = ("namespace", "consistency", "read_timeout", "session_id", "session_id_header", "max_content_bytes")
 LOG_KEYS = {"type", "bootstrap_servers", "topic_prefix", "partitions", "replication_factor", "path", "fsync"}
 
 
@@ -177,6 +191,7 @@ class MemoryConfig:
     session_id_header: str | None = None
     summariser: Summariser | None = None  # summary views only
     file_path: str | None = None  # store: file: the JSON export; the log lives beside it
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES  # largest content (and tool arguments) an add may write
 
     @property
     def parts(self) -> tuple[MemoryConfig, ...]:
@@ -212,6 +227,47 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, but a key given twice in one mapping is an error (YAML's rule; PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges; the keys it brings may repeat
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(where, f"must be a positive (finite) number of seconds, got {value!r}")
+    return float(value)
+
+
+def _text_option(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(where, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _url(value: Any, where: str, schemes: tuple[str, ...], env: str) -> str:
+    origin = f" (from {env})" if os.environ.get(env) else ""
+    if not isinstance(value, str) or not value.startswith(tuple(f"{s}://" for s in schemes)):
+        want = " or ".join(f"{s}://..." for s in schemes)
+        # Never the whole value: it may hold a password.
+        got = f"a URL starting {value.partition('://')[0][:20]!r}" if isinstance(value, str) else type(value).__name__
+        raise ConfigError(where, f"must be a URL {want}{origin}, got {got}")
+    return value
+
+
 def _read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
     if isinstance(source, Mapping):
         return source
@@ -222,7 +278,7 @@ def _read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[
     else:
         where = "<yaml>"
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         raise ConfigError(where, f"is not valid YAML: {exc}") from None
     if isinstance(doc, str) and "\n" not in text:
@@ -251,6 +307,11 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         agents = doc["agents"]
         if not isinstance(agents, list) or not agents:
             raise ConfigError("agents", "must be a non-empty list")
+        for i, a in enumerate(agents):
+            if not isinstance(a, Mapping):
+                raise ConfigError(f"agents[{i}]", f"must be a mapping, got {type(a).__name__}")
+            if "id" in a and (not isinstance(a["id"], str) or not a["id"]):
+                raise ConfigError(f"agents[{i}].id", f"must be a non-empty string, got {a['id']!r}")
         if isinstance(agent, int):
             picked = agents[agent : agent + 1]
         else:
@@ -274,6 +335,11 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         raise ConfigError("memory_middleware", "must be a list of middleware names")
     log = parse_log(doc.get("log"), "log")
     parsed = parse_memory(memory, where, log)
+    longest = max(len(names.topic_name(parsed.namespace, log.topic_prefix)),
+                  len(names.dlq_topic(parsed.namespace, log.topic_prefix)))
+    if longest > names.MAX_TOPIC:
+        raise ConfigError(f"{where}.namespace", f"with log.topic_prefix {log.topic_prefix!r} it names a topic of "
+                          f"{longest} characters, over Kafka's {names.MAX_TOPIC}: shorten the namespace or the prefix")
     files = {p.file_path for p in parsed.parts if p.store == "file"}
     if files:
         if doc.get("log") is not None and log.type == "kafka":
@@ -306,7 +372,9 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     fsync = raw.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError(f"{where}.fsync", f"must be true or false, got {fsync!r}")
-    return LogConfig(kind, str(bootstrap), prefix, partitions, replication, str(raw.get("path", default.path)), fsync)
+    _text_option(bootstrap, f"{where}.bootstrap_servers")
+    path = _text_option(raw.get("path", default.path), f"{where}.path")
+    return LogConfig(kind, bootstrap, prefix, partitions, replication, path, fsync)
 
 
 def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -> MemoryConfig:
@@ -333,7 +401,7 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     kind = raw.get("type", "conversation")
     if kind == "composite":
         return parse_composite(raw, where, log)
-    if kind not in VIEW_TYPES:
+    if not isinstance(kind, str) or kind not in VIEW_TYPES:
         raise ConfigError(f"{where}.type", f"unknown memory type {kind!r}; known: {sorted(VIEW_TYPES)}")
     only_keys(raw, COMMON_KEYS | VIEW_KEYS[kind], where, f"a {kind} memory")
     view = VIEW_TYPES[kind](raw, where)
@@ -360,12 +428,17 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     consistency = raw.get("consistency", "read-your-writes")
     if consistency not in ("read-your-writes", "eventual"):
         raise ConfigError(f"{where}.consistency", f"must be read-your-writes or eventual, got {consistency!r}")
-    timeout = raw.get("read_timeout", 5.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigError(f"{where}.read_timeout", f"must be a positive number of seconds, got {timeout!r}")
+    timeout = _seconds(raw.get("read_timeout", 5.0), f"{where}.read_timeout")
     session_id = raw.get("session_id")
     if session_id is not None:
         names.check_session_id(session_id, f"{where}.session_id", ConfigError)
+    header = raw.get("session_id_header")
+    if header is not None:
+        _text_option(header, f"{where}.session_id_header")
+    max_content = _int(raw, "max_content_bytes", where, DEFAULT_MAX_CONTENT_BYTES)
+    if not 1 <= max_content <= MAX_EVENT_BYTES:
+        raise ConfigError(f"{where}.max_content_bytes",
+                          f"must be from 1 to {MAX_EVENT_BYTES} (the log's event limit), got {max_content}")
     # The environment names this deployment's services: it wins over addresses in a shared file.
     redis_url = os.environ.get("HELIX_REDIS_URL") or raw.get("redis_url")
     dsn = os.environ.get("HELIX_POSTGRES_DSN") or raw.get("dsn") or raw.get("postgres_dsn")
@@ -373,6 +446,10 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         raise ConfigError(f"{where}.redis_url", "store: redis needs redis_url (or HELIX_REDIS_URL)")
     if store == "postgres" and not dsn:
         raise ConfigError(f"{where}.dsn", "store: postgres needs dsn (or HELIX_POSTGRES_DSN)")
+    if redis_url is not None:
+        _url(redis_url, f"{where}.redis_url", ("redis", "rediss", "unix"), "HELIX_REDIS_URL")
+    if dsn is not None:
+        _url(dsn, f"{where}.dsn", ("postgresql", "postgres"), "HELIX_POSTGRES_DSN")
     return MemoryConfig(
         type=kind,
         view=view,
@@ -381,9 +458,10 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         redis_url=redis_url,
         postgres_dsn=dsn,
         consistency=consistency,
-        read_timeout=float(timeout),
+        read_timeout=timeout,
         session_id=session_id,
         session_id_header=raw.get("session_id_header"),
         summariser=parse_summariser(raw.get("summariser"), f"{where}.summariser") if kind == "summary" else None,
         file_path=file_path,
+        max_content_bytes=max_content,
     )

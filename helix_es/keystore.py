@@ -436,9 +436,9 @@ class RedisKeyStore:
     @property
     def redis(self) -> Any:
         if self._redis is None:
-            import redis.asyncio as aioredis
+            from helix_es.redis_pool import redis_client
 
-            self._redis = aioredis.Redis.from_url(self.url)
+            self._redis = redis_client(self.url)
         return self._redis
 
     @staticmethod

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -17,7 +17,7 @@ from helix_es import names
 from helix_es.config import Config, load_config
 from helix_es.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.events import Event, MemoryCleared, MessageAdded, Position
-from helix_es.message import Message
+from helix_es.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size
 from helix_es.middleware import build_chain
 from projectors.aliases import AliasedProjection
 from projectors.projection import Projection
@@ -37,25 +37,52 @@ class Memory(Protocol):
     async def clear(self) -> Position: ...
 
 
+MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
+RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
+
+
 class EventWriter:
     """`add` and `clear`: one event on the log each, never a write to a view."""
 
     backend: backends.Backend
     namespace: str
     session_id: str
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    _in_doubt: tuple[Event, ...] = ()  # events of the last adds and clears that raised
 
     async def add(self, message: Message) -> Position:
         if not isinstance(message, Message):
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
+        check_size(message, self.max_content_bytes)
         return await self._append(MessageAdded(message))
 
     async def clear(self) -> Position:
         return await self._append(MemoryCleared())
 
     async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
-        position = await self.backend.append(Event(self.namespace, self.session_id, payload))
+        """Append one event. An add or clear that raised may land yet (a caller's timeout cancels only
+        the wait for the broker), so the same add (an equal message) or clear called again re-sends
+        that event, same id, and the log returns the first send's position instead of writing twice."""
+        event = self._retry_of(payload) if self._in_doubt else None
+        if event is None:
+            event = Event(self.namespace, self.session_id, payload)
+        try:
+            position = await self.backend.append(event)
+        except BaseException:
+            if all(e is not event for e in self._in_doubt):
+                self._in_doubt = (*self._in_doubt[-(MAX_IN_DOUBT - 1) :], event)
+            raise
+        if self._in_doubt:
+            # A clear that landed ends every retry before it; a message, those of clears before it.
+            cleared = isinstance(payload, MemoryCleared)
+            self._in_doubt = tuple(e for e in self._in_doubt if not cleared and e is not event
+                                   and not isinstance(e.payload, MemoryCleared))
         self.wrote(position)
         return position
+
+    def _retry_of(self, payload: MessageAdded | MemoryCleared) -> Event | None:
+        oldest = datetime.now(UTC) - RETRY_WINDOW
+        return next((e for e in self._in_doubt if e.payload == payload and e.timestamp > oldest), None)
 
     def wrote(self, position: Position) -> None:
         """Reads from now on wait until the views have applied `position`."""
@@ -74,8 +101,10 @@ class ViewMemory(EventWriter):
         *,
         consistency: str = "read-your-writes",
         read_timeout: float = 5.0,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
     ) -> None:
         self.backend = backend
+        self.max_content_bytes = max_content_bytes
         self.source = projection  # what the backend attached: it follows the view's alias
         self.namespace = names.check_namespace(namespace)
         self.session_id = names.check_session_id(session_id)
@@ -145,6 +174,13 @@ class ViewMemory(EventWriter):
 def check_search(query: object, limit: object) -> None:
     if not isinstance(query, str):
         raise InvalidInput("query", f"must be a string, got {type(query).__name__}")
+    if not query.isascii():
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a store would fail on it mid-query, untyped
+            raise InvalidInput("query", f"is not valid UTF-8 text ({exc.reason})") from None
+    if "\x00" in query:
+        raise InvalidInput("query", "contains a NUL character (\\x00)")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
 
@@ -212,7 +248,8 @@ async def open_memory(
     try:
         parts = [
             ViewMemory(backend, await backend.attach(part, mem.namespace), mem.namespace, sid,
-                       consistency=mem.consistency, read_timeout=mem.read_timeout)
+                       consistency=mem.consistency, read_timeout=mem.read_timeout,
+                       max_content_bytes=mem.max_content_bytes)
             for part in mem.parts
         ]
         memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)

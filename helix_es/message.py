@@ -20,10 +20,11 @@ def _text(value: object, path: str, *, optional: bool = False, empty: bool = Tru
         raise InvalidMessage(path, f"must be a string, got {type(value).__name__}")
     if not empty and not value:
         raise InvalidMessage(path, "must not be empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidMessage(path, f"is not valid UTF-8 text ({exc.reason})") from None
+    if not value.isascii():  # ASCII is valid UTF-8: no copy to find out (projectors check every message)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessage(path, f"is not valid UTF-8 text ({exc.reason})") from None
     if "\x00" in value:  # PostgreSQL text and jsonb cannot hold it; refuse it everywhere alike
         raise InvalidMessage(path, "contains a NUL character (\\x00)")
 
@@ -41,9 +42,14 @@ class ToolCall:
         _text(self.name, f"{path}.name", empty=False)
         _text(self.arguments, f"{path}.arguments")
         try:
-            json.loads(self.arguments)
+            json.loads(self.arguments, parse_constant=_not_json)
         except ValueError as exc:
             raise InvalidMessage(f"{path}.arguments", f"is not JSON text ({exc})") from None
+
+
+def _not_json(word: str) -> object:
+    # Python's json reads NaN and Infinity; JSON has no such words, and other readers refuse them.
+    raise ValueError(f"{word} is not a JSON value")
 
 
 def _tool_calls(value: object) -> tuple[ToolCall, ...]:
@@ -74,6 +80,8 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Token estimate, filled on first use (`helix_es.tokens`): windows re-count what they hold on every add.
+    _tokens: int | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_calls", _tool_calls(self.tool_calls))
@@ -87,8 +95,12 @@ class Message:
             raise InvalidMessage("role", f"must be one of {sorted(ROLES)}, got {self.role!r}")
         _text(self.content, "content")
         _text(self.name, "name", optional=True, empty=False)
+        ids: set[str] = set()
         for i, call in enumerate(self.tool_calls):
             call.check(f"tool_calls[{i}]")
+            if call.id in ids:  # a tool message could not say which of them it answers
+                raise InvalidMessage(f"tool_calls[{i}].id", f"repeats {call.id!r}: each tool call needs its own id")
+            ids.add(call.id)
         if self.tool_calls and self.role != "assistant":
             raise InvalidMessage("tool_calls", f"only assistant messages carry tool calls, not {self.role}")
         _text(self.tool_call_id, "tool_call_id", optional=True, empty=False)
@@ -125,6 +137,7 @@ class Message:
         setattr_(msg, "tool_calls", tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in calls) if calls else ())
         setattr_(msg, "tool_call_id", record.get("tool_call_id"))
         setattr_(msg, "metadata", record.get("metadata") or {})
+        setattr_(msg, "_tokens", None)
         return msg
 
     def to_json(self) -> str:
@@ -186,3 +199,18 @@ def decode_json(text: str | bytes) -> Message:
                 _decoded.clear()
             _decoded[text] = msg
     return msg
+
+
+DEFAULT_MAX_CONTENT_BYTES = 512 * 1024  # memory.max_content_bytes: well inside the log's 900,000-byte event limit
+
+
+def check_size(message: Message, limit: int, key: str = "memory.max_content_bytes") -> None:
+    """`content` and each tool call's `arguments` hold at most `limit` bytes of UTF-8, as written to the log
+    (after middleware: encryption makes text about 4/3 longer)."""
+    fields = [("content", message.content)]
+    fields += [(f"tool_calls[{i}].arguments", c.arguments) for i, c in enumerate(message.tool_calls)]
+    for path, text in fields:
+        if len(text) * 4 > limit:  # below that it fits whatever the characters; else count
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise InvalidMessage(path, f"is {size} bytes of UTF-8, over the limit of {limit} ({key})")

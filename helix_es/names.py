@@ -9,6 +9,7 @@ from helix_es.errors import InvalidInput
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_TOPIC_PREFIX = "helix.memory"
 MAX_SESSION_ID = 512
+MAX_TOPIC = 249  # Kafka's limit on a topic name (the embedded log adds ".log" to it: still a legal file name)
 
 
 def check_namespace(namespace: object, field: str = "namespace", error: type[InvalidInput] = InvalidInput) -> str:
@@ -23,13 +24,24 @@ def check_session_id(session_id: object, field: str = "session_id", error: type[
         raise error(field, f"must be a non-empty string, got {session_id!r}")
     if len(session_id) > MAX_SESSION_ID:
         raise error(field, f"is longer than {MAX_SESSION_ID} characters")
-    if any(ch in "{}" or not ch.isprintable() for ch in session_id):
+    if not session_id.isprintable() or "{" in session_id or "}" in session_id:
         raise error(field, f"must be printable text without braces, got {session_id!r}")
+    if session_id.isspace():
+        raise error(field, f"must not be blank, got {session_id!r}")
     return session_id
 
 
+def topic_name(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """`<prefix>.<namespace>`, unchecked."""
+    return f"{prefix}.{namespace}"
+
+
 def topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
-    return f"{prefix}.{check_namespace(namespace)}"
+    name = topic_name(check_namespace(namespace), prefix)
+    if len(name) > MAX_TOPIC:
+        raise InvalidInput("namespace", f"makes topic {name[:40]}... {len(name)} characters long, over Kafka's "
+                           f"{MAX_TOPIC}: shorten the namespace or the topic prefix")
+    return name
 
 
 def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:

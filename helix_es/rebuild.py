@@ -75,6 +75,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 5000  # events per atomic write: big enough that a write costs little per event
 FETCH_BYTES = 4 << 20  # per partition and fetch
+DECODE_SLICE = 1000  # records decoded between looks at the write in flight (~10 ms)
 HANDOVER_SECONDS = 30.0
 HANDOVER_GRACE = 2.0  # folding on after a service announced the target: it joins its group meanwhile
 # Caught up: read to the ends seen last, and a second look finds at most this many more. Under steady
@@ -394,7 +395,10 @@ class KafkaSource:
                 if not messages:
                     continue
                 self.positions[tp] = messages[-1].offset + 1
-                records = self._decode(tp.topic, tp.partition, messages)
+                records: list[Record] = []
+                for start in range(0, len(messages), DECODE_SLICE):
+                    records += self._decode(tp.topic, tp.partition, messages[start : start + DECODE_SLICE])
+                    await asyncio.sleep(0)  # the write in flight takes its next round trip meanwhile
                 if records:
                     yield records
             if quiet >= 5:  # nothing for a second: the fetcher may sit past gaps (control records)
@@ -558,7 +562,9 @@ class EmbeddedSource:
                     continue
                 got_any = True
                 records = []
-                for offset, data in frames:
+                for i, (offset, data) in enumerate(frames, 1):
+                    if i % DECODE_SLICE == 0:
+                        await asyncio.sleep(0)  # the write in flight takes its next round trip meanwhile
                     self._bytes += len(data) + _FRAME.size
                     if n > 1:
                         session = _session_of(data)
@@ -854,9 +860,9 @@ async def drop_target(part: MemoryConfig, log_config: LogConfig, target: str, na
     topics = [names.topic(ns, log_config.topic_prefix) for ns in namespaces]
     view = part.view
     if part.store == "redis":
-        import redis.asyncio as aioredis
+        from helix_es.redis_pool import redis_client
 
-        client = aioredis.Redis.from_url(part.redis_url or getattr(view, "redis_url", None) or "")
+        client = redis_client(part.redis_url or getattr(view, "redis_url", None) or "")
         try:
             if isinstance(view, View):
                 suffix = target if target != view.name else view.key_suffix
@@ -1180,9 +1186,9 @@ async def _forget_checkpoints(part: MemoryConfig, target: str, checkpoints: set[
     if not checkpoints:
         return
     if part.store == "redis":
-        import redis.asyncio as aioredis
+        from helix_es.redis_pool import redis_client
 
-        client = aioredis.Redis.from_url(part.redis_url or "")
+        client = redis_client(part.redis_url or "")
         try:
             await client.hdel(names.checkpoint_key(target), *(f"{t}:{p}" for t, p in sorted(checkpoints)))
         finally:

@@ -120,35 +120,13 @@ def _message_tokens(message: Message) -> int:
     return min(MAX_TOKENS, total)
 
 
-class _Cache:
-    """Message -> tokens. Windows re-count the messages they hold on every add; a bounded dict
-    (entries and characters, cleared when full) makes that a lookup."""
-
-    def __init__(self, entries: int = 50_000, chars: int = 16_000_000) -> None:
-        self.max_entries, self.max_chars = entries, chars
-        self.tokens: dict[Message, int] = {}
-        self.chars = 0
-
-    def get(self, message: Message) -> int:
-        tokens = self.tokens.get(message)
-        if tokens is None:
-            tokens = _message_tokens(message)
-            size = len(message.content) + sum(len(c.arguments) for c in message.tool_calls)
-            if len(self.tokens) >= self.max_entries or self.chars + size > self.max_chars:
-                self.tokens.clear()
-                self.chars = 0
-            if size <= self.max_chars:
-                self.tokens[message] = tokens
-                self.chars += size
-        return tokens
-
-
-_cache = _Cache()
-
-
 def message_tokens(message: Message) -> int:
     """Tokens `message` costs in a chat prompt: content, name, each tool call's name and JSON
     arguments, plus a fixed overhead per message (role, delimiters) and per tool call.
     `tool_call_id` and `metadata` are not sent as text to a model and are not counted.
-    Capped at `MAX_TOKENS`."""
-    return _cache.get(message)
+    Capped at `MAX_TOKENS`. Counted once per message object."""
+    tokens = message._tokens
+    if tokens is None:
+        tokens = _message_tokens(message)
+        object.__setattr__(message, "_tokens", tokens)
+    return tokens

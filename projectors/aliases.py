@@ -37,6 +37,7 @@ from helix_es import names
 from helix_es.errors import ConfigError
 from helix_es.events import Position, Record
 from helix_es.message import Message
+from helix_es.redis_pool import redis_client
 from helix_es.views import State, View
 from projectors.pg import Pg
 from projectors.projection import Applied, Projection
@@ -159,7 +160,7 @@ class RedisAliases:
     @property
     def redis(self) -> aioredis.Redis:
         if self._redis is None:  # opened on first use: most views never switch
-            self._redis = aioredis.Redis.from_url(self.url)
+            self._redis = redis_client(self.url)
         return self._redis
 
     async def get(self, alias: str) -> str | None:

@@ -44,7 +44,10 @@ class Pg:
         if schema not in self._made or self._pool is None:
             async with self._lock:
                 if self._pool is None:
-                    self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4, reset=_keep_session)
+                    # No floor of idle connections: after a restart of the server asyncpg would try to
+                    # restore it in the background, logging a traceback per attempt while it is down;
+                    # the projector's own retries say what is going on.
+                    self._pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=4, reset=_keep_session)
                 if schema not in self._made:
                     async with self._pool.acquire() as conn:
                         async with conn.transaction():

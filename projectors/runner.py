@@ -3,25 +3,90 @@
 On assignment a partition is sought to the view's stored checkpoint + 1 (Kafka's committed
 offsets are only advisory), each batch is folded per session and written with its
 checkpoint in one atomic step, and session guards make a re-delivered event a no-op.
+
+Faults, and what the loop does about them:
+
+- A store or broker that is down, restarting or busy (`transient`): the write in hand is
+  retried with backoff (0.1 s doubling to 5 s, one warning per attempt) for as long as it takes,
+  with the batch held, so nothing is skipped; a stop (SIGTERM) during the wait abandons the
+  batch, unwritten, for the next start to re-read. A transient failure anywhere else (the
+  consumer cannot start, the alias cannot be read) ends that projector's run, and
+  `run_projectors` starts it again after a backoff (0.5 s doubling to 30 s): `helix-es project`
+  does not exit for an outage, only for a fault that waiting does not cure.
+- A checkpoint that vanished (Redis FLUSHALL, or a Redis restarted without persistence, took the
+  view's data with it): the store refuses the write (`CheckpointLost`) or the periodic check
+  (every `verify_interval` seconds, for partitions with nothing new to write) finds it missing,
+  and the partition is refolded from the start of the log. A checkpoint found below the one
+  written (a store restored from an older snapshot) moves the partition back to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
+import asyncpg
+import redis.exceptions as redis_errors
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from helix_es import names
 from helix_es.codec import Codec
 from helix_es.events import Position, Record
-from helix_es.log.kafka import KafkaLog
+from helix_es.log.kafka import KafkaLog, KafkaUnavailable
 from projectors.deadletter import DeadLetters, check
 from projectors.projection import Projection
+from projectors.stores import CheckpointLost, StaleWrite
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_FIRST = 0.1  # seconds before the first retry of a store write; doubles up to RETRY_MAX
+RETRY_MAX = 5.0
+RESTART_FIRST = 0.5  # seconds before a projector stopped by an outage starts again; doubles up to RESTART_MAX
+RESTART_MAX = 30.0
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
+    TimeoutError,
+    StaleWrite,  # another projector kept winning the session guards: reload and try again
+    KafkaUnavailable,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    redis_errors.ConnectionError,  # includes BusyLoadingError (a restarted Redis loading its data)
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica while a failover promotes another server
+    redis_errors.TryAgainError,
+    asyncpg.PostgresConnectionError,  # class 08, includes a connection lost mid-statement
+    asyncpg.exceptions.OperatorInterventionError,  # class 57: shutting down, starting up, cancelled
+    asyncpg.exceptions.InsufficientResourcesError,  # class 53: too many connections, disk full
+)
+
+
+_LOCAL_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def transient(exc: BaseException) -> bool:
+    """A failure that waiting cures: a store or broker that is down, restarting or busy."""
+    for cause in (exc, exc.__cause__):
+        if isinstance(cause, _LOCAL_OS_ERRORS):
+            return False
+        if isinstance(cause, _TRANSIENT):
+            return True
+        if isinstance(cause, KafkaError) and cause.retriable:
+            return True
+        if isinstance(cause, asyncpg.InterfaceError) and "connection is closed" in str(cause):
+            return True
+    return False
+
+
+class _Stopped(Exception):
+    """Stop was asked for while a write was being retried: the batch in hand stays unwritten."""
 
 
 @dataclass
@@ -33,6 +98,9 @@ class Progress:
     dead_letters: int = 0  # records it could not use, parked on helix.dlq.<namespace>
     batches: int = 0
     assigned: set[TopicPartition] = field(default_factory=set)
+    retries: int = 0  # store writes retried after a transient failure
+    restarts: int = 0  # runs started again after a transient failure (by `run_projectors`)
+    refolds: int = 0  # partitions refolded from the start because their checkpoint vanished
 
 
 class _SeekToCheckpoint(ConsumerRebalanceListener):
@@ -40,19 +108,39 @@ class _SeekToCheckpoint(ConsumerRebalanceListener):
         self.p = projector
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        self.p.progress.assigned.difference_update(revoked)
+        for tp in revoked:
+            self.p.progress.assigned.discard(tp)
+            self.p.written.pop(tp, None)
+            self.p.sought.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         consumer = self.p.consumer
         assert consumer is not None
-        for tp in assigned:
-            checkpoint = await self.p.projection.checkpoint(tp.topic, tp.partition)
+        tps = sorted(assigned)
+        projection = self.p.projection
+        # Records of a partition are folded only once it is sought (see `sought`), and a group may
+        # hand out hundreds at a time: read the checkpoints, then seek them all at once.
+        try:
+            checkpoints = [
+                await self.p.retrying(f"reading the checkpoint of {tp.topic}[{tp.partition}]",
+                                      lambda tp=tp: projection.checkpoint(tp.topic, tp.partition))  # type: ignore[misc]
+                for tp in tps
+            ]
+            fresh = [tp for tp, c in zip(tps, checkpoints, strict=True) if c is None]
+            starts = await self.p.retrying("reading where partitions begin",
+                                           lambda: consumer.beginning_offsets(fresh)) if fresh else {}
+        except _Stopped:
+            return  # the loop ends; nothing was fetched for them
+        for tp, checkpoint in zip(tps, checkpoints, strict=True):
             if checkpoint is None:
-                await consumer.seek_to_beginning(tp)
+                self.p.written.pop(tp, None)
+                consumer.seek(tp, starts[tp])
             else:
+                self.p.written[tp] = checkpoint
                 consumer.seek(tp, checkpoint + 1)
-            log.info("%s: %s[%d] from offset %s", self.p.projection.name, tp.topic, tp.partition,
-                     0 if checkpoint is None else checkpoint + 1)
+            self.p.mark_sought(tp)
+            log.info("%s: %s[%d] from offset %d", projection.name, tp.topic, tp.partition,
+                     starts[tp] if checkpoint is None else checkpoint + 1)
             self.p.progress.assigned.add(tp)
 
 
@@ -68,6 +156,8 @@ class Projector:
         batch_size: int = 500,
         codec: Codec | None = None,
         metadata_max_age_ms: int = 1000,
+        session_timeout: float = 10.0,
+        verify_interval: float = 5.0,
     ) -> None:
         self.projection = projection
         self.bootstrap_servers = bootstrap_servers
@@ -75,13 +165,27 @@ class Projector:
         self.batch_size = batch_size
         self.codec = codec or Codec()
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.session_timeout = session_timeout  # how soon the group gives a dead process's partitions away
+        self.verify_interval = verify_interval  # how often stored checkpoints are checked against `written`
         self.consumer: AIOKafkaConsumer | None = None
         self._log: KafkaLog | None = None  # appends derived events
         self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
         self.progress = Progress()
+        self.written: dict[TopicPartition, int] = {}  # the checkpoint this process last read or wrote
+        # The last offset this process folded, per partition: a record at or below it that comes again
+        # (a seek back, a refold, records fetched before the rebalance listener's seek) was parked already.
+        self.handled: dict[TopicPartition, int] = {}
+        # Per partition, a number that changes with every seek: records fetched before the last seek
+        # (from Kafka's committed offset, while the rebalance listener was still reading checkpoints)
+        # are dropped, never folded; the partition is read again from where it was sought.
+        self.sought: dict[TopicPartition, int] = {}
+        self._seeks = 0
+        self._stop = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> Progress:
         """Consume until `stop` is set; then leave the group cleanly."""
+        self._stop = stop
+        session_ms = max(1, round(self.session_timeout * 1000))
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
@@ -90,54 +194,189 @@ class Projector:
             isolation_level="read_committed",
             metadata_max_age_ms=self.metadata_max_age_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=max(1, session_ms // 3),
         )
         self.consumer.subscribe(pattern=names.topic_pattern(self.topic_prefix), listener=_SeekToCheckpoint(self))
-        await self.consumer.start()
+        self.written.clear()
+        self.sought.clear()
         try:
+            await self.consumer.start()
+            loop = asyncio.get_running_loop()
+            next_check = loop.time() + self.verify_interval
             while not stop.is_set():
                 batches = await self.consumer.getmany(timeout_ms=200, max_records=self.batch_size)
+                sought = {tp: self.sought.get(tp) for tp in batches}
                 for tp, messages in batches.items():
-                    await self._fold(tp, messages)
+                    if sought[tp] is not None and self.sought.get(tp) == sought[tp]:
+                        await self._fold(tp, messages)
+                if loop.time() >= next_check:
+                    await self._verify()
+                    next_check = loop.time() + self.verify_interval
+        except _Stopped:
+            log.warning("%s: stopped while a write was failing; the batch in hand is re-read on the next start",
+                        self.projection.name)
         finally:
+            self.progress.assigned.clear()
             await self.consumer.stop()
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
         return self.progress
 
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`, again and again with backoff while it fails transiently; `_Stopped` once stop is set."""
+        delay = RETRY_FIRST
+        failures = 0
+        while True:
+            try:
+                result = await call()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if self._stop.is_set():
+                    raise _Stopped from exc
+                failures += 1
+                self.progress.retries += 1
+                log.warning("%s: %s failed (%s: %s); retry %d in %.1fs", self.projection.name, what,
+                            type(exc).__name__, exc, failures, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, RETRY_MAX)
+                continue
+            if failures:
+                log.info("%s: %s succeeded after %d failed attempts", self.projection.name, what, failures)
+            return result
+
+    async def _refold(self, tp: TopicPartition, why: str) -> None:
+        """The view lost what it held of `tp`: fold the partition again from the start of the log."""
+        assert self.consumer is not None
+        log.warning("%s: %s; refolding %s[%d] from the start of the log", self.projection.name, why, tp.topic,
+                    tp.partition)
+        self.written.pop(tp, None)
+        self.progress.refolds += 1
+        await self.consumer.seek_to_beginning(tp)
+        self.mark_sought(tp)
+
+    def mark_sought(self, tp: TopicPartition) -> None:
+        self._seeks += 1
+        self.sought[tp] = self._seeks
+
+    async def _verify(self) -> None:
+        """Check the stored checkpoints of the partitions this process holds against what it wrote."""
+        assert self.consumer is not None
+        for tp, written in list(self.written.items()):
+            try:
+                stored = await self.projection.checkpoint(tp.topic, tp.partition)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                log.warning("%s: could not check the checkpoint of %s[%d] (%s: %s)", self.projection.name,
+                            tp.topic, tp.partition, type(exc).__name__, exc)
+                return
+            if tp not in self.written or tp not in self.consumer.assignment():
+                continue  # revoked meanwhile
+            if stored is None:
+                await self._refold(tp, f"the checkpoint of {tp.topic}[{tp.partition}] is gone (was {written})")
+            elif stored < written:
+                log.warning("%s: the checkpoint of %s[%d] went back from %d to %d; folding again from there",
+                            self.projection.name, tp.topic, tp.partition, written, stored)
+                self.written[tp] = stored
+                self.consumer.seek(tp, stored + 1)
+                self.mark_sought(tp)
+
     async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
         records = []
+        handled = self.handled.get(tp, -1)
         for m in messages:
             try:
                 event = self.codec.decode(m.value)
                 check(event, tp.topic, m.key, self.topic_prefix)
             except Exception as exc:  # a record we cannot use must not stop every view behind it
-                await self.dead_letters.park(m, exc, self.projection.name)
-                self.progress.dead_letters += 1
+                if m.offset > handled:
+                    await self.retrying(f"parking {tp.topic}[{tp.partition}]@{m.offset}",
+                                        lambda m=m, exc=exc: self.dead_letters.park(  # type: ignore[misc]
+                                            m, exc, self.projection.name))
+                    self.progress.dead_letters += 1
                 continue
             records.append(Record(event, Position(tp.topic, tp.partition, m.offset)))
         assert self.consumer is not None
         highwater = self.consumer.highwater(tp)
         live = highwater is None or messages[-1].offset + 1 >= highwater
-        applied = await self.projection.apply(records, live=live) if records else None
-        if not records or records[-1].position.offset < messages[-1].offset:
-            # The batch ended in dead letters: move past them, so a restart does not park them again.
-            await self.projection.advance(tp.topic, tp.partition, messages[-1].offset)
+        where = f"{tp.topic}[{tp.partition}]@{messages[0].offset}-{messages[-1].offset}"
+        for attempt in range(2):
+            try:
+                applied = (
+                    await self.retrying(f"writing {where}", lambda: self.projection.apply(records, live=live))
+                    if records else None
+                )
+                if not records or records[-1].position.offset < messages[-1].offset:
+                    # The batch ended in dead letters: move past them, so a restart does not park them again.
+                    await self.retrying(f"moving the checkpoint past {where}",
+                                        lambda: self.projection.advance(tp.topic, tp.partition, messages[-1].offset))
+                break
+            except CheckpointLost as exc:
+                if tp in self.written or attempt:
+                    await self._refold(tp, str(exc))
+                    return
+                # Folding from the start of the log already (found gone, or never there): the store
+                # still remembered the checkpoint it lost, and has forgotten it now. Write again.
+        self.written[tp] = messages[-1].offset
+        self.handled[tp] = max(handled, messages[-1].offset)
         if applied is not None:
+            if applied.derived and self._log is None:
+                self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
+            derived = self._log
             for event in applied.derived:
-                if self._log is None:
-                    self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
-                await self._log.append(event)
+                assert derived is not None
+                await self.retrying(f"appending what {where} derived",
+                                    lambda event=event: derived.append(event))  # type: ignore[misc]
             self.progress.events += applied.events
             self.progress.skipped += len(records) - applied.events
         self.progress.batches += 1
-        # Advisory only: on restart we seek to the view's own checkpoint.
-        await self.consumer.commit({tp: messages[-1].offset + 1})
+        # Advisory only: on restart we seek to the view's own checkpoint. A broker or coordinator
+        # that is away, or a rebalance under way, loses nothing here.
+        try:
+            await self.consumer.commit({tp: messages[-1].offset + 1})
+        except KafkaError as exc:
+            log.debug("%s: advisory commit of %s failed: %s", self.projection.name, where, exc)
 
 
-async def run_projectors(projectors: list[Projector], stop: asyncio.Event) -> list[Progress]:
-    """Run several views side by side until `stop`; one failing stops the others."""
-    tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
+class Runnable(Protocol):
+    """A `Projector`, or what runs one (`projectors.aliases.TargetFollower`)."""
+
+    projection: Projection
+    progress: Progress
+
+    async def run(self, stop: asyncio.Event) -> Progress: ...
+
+
+async def supervise(projector: Runnable, stop: asyncio.Event) -> Progress:
+    """Run `projector` until `stop`; a transient failure starts it again after a backoff, any other raises."""
+    loop = asyncio.get_running_loop()
+    delay = RESTART_FIRST
+    while True:
+        started = loop.time()
+        try:
+            return await projector.run(stop)
+        except Exception as exc:
+            if stop.is_set() or not transient(exc):
+                raise
+            if loop.time() - started > 4 * RESTART_MAX:
+                delay = RESTART_FIRST  # it ran a good while: a new outage starts the backoff afresh
+            projector.progress.restarts += 1
+            log.warning("%s: stopped by %s: %s; starting again in %.1fs", projector.projection.name,
+                        type(exc).__name__, exc, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            if stop.is_set():
+                return projector.progress
+            delay = min(delay * 2, RESTART_MAX)
+
+
+async def run_projectors(projectors: list[Runnable], stop: asyncio.Event) -> list[Progress]:
+    """Run several views side by side until `stop`, each restarted after outages; a fault stops them all."""
+    tasks = [asyncio.create_task(supervise(p, stop)) for p in projectors]
     try:
         return list(await asyncio.gather(*tasks))
     except BaseException:

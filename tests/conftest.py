@@ -1,6 +1,8 @@
 """Real services for the tests: from HELIX_* variables, else Testcontainers, else skip.
 
 With HELIX_REQUIRE_SERVICES=1 (CI) a missing service fails the run instead of skipping.
+Testcontainers runs HELIX_KAFKA_IMAGE, HELIX_REDIS_IMAGE and HELIX_POSTGRES_IMAGE (default
+apache/kafka:3.9.1, redis:7, postgres:15; `scripts/images build` makes offline ones).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import uuid
@@ -41,14 +44,20 @@ def _hostport(url: str) -> str:
     return rest.rsplit("@", 1)[-1]
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker  # testcontainers depends on it
+_docker: bool | None = None
 
-        docker.from_env(timeout=3).ping()
-        return True
-    except Exception:
-        return False
+
+def _docker_answers() -> bool:
+    global _docker
+    if _docker is None:
+        try:
+            import docker  # testcontainers depends on it
+
+            docker.from_env(timeout=3).ping()
+            _docker = True
+        except Exception:
+            _docker = False
+    return _docker
 
 
 def _missing(what: str, var: str) -> None:
@@ -61,10 +70,113 @@ def _missing(what: str, var: str) -> None:
     pytest.skip(message)
 
 
+# Which path served each service ("env" or the image Testcontainers ran): tests/test_containers.py.
+SERVED: dict[str, str] = {}
+IMAGES = {  # service: (variable naming the image, default: the official image)
+    "kafka": ("HELIX_KAFKA_IMAGE", "apache/kafka:3.9.1"),
+    "redis": ("HELIX_REDIS_IMAGE", "redis:7"),
+    "postgres": ("HELIX_POSTGRES_IMAGE", "postgres:15"),
+}
+
+
+def image(service: str) -> str:
+    var, default = IMAGES[service]
+    return os.environ.get(var) or default
+
+
 @pytest.fixture(scope="session")
 def containers() -> Iterator[ExitStack]:
     with ExitStack() as stack:
         yield stack
+
+
+def _kafka_answers(host: str, port: int) -> bool:
+    """A Metadata request (v4) listing a broker: the broker is serving, not just listening."""
+    try:
+        with socket.create_connection((host, port), timeout=3) as s:
+            s.settimeout(3)
+            body = struct.pack(">hhih", 3, 4, 7, 5) + b"helix" + struct.pack(">ib", -1, 0)
+            s.sendall(struct.pack(">i", len(body)) + body)
+            data = b""
+            while len(data) < 16:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return False
+                data += chunk
+            _size, correlation, _throttle, brokers = struct.unpack(">iiii", data[:16])
+            return correlation == 7 and brokers >= 1
+    except OSError:
+        return False
+
+
+def _kafka_container(containers: ExitStack, name: str) -> str:
+    """Apache Kafka in KRaft mode, configured the way the apache/kafka image is (KAFKA_* variables).
+
+    The broker must advertise the host's address and the port Docker published, known only
+    once the container runs: it waits for a file naming them (as Testcontainers' own
+    KafkaContainer does), then starts the image's /etc/kafka/docker/run.
+    """
+    import tarfile
+    import time
+    from io import BytesIO
+
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+    env = {
+        "CLUSTER_ID": "4L6g3nShT-eMCtK--X86sw", "KAFKA_NODE_ID": "1", "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093", "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_LISTENERS": "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:19092,CONTROLLER://0.0.0.0:9093",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "KAFKA_INTER_BROKER_LISTENER_NAME": "BROKER", "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
+        "KAFKA_NUM_PARTITIONS": "1", "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "1", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1", "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
+        "KAFKA_HEAP_OPTS": "-Xmx512m -Xms256m",
+    }
+    start = "/tmp/helix-kafka.env"
+    c = DockerContainer(name).with_exposed_ports(9092).with_command(
+        ["sh", "-c", f"while [ ! -f {start} ]; do sleep 0.1; done; . {start}; exec /etc/kafka/docker/run"])
+    for key, value in env.items():
+        c.with_env(key, value)
+    containers.enter_context(c)
+    host, port = c.get_container_host_ip(), int(c.get_exposed_port(9092))
+    script = f"export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://{host}:{port},BROKER://localhost:19092\n".encode()
+    with BytesIO() as archive:
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(start.rsplit("/", 1)[1])
+            info.size, info.mode, info.mtime = len(script), 0o644, int(time.time())
+            tar.addfile(info, BytesIO(script))
+        c.get_wrapped_container().put_archive("/tmp", archive.getvalue())
+    LogMessageWaitStrategy("Kafka Server started").with_startup_timeout(180).wait_until_ready(c)
+    deadline = time.monotonic() + 60
+    while not _kafka_answers(host, port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Kafka in {name} logged its start but does not answer on {host}:{port}")
+        time.sleep(0.2)
+    return f"{host}:{port}"
+
+
+def _container(service: str, containers: ExitStack) -> str:
+    name = image(service)
+    if service == "redis":
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers < 4.13
+            from testcontainers.redis import RedisContainer
+
+        c = containers.enter_context(RedisContainer(name))
+        return f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}/0"
+    if service == "postgres":
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:
+            from testcontainers.postgres import PostgresContainer
+
+        pg = PostgresContainer(name, username="helix", password="helix", dbname="helix", driver=None)
+        return containers.enter_context(pg).get_connection_url()
+    return _kafka_container(containers, name)
 
 
 def _service(var: str, what: str, container: str, containers: ExitStack) -> str:
@@ -72,22 +184,18 @@ def _service(var: str, what: str, container: str, containers: ExitStack) -> str:
     if value:
         if not _answers(_hostport(value)):
             _missing(f"{what} at {value}", var)
+        SERVED[container] = "env"
         return value
     if _docker_answers():
-        if container == "redis":
-            from testcontainers.redis import RedisContainer
-
-            c = containers.enter_context(RedisContainer("redis:7"))
-            return f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}/0"
-        if container == "postgres":
-            from testcontainers.postgres import PostgresContainer
-
-            c = containers.enter_context(PostgresContainer("postgres:15", driver=None))
-            return c.get_connection_url()
-        from testcontainers.kafka import KafkaContainer
-
-        c = containers.enter_context(KafkaContainer("apache/kafka:3.9.1").with_kraft())
-        return c.get_bootstrap_server()
+        try:
+            value = _container(container, containers)
+        except Exception as e:
+            message = f"{what}: Testcontainers could not start {image(container)}: {type(e).__name__}: {e}"
+            if REQUIRE:
+                pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
+            pytest.skip(message)
+        SERVED[container] = image(container)
+        return value
     _missing(what, var)
     raise AssertionError("unreachable")
 
@@ -179,3 +287,21 @@ def stop(proc: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    """Projector processes a test starts; stopped (SIGTERM, then SIGKILL) when it ends."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        stop(proc)
+
+
+def copy_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL stores write every append by COPY, as they do for big batches (rebuilds)."""
+    from projectors.long_term import postgres as long_term
+    from projectors.stores import postgres
+
+    monkeypatch.setattr(postgres, "COPY_ROWS", 1)
+    monkeypatch.setattr(long_term, "COPY_ROWS", 1)

@@ -20,7 +20,7 @@ from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from projectors.projection import SessionProjection
 from projectors.runner import Projector
-from tests.conftest import RUN, unique
+from tests.conftest import RUN, copy_always, unique
 
 NS_A = f"conf-{RUN}-a"
 NS_B = f"conf-{RUN}-b"
@@ -29,6 +29,7 @@ COMBOS = [
     ("embedded", "memory"),
     ("embedded", "redis"),
     ("embedded", "postgres"),
+    ("embedded", "postgres-copy"),  # every append by COPY, as big batches (rebuilds) write them
     ("kafka", "redis"),
     ("kafka", "postgres"),
 ]
@@ -116,8 +117,10 @@ def harness(request: pytest.FixtureRequest, tmp_path: Any) -> Harness:
     store = {"store": store_kind}
     if store_kind == "redis":
         store["redis_url"] = request.getfixturevalue("redis_url")
-    elif store_kind == "postgres":
-        store["dsn"] = request.getfixturevalue("postgres_dsn")
+    elif store_kind.startswith("postgres"):
+        store = {"store": "postgres", "dsn": request.getfixturevalue("postgres_dsn")}
+        if store_kind == "postgres-copy":
+            copy_always(request.getfixturevalue("monkeypatch"))
     # Each test has a log of its own, so its namespaces must be new to the shared stores too.
     return Harness({"type": "embedded", "path": str(tmp_path / "log")}, store, unique("emb-a"), unique("emb-b"))
 

@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -466,14 +466,6 @@ async def test_vector_drops_the_erased_sessions_entries(request: pytest.FixtureR
 # --- through Kafka, with a real projector and the CLI -------------------------------------------------
 
 
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        stop(proc)
 
 
 async def rows_of(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:

@@ -17,14 +17,17 @@ from helix_es.views.sliding_window import SlidingWindow
 from projectors.fold import project
 from projectors.stores import EMPTY, Change, ListEdit, SessionKey, Snapshot, StaleWrite, list_edit
 from projectors.stores.postgres import PostgresStore
-from tests.conftest import unique
+from tests.conftest import copy_always, unique
 
 CONVERSATION = Conversation()
 WINDOW = SlidingWindow(3)
 
 
-@pytest.fixture
-async def store(postgres_dsn: str) -> AsyncIterator[PostgresStore]:
+@pytest.fixture(params=["insert", "copy"])
+async def store(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[PostgresStore]:
+    """Both ways appended rows are written: INSERT for small batches, COPY for big ones."""
+    if request.param == "copy":
+        copy_always(request.getfixturevalue("monkeypatch"))
     s = PostgresStore(postgres_dsn)
     await s.ensure_schema()
     yield s

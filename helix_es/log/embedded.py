@@ -13,6 +13,7 @@ import logging
 import os
 import struct
 import threading
+import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -165,6 +166,7 @@ class EmbeddedLog:
         self.codec = codec or Codec()
         self._files: dict[str, LogFile] = {}
         self._closed = False
+        self._unclaimed: dict[uuid.UUID, asyncio.Future[int]] = {}  # writes whose caller was cancelled
 
     def _file(self, namespace: str) -> LogFile:
         f = self._files.get(namespace)
@@ -183,7 +185,22 @@ class EmbeddedLog:
         if len(data) > MAX_EVENT_BYTES:
             raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
         f = self._file(event.namespace)
-        offset = await asyncio.to_thread(f.append, data) if f.fsync else f.append(data)
+        if not f.fsync:
+            offset = f.append(data)  # no await: it cannot be cancelled half way
+        else:
+            # A write whose caller stopped waiting (a timeout) goes on in its thread: a retry of the
+            # same event waits for it rather than writing the event twice.
+            sent = self._unclaimed.pop(event.event_id, None)
+            if sent is None or (sent.done() and (sent.cancelled() or sent.exception() is not None)):
+                sent = asyncio.ensure_future(asyncio.to_thread(f.append, data))
+            try:
+                offset = await asyncio.shield(sent)
+            except asyncio.CancelledError:
+                if len(self._unclaimed) >= 10_000:
+                    self._unclaimed.pop(next(iter(self._unclaimed)))
+                self._unclaimed[event.event_id] = sent
+                sent.add_done_callback(lambda t: t.cancelled() or t.exception())
+                raise
         return Position(names.topic(event.namespace, self.topic_prefix), 0, offset)
 
     async def read(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from helix_es import names
 from helix_es.codec import Codec
@@ -25,9 +27,41 @@ async def create_topic(admin: AIOKafkaAdminClient, topic: str, partitions: int, 
     """Create a topic that keeps everything; one that exists already is fine."""
     new = NewTopic(topic, partitions, replication_factor, topic_configs=TOPIC_CONFIGS)
     response = await admin.create_topics([new])
+    want = partitions  # an existing topic keeps the partitions it has: any will do
     for name, code, *rest in response.topic_errors:
-        if code not in (0, TOPIC_ALREADY_EXISTS):
+        if code == TOPIC_ALREADY_EXISTS:
+            want = 1
+        elif code != 0:
             raise HelixError(f"could not create topic {name}: error {code} {rest}")
+    # The controller answers before every broker's metadata lists the partitions: wait for them, so
+    # what runs next (a consumer's assignment, a describe) sees the whole topic.
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while True:
+        described = await admin.describe_topics([topic])
+        if described and described[0]["error_code"] == 0 and len(described[0]["partitions"]) >= want:
+            return
+        if asyncio.get_running_loop().time() >= deadline:
+            raise HelixError(f"topic {topic} was created but its partitions did not appear within 10 s")
+        await asyncio.sleep(0.05)
+
+
+class KeyPartitioner:
+    """aiokafka's default partitioner (murmur2 of the key, as Java's), each key's hash kept: a session's
+    key comes back with every add, and the pure-Python murmur2 is a tenth of a `send`."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self.keep = keep
+        self._hashes: dict[bytes, int] = {}
+
+    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+        if key is None:
+            return DefaultPartitioner()(key, all_partitions, available)
+        hashed = self._hashes.get(key)
+        if hashed is None:
+            if len(self._hashes) >= self.keep:
+                self._hashes.clear()
+            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
+        return all_partitions[hashed % len(all_partitions)]
 
 
 class KafkaUnavailable(HelixError):
@@ -54,8 +88,10 @@ class KafkaLog:
         self._producer: AIOKafkaProducer | None = None
         self._admin: AIOKafkaAdminClient | None = None
         self._topics: set[str] = set()
+        self._topic_of: dict[str, str] = {}  # namespace -> its topic, once it exists
         self._topic_lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
+        self._unclaimed: dict[uuid.UUID, asyncio.Future[Any]] = {}  # sends whose caller was cancelled
 
     async def _started(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -67,7 +103,9 @@ class KafkaLog:
                         enable_idempotence=True,
                         linger_ms=0,
                         max_request_size=MAX_EVENT_BYTES + 100_000,
-                        **self._producer_config,
+                        # aiokafka keeps one open batch per partition and makes `send` wait while it is
+                        # full: at 16 KiB (its default) many concurrent sessions stall on it.
+                        **{"max_batch_size": 256 * 1024, "partitioner": KeyPartitioner(), **self._producer_config},
                     )
                     try:
                         await producer.start()
@@ -82,8 +120,12 @@ class KafkaLog:
 
     async def ensure_topic(self, namespace: str) -> str:
         """Create the namespace's topic on first use (no retention limit)."""
+        known = self._topic_of.get(namespace)
+        if known is not None:
+            return known
         topic = names.topic(namespace, self.topic_prefix)
         if topic in self._topics:
+            self._topic_of[namespace] = topic
             return topic
         async with self._topic_lock:
             if topic in self._topics:
@@ -96,16 +138,33 @@ class KafkaLog:
         data = self.codec.encode(event)
         if len(data) > MAX_EVENT_BYTES:
             raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
-        producer = await self._started()
-        topic = await self.ensure_topic(event.namespace)
+        # A send whose caller stopped waiting (a timeout) is still under way, or done: a retry of the
+        # same event waits for it rather than writing the event twice.
+        sent = self._unclaimed.pop(event.event_id, None)
+        if sent is None or (sent.done() and (sent.cancelled() or sent.exception() is not None)):
+            producer = await self._started()
+            topic = await self.ensure_topic(event.namespace)
+            try:
+                sent = await producer.send(topic, data, key=event.session_id.encode())
+            except KafkaError as exc:  # not queued: nothing was written
+                raise self._unavailable(topic, exc) from exc
         try:
-            meta = await producer.send_and_wait(topic, data, key=event.session_id.encode())
-        except KafkaError as exc:
-            raise KafkaUnavailable(
-                f"could not append to {topic} at {self.bootstrap_servers}: {exc!r}. The producer already "
-                "retried; check the brokers (scripts/services status)."
-            ) from exc
+            meta = await asyncio.shield(sent)
+        except KafkaError as exc:  # the idempotent producer gave up on it: nothing was written
+            raise self._unavailable(names.topic(event.namespace, self.topic_prefix), exc) from exc
+        except asyncio.CancelledError:
+            if len(self._unclaimed) >= 10_000:
+                self._unclaimed.pop(next(iter(self._unclaimed)))
+            self._unclaimed[event.event_id] = sent
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning if it fails
+            raise
         return Position(meta.topic, meta.partition, meta.offset)
+
+    def _unavailable(self, topic: str, exc: Exception) -> KafkaUnavailable:
+        return KafkaUnavailable(
+            f"could not append to {topic} at {self.bootstrap_servers}: {exc!r}. The producer already "
+            "retried; check the brokers (scripts/services status)."
+        )
 
     async def read(
         self, namespace: str, *, session_id: str | None = None

@@ -9,7 +9,9 @@ is never invisible.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from helix_es.errors import ConfigError
 from helix_es.message import Message
@@ -39,18 +41,17 @@ class TokenWindow(View):
         new = (*state, message)
         pin = pinned_index(new)
         newest = len(new) - 1 if pin != len(new) - 1 else len(new) - 2
-        oldest_kept = len(new)
-        used = 0
-        # Newest first: the window is the longest run of recent messages within the budget.
-        for i in range(newest, -1, -1):
-            if i == pin:
-                continue
-            used += message_tokens(new[i])
-            if used > self.max_tokens and i != newest:
-                break
-            oldest_kept = i
-        if oldest_kept > (pin == 0):  # something before `oldest_kept` other than the pin goes
-            new = tuple(m for i, m in enumerate(new) if i == pin or i >= oldest_kept)
+        if newest < 0:
+            return cap_length(new, self.max_length)
+        counts = [m._tokens or message_tokens(m) for m in new[: newest + 1]]  # counted once per message
+        if pin is not None and pin <= newest:
+            counts[pin] = 0  # the pinned message does not count
+        # Newest first: the window is the longest run of recent messages within the budget, and the
+        # newest always stays. Running sums never fall, so bisect finds where the budget runs out.
+        fits = max(1, bisect_right(list(accumulate(reversed(counts))), self.max_tokens))
+        oldest_kept = newest + 1 - fits
+        if oldest_kept > 0:
+            new = (new[pin], *new[oldest_kept:]) if pin is not None and pin < oldest_kept else new[oldest_kept:]
         return cap_length(new, self.max_length)
 
     def tokens(self, state: State) -> int:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -41,7 +42,7 @@ from helix_es.errors import HelixError
 from helix_es.events import Position, Record
 from helix_es.message import Message, decode_json
 from helix_es.views.long_term import DEFAULT_TABLE, check_table
-from projectors.long_term import VIEW_NAME, escape_like, ops
+from projectors.long_term import VIEW_NAME, Op, escape_like, ops
 from projectors.pg import ADVANCE, CHECKPOINTS, Pg
 from projectors.projection import Applied
 from projectors.stores import SessionKey
@@ -90,6 +91,7 @@ SELECT $1, n.namespace, coalesce(n.cleared_at, '-infinity')
 FROM unnest($2::text[], $3::timestamptz[]) AS n(namespace, cleared_at)
 ORDER BY n.namespace
 ON CONFLICT (view, namespace) DO UPDATE SET cleared_at = greatest(c.cleared_at, excluded.cleared_at)
+RETURNING namespace, nullif(cleared_at, '-infinity') AS cleared_at
 """
 
 # Second statement: everything else, in one snapshot taken after the locks were granted.
@@ -118,6 +120,33 @@ WITH cp AS (
 SELECT count(*) FROM ev
 """
 
+# A big batch: `_APPLY` without the rows, which then go by COPY (several times faster than INSERT), filtered
+# here by the checkpoint this returns and the watermarks `_LOCK` returned; both stay fixed under the locks.
+_PREPARE = """
+WITH cp AS (
+    SELECT coalesce(max("offset"), -1) AS o FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3
+), mark AS (
+    SELECT namespace, cleared_at FROM helix_long_term_cleared WHERE view = $1 AND namespace = ANY($4::text[])
+), gone AS (
+    DELETE FROM {t} m USING mark WHERE m.namespace = mark.namespace AND m.created_at <= mark.cleared_at
+), moved AS (
+    INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $2, $3, $5)
+    ON CONFLICT (view, topic, partition)
+        DO UPDATE SET "offset" = greatest(helix_checkpoints."offset", excluded."offset")
+)
+SELECT o FROM cp
+"""
+COPY_ROWS = 200  # from this many records on, a batch's rows go by COPY
+
+# When COPY meets rows already there (their checkpoint was lost), the batch's rows go this way.
+_INSERT = """
+INSERT INTO {t} (namespace, topic, partition, "offset", session_id, created_at, role, content, message)
+SELECT r.namespace, r.topic, r.partition, r."offset", r.session_id, r.created_at, r.role, r.content, r.message::jsonb
+FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[], $8::text[],
+            $9::text[]) AS r(namespace, topic, partition, "offset", session_id, created_at, role, content, message)
+ON CONFLICT DO NOTHING
+"""
+
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
 # After _APPLY, in its transaction (so it sees the batch's own inserts): a SessionErased deletes its
@@ -138,6 +167,23 @@ FROM cp
 """
 
 
+def _after(at: datetime, cleared_at: datetime | None) -> bool:
+    return cleared_at is None or at > cleared_at
+
+
+def _columns(batch: Sequence[Op]) -> tuple[list[Any], ...]:
+    """`_APPLY`'s arrays: offset, namespace, session_id, created_at, role, content, message (None: not a message)."""
+    return (
+        [op.offset for op in batch],
+        [op.namespace for op in batch],
+        [op.session_id for op in batch],
+        [op.at for op in batch],
+        [None if op.message is None else op.message.role for op in batch],
+        [None if op.message is None else op.message.content for op in batch],
+        [None if op.message is None else op.message.to_json() for op in batch],
+    )
+
+
 class SchemaMismatch(HelixError):
     """The long-term table exists with columns helix-es did not create; it is not altered."""
 
@@ -152,6 +198,8 @@ class PostgresLongTerm:
         t = f'"{self.table}"'
         self._schema = _SCHEMA.format(t=t)
         self._apply = _APPLY.format(t=t)
+        self._prepare = _PREPARE.format(t=t)
+        self._insert = _INSERT.format(t=t)
         self._erase = _ERASE.format(t=t)
         self._get = _READ.format(t=t, checkpoint=_CHECKPOINT, where="", limit="")
         self._search = _READ.format(t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'",
@@ -185,25 +233,33 @@ class PostgresLongTerm:
             else:
                 newest.setdefault(op.namespace, None)
         lock_ns = sorted(newest)
-        rows = (
-            [op.offset for op in batch],
-            [op.namespace for op in batch],
-            [op.session_id for op in batch],
-            [op.at for op in batch],
-            [None if op.message is None else op.message.role for op in batch],
-            [None if op.message is None else op.message.content for op in batch],
-            [None if op.message is None else op.message.to_json() for op in batch],
-        )
         pool = await self._pool_ready()
         async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(_LOCK, self.name, lock_ns, [newest[ns] for ns in lock_ns])
-            applied: int = await conn.fetchval(
-                self._apply, self.name, topic, partition, *rows, lock_ns, records[-1].position.offset
-            )
+            marks = await conn.fetch(_LOCK, self.name, lock_ns, [newest[ns] for ns in lock_ns])
+            if len(batch) >= COPY_ROWS:
+                applied = await self._copy(conn, topic, partition, batch, dict(marks), lock_ns)
+            else:
+                applied = await conn.fetchval(self._apply, self.name, topic, partition, *_columns(batch), lock_ns,
+                                              batch[-1].offset)
             erasures = [(op.namespace, op.session_id, topic, partition, op.offset) for op in batch if op.erased]
             if erasures:
                 await conn.executemany(self._erase, erasures)
         return Applied(applied)
+
+    async def _copy(self, conn: asyncpg.Connection, topic: str, partition: int, batch: list[Op],
+                    marks: dict[str, datetime | None], lock_ns: list[str]) -> int:
+        done: int = await conn.fetchval(self._prepare, self.name, topic, partition, lock_ns, batch[-1].offset)
+        fresh = [op for op in batch if op.offset > done]
+        rows = [(op.namespace, topic, partition, op.offset, op.session_id, op.at, op.message.role,
+                 op.message.content, op.message.to_json())
+                for op in fresh if op.message is not None and _after(op.at, marks[op.namespace])]
+        if rows:
+            try:
+                async with conn.transaction():  # a savepoint, for the fallback
+                    await conn.copy_records_to_table(self.table, records=rows, columns=_COLUMNS)
+            except asyncpg.UniqueViolationError:
+                await conn.execute(self._insert, *map(list, zip(*rows, strict=True)))
+        return len(fresh)
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         pool = await self._pool_ready()

@@ -40,34 +40,43 @@ import redis.asyncio as aioredis
 from helix_es import names
 from helix_es.events import Position, Record
 from helix_es.message import Message, decode_json
+from helix_es.redis_pool import redis_client
 from projectors.long_term import VIEW_NAME, Op, OrderKey, matches, micros, ops
 from projectors.projection import Applied
-from projectors.stores import SessionKey
+from projectors.stores import CheckpointLost, SessionKey
 from projectors.stores.redis import advance_checkpoint
 
 _APPLY = r"""
 local field, view = ARGV[1], ARGV[2]
-local checkpoint = tonumber(redis.call('HGET', KEYS[1], field) or '-1')
+local stored = redis.call('HGET', KEYS[1], field)
+if not stored and ARGV[3] == '1' then
+  return -1  -- the checkpoint this writer had seen is gone (FLUSHALL): so are the rows under it
+end
+local checkpoint = tonumber(stored or '-1')
 local marks, applied, last = {}, 0, nil
-for i = 3, #ARGV, 6 do
-  if tonumber(ARGV[i + 1]) > checkpoint then
+-- One JSON argument of [kind, offset, namespace, at, member, value] rows (numbers as text): one
+-- argument to send, not six per event.
+local ops = cjson.decode(ARGV[4])
+for n = 1, #ops do
+  local op = ops[n]
+  if tonumber(op[2]) > checkpoint then
     applied = applied + 1
-    last = ARGV[i + 1]
-    local base = 'helix:memory:' .. ARGV[i + 2] .. ':' .. view .. ':'
+    last = op[2]
+    local base = 'helix:memory:' .. op[3] .. ':' .. view .. ':'
     local mark = marks[base]
     if mark == nil then
       mark = tonumber(redis.call('GET', base .. 'cleared') or '-1')
     end
-    local at = tonumber(ARGV[i + 3])
-    if ARGV[i] == 'a' and at > mark then
-      redis.call('SET', base .. 'm:' .. ARGV[i + 4], ARGV[i + 5])
-      redis.call('ZADD', base .. 'index', 0, ARGV[i + 4])
-    elseif ARGV[i] == 'c' and at > mark then
+    local at = tonumber(op[4])
+    if op[1] == 'a' and at > mark then
+      redis.call('SET', base .. 'm:' .. op[5], op[6])
+      redis.call('ZADD', base .. 'index', 0, op[5])
+    elseif op[1] == 'c' and at > mark then
       mark = at
-      redis.call('SET', base .. 'cleared', ARGV[i + 3])
+      redis.call('SET', base .. 'cleared', op[4])
       local index = base .. 'index'
       while true do
-        local gone = redis.call('ZRANGEBYLEX', index, '-', ARGV[i + 4], 'LIMIT', 0, 500)
+        local gone = redis.call('ZRANGEBYLEX', index, '-', op[5], 'LIMIT', 0, 500)
         if #gone == 0 then break end
         local keys = {}
         for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
@@ -173,12 +182,14 @@ def prefix(namespace: str, view: str = VIEW_NAME) -> str:
 
 
 def _value(op: Op, message: Message, at: int) -> str:
+    # json.dumps({...}, ensure_ascii=False, separators=(",", ":")) byte for byte, with the message's own
+    # compact JSON spliced in; assembled by hand, as every event of a rebuild passes here.
     p = op.record.position
-    head = json.dumps(
-        {"session_id": op.session_id, "at": at, "position": f"{p.topic}:{p.partition}:{p.offset}"},
-        ensure_ascii=False, separators=(",", ":"),
-    )
-    return f'{head[:-1]},"message":{message.to_json()}}}'  # splice in the message's own compact JSON
+    return (f'{{"session_id":{_encode_str(op.session_id)},"at":{at},"position":'
+            f'{_encode_str(f"{p.topic}:{p.partition}:{p.offset}")},"message":{message.to_json()}}}')
+
+
+_encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s own string encoder (C)
 
 
 _MESSAGE_FIELD = b',"message":'  # cannot occur inside a JSON string (its quotes would be escaped)
@@ -200,12 +211,13 @@ class RedisLongTerm:
         self.name = name
         self._redis: aioredis.Redis | None = None  # opened on first use: a projection may be dropped unused
         self._scripts: dict[str, Any] = {}
+        self._seen: set[str] = set()  # checkpoint fields read or written: if one vanishes, `apply` refuses
 
     @property
     def redis(self) -> aioredis.Redis:
         """The client, created (with the scripts) on first use."""
         if self._redis is None:
-            self._redis = aioredis.Redis.from_url(self.url)
+            self._redis = redis_client(self.url)
             for key, script in (("apply", _APPLY), ("get", _GET), ("search", _SEARCH), ("erase", _ERASE)):
                 self._scripts[key] = self._redis.register_script(script)
         return self._redis
@@ -222,25 +234,43 @@ class RedisLongTerm:
         for e in erasures:  # first: a crash before the apply script re-delivers the erasure with the batch
             base = prefix(e.namespace, self.name)
             await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset])
-        args: list[str | int] = [f"{topic}:{partition}", self.name]
+        field = f"{topic}:{partition}"
+        rows: list[list[str]] = []
         for op in batch:
             at = max(micros(op.at), 0)
+            offset = str(op.offset)
             if op.message is not None and not any(e.erases(op.session_id, topic, partition, op.offset)
                                                   for e in erasures):
-                args += ["a", op.offset, op.namespace, at, member(op.order), _value(op, op.message, at)]
+                rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
             elif op.clear:
-                args += ["c", op.offset, op.namespace, at, f"({at + 1:020d}", ""]  # members with time <= at
+                rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at
             else:
-                args += ["-", op.offset, op.namespace, at, "", ""]  # other events: only the checkpoint moves
+                rows.append(["-", offset, op.namespace, str(at), "", ""])  # other events: only the checkpoint moves
+        ops_json = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        args = [field, self.name, int(field in self._seen), ops_json]
         applied = await self._run("apply", [names.checkpoint_key(self.name)], args)
+        if applied == -1:
+            self._seen.discard(field)
+            raise CheckpointLost(f"{self.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
+        self._seen.add(field)
         return Applied(int(applied))
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
-        value = await self.redis.hget(names.checkpoint_key(self.name), f"{topic}:{partition}")
-        return None if value is None else int(value)
+        field = f"{topic}:{partition}"
+        value = await self.redis.hget(names.checkpoint_key(self.name), field)
+        if value is None:
+            return None
+        self._seen.add(field)  # from now on `apply` refuses to write it afresh
+        return int(value)
 
     async def advance(self, topic: str, partition: int, offset: int) -> None:
-        await advance_checkpoint(self.redis, self.name, topic, partition, offset)
+        field = f"{topic}:{partition}"
+        try:
+            await advance_checkpoint(self.redis, self.name, topic, partition, offset, seen=field in self._seen)
+        except CheckpointLost:
+            self._seen.discard(field)
+            raise
+        self._seen.add(field)
 
     @staticmethod
     def _want(want: Position | None) -> list[str | int]:

@@ -45,6 +45,12 @@ class StaleWrite(HelixError):
     """A session's guard moved between load and apply: another projector wrote it. Reload, retry."""
 
 
+class CheckpointLost(HelixError):
+    """A partition checkpoint this store had seen is gone (a Redis FLUSHALL, or a restart without
+    persistence): nothing was written. The view's data went with it, so refold the partition from
+    the start of the log (the projector does)."""
+
+
 class ViewStore(Protocol):
     kind: str  # memory | redis | postgres: part of the projector's consumer group
 

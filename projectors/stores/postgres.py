@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from helix_es.message import decode_json
-from helix_es.views import View
+from helix_es.views import State, View
 from projectors.pg import CHECKPOINTS, Pg
 from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
 
@@ -55,7 +55,9 @@ CROSS JOIN LATERAL (
 # re-checks `applied = expected` on the newest row version after waiting for a concurrent
 # writer, and a guard row another writer created makes the INSERT do nothing. Sessions
 # missing from the result are stale. It also drops the `n_drop` rows after the first `keep`
-# (NULL: all); that may run before the guards are checked, but a stale batch rolls back.
+# (NULL: all); that may run before the guards are checked, but a stale batch rolls back. It
+# returns each session's highest `seq` the edit keeps (-1: none), from where appended rows number
+# on. Every part of one statement reads the rows as they were before it.
 _CLAIM = """
 WITH k AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
@@ -87,23 +89,34 @@ WITH k AS (
     INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $8, $9, $10)
     ON CONFLICT (view, topic, partition) DO UPDATE SET "offset" = excluded."offset"
 )
-SELECT namespace, session_id FROM moved
-UNION ALL
-SELECT namespace, session_id FROM created
+SELECT r.namespace, r.session_id, CASE
+    WHEN k.n_drop IS NOT NULL AND EXISTS (
+        SELECT 1 FROM helix_view_messages v
+        WHERE v.view = $1 AND v.namespace = k.namespace AND v.session_id = k.session_id
+        ORDER BY v.seq OFFSET k.keep + k.n_drop LIMIT 1
+    ) THEN (
+        SELECT max(v.seq) FROM helix_view_messages v
+        WHERE v.view = $1 AND v.namespace = k.namespace AND v.session_id = k.session_id
+    )
+    WHEN k.keep = 0 THEN -1
+    ELSE coalesce((
+        SELECT v.seq FROM helix_view_messages v
+        WHERE v.view = $1 AND v.namespace = k.namespace AND v.session_id = k.session_id
+        ORDER BY v.seq OFFSET k.keep - 1 LIMIT 1
+    ), -1)
+END AS top
+FROM (SELECT namespace, session_id FROM moved UNION ALL SELECT namespace, session_id FROM created) r
+JOIN k USING (namespace, session_id)
 """
 
-# Second statement: sees the drops, so seq continues after the rows kept (from 0 when none are).
+# Second statement, for a few rows; many go by COPY, several times faster (`COPY_ROWS`).
 _APPEND = """
 INSERT INTO helix_view_messages (view, namespace, session_id, seq, message)
-SELECT $1, a.namespace, a.session_id,
-    coalesce((
-        SELECT max(v.seq) FROM helix_view_messages v
-        WHERE v.view = $1 AND v.namespace = a.namespace AND v.session_id = a.session_id
-    ), -1) + a.pos,
-    a.message::jsonb
-FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS a(namespace, session_id, pos, message)
+SELECT $1, a.namespace, a.session_id, a.seq, a.message::jsonb
+FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS a(namespace, session_id, seq, message)
 """
-
+_COLUMNS = ("view", "namespace", "session_id", "seq", "message")
+COPY_ROWS = 200  # from this many rows on, COPY beats one INSERT despite its extra round trip
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,7 @@ class _Sql:
     load: str
     claim: str
     append: str
+    messages: str  # the table COPY writes to
 
 
 @functools.cache
@@ -121,7 +135,7 @@ def _sql(messages: str, sessions: str) -> _Sql:
     def named(sql: str) -> str:
         return sql.replace("helix_view_messages", messages).replace("helix_view_sessions", sessions)
 
-    return _Sql(named(_SCHEMA), named(_LOAD), named(_CLAIM), named(_APPEND))
+    return _Sql(named(_SCHEMA), named(_LOAD), named(_CLAIM), named(_APPEND), messages)
 
 
 _CHECKPOINT = """
@@ -167,10 +181,7 @@ class PostgresStore:
         applied: list[int] = []
         keeps: list[int] = []
         drops: list[int | None] = []
-        add_ns: list[str] = []
-        add_sid: list[str] = []
-        add_pos: list[int] = []
-        add_msg: list[str] = []
+        appends: list[tuple[SessionKey, State]] = []
         for c in changes:
             edit = list_edit(c.before.state, c.after)
             namespaces.append(c.key.namespace)
@@ -179,11 +190,8 @@ class PostgresStore:
             applied.append(c.applied)
             keeps.append(edit.keep)
             drops.append(None if edit.drop < 0 else edit.drop)  # LIMIT NULL: every row
-            for pos, message in enumerate(edit.append, 1):
-                add_ns.append(c.key.namespace)
-                add_sid.append(c.key.session_id)
-                add_pos.append(pos)
-                add_msg.append(message.to_json())
+            if edit.append:
+                appends.append((c.key, edit.append))
         claim = (view.name, namespaces, session_ids, expected, applied, keeps, drops, topic, partition, checkpoint)
         pool, sql = await self._pool_ready(view)
         if not changes:
@@ -196,8 +204,15 @@ class PostgresStore:
                     won = {SessionKey(r["namespace"], r["session_id"]) for r in claimed}
                     lost = next(c for c in changes if c.key not in won)
                     raise StaleWrite(f"{view.name} {lost.key}: guard moved since load (expected {lost.before.applied})")
-                if add_msg:
-                    await conn.execute(sql.append, view.name, add_ns, add_sid, add_pos, add_msg)
+                if appends:
+                    top = {(r["namespace"], r["session_id"]): r["top"] for r in claimed}
+                    rows = [(view.name, key.namespace, key.session_id, seq, message.to_json())
+                            for key, added in appends
+                            for seq, message in enumerate(added, top[key.namespace, key.session_id] + 1)]
+                    if len(rows) >= COPY_ROWS:
+                        await conn.copy_records_to_table(sql.messages, records=rows, columns=_COLUMNS)
+                    else:
+                        await conn.execute(sql.append, view.name, *([r[i] for r in rows] for i in range(1, 5)))
         except asyncpg.DeadlockDetectedError as exc:
             # Two projectors locked overlapping sessions in different orders; both must reload anyway.
             raise StaleWrite(f"{view.name}: concurrent write to the same sessions ({exc})") from exc

@@ -18,11 +18,15 @@ import redis.asyncio as aioredis
 
 from helix_es import names
 from helix_es.message import decode_json
+from helix_es.redis_pool import redis_client
 from helix_es.views import View
-from projectors.stores import Change, SessionKey, Snapshot, StaleWrite, list_edit
+from projectors.stores import Change, CheckpointLost, SessionKey, Snapshot, StaleWrite, list_edit
 
 _APPLY = """
-local ttl = tonumber(ARGV[#ARGV])
+local ttl = tonumber(ARGV[#ARGV - 1])
+if ARGV[#ARGV] == '1' and redis.call('HEXISTS', KEYS[1], ARGV[#ARGV - 3]) == 0 then
+  return {'LOST'}  -- the checkpoint this writer had seen is gone (FLUSHALL): so is the data under it
+end
 local argi = 1
 local n = (#KEYS - 1) / 2
 for i = 1, n do
@@ -63,16 +67,21 @@ redis.call('HSET', KEYS[1], ARGV[argi], ARGV[argi + 1])
 return {'OK'}
 """
 
-# Move a checkpoint forward only (past dead letters): never back over applied events.
+# Move a checkpoint forward only (past dead letters): never back over applied events. With ARGV[3]
+# '1' the caller had seen the checkpoint: if it is gone, write nothing and return -1 (CheckpointLost).
 ADVANCE = """
-local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
-if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current and ARGV[3] == '1' then return -1 end
+if tonumber(ARGV[2]) > tonumber(current or '-1') then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return 0
 """
 
 
-async def advance_checkpoint(client: aioredis.Redis, view: str, topic: str, partition: int, offset: int) -> None:
-    await client.eval(ADVANCE, 1, names.checkpoint_key(view), f"{topic}:{partition}", offset)
+async def advance_checkpoint(
+    client: aioredis.Redis, view: str, topic: str, partition: int, offset: int, *, seen: bool = False
+) -> None:
+    if await client.eval(ADVANCE, 1, names.checkpoint_key(view), f"{topic}:{partition}", offset, int(seen)) == -1:
+        raise CheckpointLost(f"{view}: the checkpoint of {topic}[{partition}] is gone from Redis")
 
 
 _READ = """
@@ -89,9 +98,11 @@ class RedisStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.redis = aioredis.Redis.from_url(url)
+        self.redis = redis_client(url)
         self._apply = self.redis.register_script(_APPLY)
         self._read = self.redis.register_script(_READ)
+        # Checkpoints (key, field) this store has read or written: if one vanishes, `apply` refuses.
+        self._seen: set[tuple[str, str]] = set()
 
     @staticmethod
     def keys(view: View, key: SessionKey) -> tuple[str, str]:
@@ -121,14 +132,23 @@ class RedisStore:
             args += [expected, c.applied, edit.keep, edit.drop, len(edit.append)]
             args += [m.to_json() for m in edit.append]
         ttl = getattr(view, "ttl", None)  # views without the option never expire
-        args += [f"{topic}:{partition}", checkpoint, max(1, round(ttl * 1000)) if ttl else 0]
+        seen = (keys[0], f"{topic}:{partition}")
+        args += [seen[1], checkpoint, max(1, round(ttl * 1000)) if ttl else 0, int(seen in self._seen)]
         reply = await self._apply(keys=keys, args=args)
+        if reply[0] == b"LOST":
+            self._seen.discard(seen)
+            raise CheckpointLost(f"{view.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
         if reply[0] == b"STALE":
             raise StaleWrite(f"{view.name}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")
+        self._seen.add(seen)
 
     async def checkpoint(self, view: View, topic: str, partition: int) -> int | None:
-        value = await self.redis.hget(names.checkpoint_key(view.name), f"{topic}:{partition}")
-        return int(value) if value is not None else None
+        key, field = names.checkpoint_key(view.name), f"{topic}:{partition}"
+        value = await self.redis.hget(key, field)
+        if value is None:
+            return None
+        self._seen.add((key, field))  # from now on `apply` refuses to write it afresh
+        return int(value)
 
     async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
         data, applied_key = self.keys(view, key)

@@ -1,0 +1,785 @@
+"""Every benchmark in one run, each figure next to its anchor measured in the same run.
+
+    python bench/all.py [--quick] [--only spine,throughput,long-term,vector,rebuild] [--out DIR]
+
+Needs HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN (eval "$(scripts/services up)")
+and the `bench` extra (matplotlib). Writes `results.md` (the table, the machine, the command) and
+`latency.png` (p50/p90/p99 of every latency figure) into `--out` (default `bench/`; `bench/quick/`
+with `--quick`, so a smoke run never overwrites the real figures). Progress goes to stderr.
+
+- spine: a `helix-es project` process folds a sliding window of 30 into Redis. Add through Kafka
+  next to a raw aiokafka `send_and_wait` with the same settings (acks=all, idempotent); window
+  `get` of sessions with 30, 1,000 and 100,000 messages of history next to a raw redis-py
+  `LRANGE` of the same key; add-to-visible (add, then a read-your-writes get) next to a raw
+  aiokafka produce-to-consume. Histories are seeded with pre-encoded events in big batches.
+- throughput: adds/s from one process, many sessions at once (`asyncio.gather`, each session
+  adding in turn), next to raw aiokafka `send_and_wait` from as many tasks; no projector reads it.
+- long-term: `search` over 100,000 rows in Postgres (COPY-seeded), next to the same SQL on asyncpg.
+- vector: `bench/vector.py` (top-5 over 100,000 x 384), memory and Postgres stores.
+- rebuild: `bench/rebuild.py --views window,token-window,conversation-pg,long-term,long-term-pg --log kafka
+  --batch-size 20000` (500,000 events), next to raw fastavro.
+
+Everything it creates (topics, keys, rows, tables) is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import spine  # noqa: E402
+import vector  # noqa: E402
+
+from helix_es import Message, names, open_memory  # noqa: E402
+from helix_es.codec import Codec  # noqa: E402
+from helix_es.events import Event, MessageAdded  # noqa: E402
+
+SECTIONS = ("spine", "throughput", "long-term", "vector", "rebuild")
+WINDOW = spine.WINDOW
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Size:
+    samples: int  # per latency figure
+    histories: tuple[int, ...]
+    sessions: int  # concurrent sessions for adds/s
+    adds_per_session: int
+    rounds: int  # adds/s rounds (anchor and helix-es alternate)
+    long_term_rows: int
+    queries: int
+    vectors: int
+    rebuild_events: int
+
+
+FULL = Size(2000, (30, 1_000, 100_000), 200, 250, 3, 100_000, 300, 100_000, 500_000)
+QUICK = Size(300, (30, 1_000, 10_000), 100, 100, 2, 10_000, 60, 10_000, 20_000)
+
+
+@dataclass
+class Row:
+    figure: str
+    value: float | None
+    unit: str
+    anchor: str = ""
+    anchor_value: float | None = None
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.value is None or not self.anchor_value:
+            return None
+        return self.value / self.anchor_value
+
+
+@dataclass
+class Run:
+    size: Size
+    bootstrap: str
+    redis_url: str
+    dsn: str
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    rows: list[Row] = field(default_factory=list)
+    series: dict[str, list[float]] = field(default_factory=dict)  # latency samples, seconds
+    quantiles: dict[str, dict[str, float]] = field(default_factory=dict)  # ms, for figures without samples
+    details: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)  # Postgres tables to drop at the end
+
+    @property
+    def prefix(self) -> str:
+        """Every topic of the run: its own projector consumer groups, never another engineer's."""
+        return f"bench-{self.run_id}"
+
+
+def pct(samples: list[float], q: float) -> float:
+    return spine.pct(samples, q)
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ms":
+        return f"{value:.3f} ms" if value < 1 else f"{value:.2f} ms"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:g} {unit}".strip()
+
+
+async def interleaved(ops: list[tuple[str, Callable[[int], Awaitable[Any]]]], n: int,
+                      warmup: int = 20) -> dict[str, list[float]]:
+    """Time each op `n` times, one call of each in turn (order reversed every other turn), so the
+    machine's drift and other processes' bursts hit value and anchor alike. Ops get 0 .. warmup + n - 1."""
+    out: dict[str, list[float]] = {name: [] for name, _ in ops}
+    for i in range(warmup + n):
+        for name, op in ops if i % 2 else ops[::-1]:
+            t = time.perf_counter()
+            await op(i)
+            took = time.perf_counter() - t
+            if i >= warmup:
+                out[name].append(took)
+    return out
+
+
+# --- spine: add, window get at several history lengths, add-to-visible ---
+
+
+async def seed_history(run: Run, topic: str, sessions: dict[str, int]) -> float:
+    """Append `count` events per session with one batching producer; returns events/s."""
+    from aiokafka import AIOKafkaProducer
+
+    codec = Codec()
+    producer = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
+                                max_batch_size=1 << 19)
+    await producer.start()
+    total = sum(sessions.values())
+    started = time.perf_counter()
+    try:
+        pending = []
+        for sid, count in sessions.items():
+            key = sid.encode()
+            ns = names.namespace_of(topic, run.prefix)
+            for i in range(count):
+                data = codec.encode(Event(ns, sid, MessageAdded(spine.message(i))))
+                pending.append(await producer.send(topic, data, key=key))
+                if len(pending) >= 20_000:
+                    await asyncio.gather(*pending)
+                    pending = []
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return total / (time.perf_counter() - started)
+
+
+async def anchor_visible(run: Run, topic: str, n: int) -> list[float]:
+    """Raw aiokafka: produce (acks=all) until a consumer configured as the projector's has the record."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    producer = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=run.bootstrap, enable_auto_commit=False,
+                                isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024)
+    await producer.start()
+    await consumer.start()
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    await consumer.seek_to_end(tp)
+    arrived: dict[bytes, float] = {}
+    waiting: dict[bytes, asyncio.Future[None]] = {}
+
+    async def consume() -> None:
+        while True:
+            batches = await consumer.getmany(timeout_ms=200)
+            now = time.perf_counter()
+            for msgs in batches.values():
+                for m in msgs:
+                    arrived[m.value] = now
+                    fut = waiting.pop(m.value, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(None)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.5)  # the consumer's first fetch is in flight
+
+    async def one(i: int) -> None:
+        payload = f"visible-{i}-{uuid.uuid4().hex}".encode().ljust(200, b".")
+        fut = asyncio.get_running_loop().create_future()
+        waiting[payload] = fut
+        await producer.send_and_wait(topic, payload, key=b"raw-anchor", partition=0)
+        await asyncio.wait_for(fut, 30)
+
+    try:
+        return await spine.timed(n, one, warmup=20)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await consumer.stop()
+        await producer.stop()
+
+
+async def run_spine(run: Run) -> None:
+    import redis.asyncio as aioredis
+    from aiokafka import AIOKafkaProducer
+
+    from helix_es.log.kafka import KafkaLog
+
+    size = run.size
+    ns = f"spine-{run.run_id}"
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "partitions": 6, "topic_prefix": run.prefix},
+        "memory": {"type": "sliding-window", "window_size": WINDOW, "store": "redis", "redis_url": run.redis_url,
+                   "namespace": ns, "read_timeout": 300},
+    }
+    log = KafkaLog(run.bootstrap, partitions=6, topic_prefix=run.prefix)
+    topic = await log.ensure_topic(ns)  # exists before the projector subscribes
+    anchor_log = KafkaLog(run.bootstrap, partitions=1, topic_prefix=run.prefix + "-anchor")
+    anchor_topic = await anchor_log.ensure_topic(ns)
+    await anchor_log.close()
+    await log.close()
+    say(f"spine: projector for {topic} (sliding window of {WINDOW} in Redis)")
+    projector = spine.start_projector(cfg)
+    client = aioredis.Redis.from_url(run.redis_url)
+    try:
+        histories = {f"h{n}": n for n in size.histories}
+        say(f"spine: seeding histories {', '.join(f'{n:,}' for n in size.histories)} with a batching producer")
+        rate = await seed_history(run, topic, {sid: n - 1 for sid, n in histories.items()})
+        run.details.append(f"History seeded at {rate:,.0f} events/s (pre-encoded, one batching producer); the last "
+                           "message of each history went through `add`, and `get` waited until it was visible.")
+        async with AsyncExitStack() as stack:
+            mems = {sid: await stack.enter_async_context(open_memory(cfg, session_id=sid)) for sid in histories}
+            t = time.perf_counter()
+            for sid, n in histories.items():
+                mem = mems[sid]
+                await mem.add(spine.message(n - 1))
+                got = await mem.get()  # read-your-writes: waits until the projector folded the whole history
+                assert len(got) == min(n, WINDOW) and got[-1].content == spine.message(n - 1).content
+            say(f"spine: projector caught up with {sum(histories.values()):,} events "
+                f"({time.perf_counter() - t:.1f}s after seeding)")
+            keys = {sid: names.session_key(ns, sid, f"sliding-window-{WINDOW}") for sid in histories}
+            for sid, key in keys.items():
+                assert await client.llen(key) == min(histories[sid], WINDOW), f"{key} is not the view's list"
+
+            mem = await stack.enter_async_context(open_memory(cfg, session_id="bench"))
+            for i in range(WINDOW * 2):
+                await mem.add(spine.message(i))
+            assert len(await mem.get()) == WINDOW
+
+            say(f"spine: add vs raw produce, {size.samples} each")
+            raw = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=0)
+            await raw.start()
+            payload = os.urandom(len(Codec().encode(Event(ns, "bench", MessageAdded(spine.message(0))))))
+            try:
+                got = await interleaved([
+                    ("raw produce", lambda i: raw.send_and_wait(anchor_topic, payload, key=b"raw-anchor")),
+                    ("add", lambda i: mem.add(spine.message(i))),
+                ], size.samples)
+            finally:
+                await raw.stop()
+            run.series.update(got)
+            await mem.get()  # caught up: from here `get` is one round trip
+            row_add(run, got["add"], got["raw produce"])
+
+            say(f"spine: window get at {len(histories)} history lengths vs raw LRANGE, {size.samples} each")
+            ops: list[tuple[str, Callable[[int], Awaitable[Any]]]] = []
+            for sid, n in histories.items():
+                ops.append((f"raw LRANGE {n:,}", lambda i, key=keys[sid]: client.lrange(key, 0, -1)))
+                ops.append((f"get {n:,}", lambda i, m=mems[sid]: m.get()))
+            got = await interleaved(ops, size.samples)
+            run.series.update(got)
+            row_get(run, histories, got)
+
+            visible_n = max(100, size.samples // 4)
+            say(f"spine: add-to-visible, {visible_n} samples, and raw produce-to-consume")
+
+            async def add_then_get(i: int) -> None:
+                msg = spine.message(i)
+                await mem.add(msg)
+                seen = await mem.get()
+                assert seen[-1].content == msg.content
+
+            visible = await spine.timed(visible_n, add_then_get)
+            raw_visible = await anchor_visible(run, anchor_topic, visible_n)
+            run.series["add-to-visible"], run.series["raw produce-to-consume"] = visible, raw_visible
+            for q, label, target in ((0.5, "p50", 10.0), (0.99, "p99", 50.0)):
+                run.rows.append(Row(
+                    f"Add-to-visible {label} (add, then read-your-writes get; projector in its own process)",
+                    pct(visible, q), "ms", f"raw aiokafka produce-to-consume {label}", pct(raw_visible, q),
+                    f"<= {target:g} ms", pct(visible, q) <= target))
+    finally:
+        await client.aclose()
+        spine.stop_projector(projector)
+
+
+def row_add(run: Run, add: list[float], raw: list[float]) -> None:
+    run.rows.append(Row("Add through Kafka p50", pct(add, 0.5), "ms", "raw aiokafka send_and_wait p50 (acks=all, "
+                        "idempotent)", pct(raw, 0.5), "<= 2 ms", pct(add, 0.5) <= 2))
+    run.rows.append(Row("Add through Kafka p99", pct(add, 0.99), "ms", "raw aiokafka send_and_wait p99",
+                        pct(raw, 0.99)))
+
+
+def row_get(run: Run, histories: dict[str, int], got: dict[str, list[float]]) -> None:
+    for n in histories.values():
+        get, lrange = pct(got[f"get {n:,}"], 0.5), pct(got[f"raw LRANGE {n:,}"], 0.5)
+        run.rows.append(Row(f"Window get p50, history of {n:,} messages (window {WINDOW})", get, "ms",
+                            f"raw redis-py LRANGE of the same {min(n, WINDOW)} entries", lrange, "<= 1.2x anchor",
+                            get <= 1.2 * lrange))
+    first, last = min(histories.values()), max(histories.values())
+    flat = pct(got[f"get {last:,}"], 0.5) / pct(got[f"get {first:,}"], 0.5)
+    run.rows.append(Row(f"Window get p50 at {last:,} / at {first:,} messages of history", flat, "x",
+                        target="flat: <= 1.2x", met=flat <= 1.2))
+
+
+# --- throughput: adds/s from one process ---
+
+
+async def run_throughput(run: Run) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    from helix_es.log.kafka import KafkaLog
+
+    size = run.size
+    ns = f"adds-{run.run_id}"
+    prefix = run.prefix + "-adds"  # no projector subscribes to it: the write path alone
+    cfg = {"log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "partitions": 6, "topic_prefix": prefix},
+           "memory": {"type": "sliding-window", "window_size": WINDOW, "store": "redis", "redis_url": run.redis_url,
+                      "namespace": ns}}
+    log = KafkaLog(run.bootstrap, partitions=6, topic_prefix=prefix)
+    await log.ensure_topic(ns)
+    await log.close()
+    anchor_log = KafkaLog(run.bootstrap, partitions=6, topic_prefix=prefix + "-anchor")
+    anchor_topic = await anchor_log.ensure_topic(ns)
+    await anchor_log.close()
+    await asyncio.sleep(1)  # leaders elected before the first timed send
+    msg = spine.message(7)
+    payload = os.urandom(len(Codec().encode(Event(ns, "s0", MessageAdded(msg)))))
+    total = size.sessions * size.adds_per_session
+    say(f"throughput: {size.rounds} rounds of {size.sessions} sessions x {size.adds_per_session} adds, "
+        f"and raw aiokafka from {size.sessions} tasks")
+    # The anchor uses what KafkaLog gives its producer, so it differs from add only by helix-es.
+    raw = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=0,
+                           max_batch_size=256 * 1024)
+    await raw.start()
+    helix_rates, raw_rates, cpu, raw_cpu = [], [], [], []
+    try:
+        async with AsyncExitStack() as stack:
+            mems = [await stack.enter_async_context(open_memory(cfg, session_id=f"s{i}"))
+                    for i in range(size.sessions)]
+            await asyncio.gather(*(m.add(msg) for m in mems))  # warm: producer started, metadata known
+            await asyncio.gather(*(raw.send_and_wait(anchor_topic, payload, key=f"s{i}".encode())
+                                   for i in range(size.sessions)))
+
+            async def session(m: Any) -> None:
+                for _ in range(size.adds_per_session):
+                    await m.add(msg)
+
+            async def raw_task(key: bytes) -> None:
+                for _ in range(size.adds_per_session):
+                    await raw.send_and_wait(anchor_topic, payload, key=key)
+
+            for r in range(size.rounds):
+                t, c = time.perf_counter(), time.process_time()
+                await asyncio.gather(*(raw_task(f"s{i}".encode()) for i in range(size.sessions)))
+                raw_rates.append(total / (time.perf_counter() - t))
+                raw_cpu.append((time.process_time() - c) / total * 1e6)
+                t, c = time.perf_counter(), time.process_time()
+                await asyncio.gather(*(session(m) for m in mems))
+                helix_rates.append(total / (time.perf_counter() - t))
+                cpu.append((time.process_time() - c) / total * 1e6)
+                say(f"throughput: round {r + 1}: add {helix_rates[-1]:,.0f}/s ({cpu[-1]:.1f} us CPU per add), "
+                    f"raw {raw_rates[-1]:,.0f}/s ({raw_cpu[-1]:.1f} us)")
+    finally:
+        await raw.stop()
+    value, anchor = statistics.median(helix_rates), statistics.median(raw_rates)
+    run.rows.append(Row(f"Adds/s, one process, {size.sessions} concurrent sessions (median of {size.rounds} rounds)",
+                        value, "/s", f"raw aiokafka send_and_wait from {size.sessions} tasks, same producer settings",
+                        anchor, ">= 20,000/s", value >= 20_000))
+    run.details.append(
+        f"Adds/s: {size.sessions} sessions x {size.adds_per_session} sequential adds each, all at once, on a topic of "
+        f"6 partitions no projector reads; rounds {', '.join(f'{r:,.0f}' for r in helix_rates)} adds/s "
+        f"(raw {', '.join(f'{r:,.0f}' for r in raw_rates)}); this process spent {statistics.median(cpu):.1f} us of CPU "
+        f"per add, {statistics.median(raw_cpu):.1f} us per raw send (medians; the broker shares the cores).")
+
+
+# --- long-term search over rows in Postgres ---
+
+
+async def run_long_term(run: Run) -> None:
+    import asyncpg
+
+    from projectors.long_term.postgres import PostgresLongTerm
+
+    size = run.size
+    ns = f"lt-{run.run_id}"
+    table = f"bench_long_term_{run.run_id}"
+    store = PostgresLongTerm(run.dsn, table=table)
+    await store.ensure_table()
+    await store.close()
+    run.tables.append(table)
+    topic = names.topic(ns, run.prefix)
+    rng = random.Random(5)
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    words = ["flight", "hotel", "invoice", "meeting", "passport", "train", "budget", "dentist", "weather", "visa"]
+
+    def row(i: int) -> tuple[Any, ...]:
+        role = "user" if i % 2 else "assistant"
+        m = Message(role, f"turn {i}: about the {words[i % len(words)]}, " + "words of a typical chat message " * 2
+                    + f"ref-{i:06d}")
+        return (ns, topic, i % 6, i // 6, f"s{i % 500}", t0 + timedelta(microseconds=i), role, m.content,
+                m.to_json())
+
+    say(f"long-term: COPY {size.long_term_rows:,} rows into {table}")
+    conn = await asyncpg.connect(run.dsn)
+    try:
+        t = time.perf_counter()
+        await conn.copy_records_to_table(
+            table, records=[row(i) for i in range(size.long_term_rows)],
+            columns=["namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content",
+                     "message"])
+        await conn.execute(f'ANALYZE "{table}"')
+        seeded = time.perf_counter() - t
+        cfg = {"log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "topic_prefix": run.prefix},
+               "memory": {"type": "long-term", "store": "postgres", "dsn": run.dsn, "table": table, "namespace": ns}}
+        raw_sql = (f'SELECT message::text FROM "{table}" WHERE namespace = $1 AND content ILIKE $2 ESCAPE E\'\\\\\' '
+                   'ORDER BY created_at, topic, partition, "offset" LIMIT 5')
+        # A term in one row at a random place: the scan in time order reads half the namespace on average.
+        terms = [f"ref-{rng.randrange(size.long_term_rows):06d}" for _ in range(size.queries * 3 + 100)]
+        async with open_memory(cfg, session_id="reader") as mem:
+            assert [m.content[-10:] for m in await mem.search(terms[0], 5)] == [terms[0]]
+            say(f"long-term: search vs raw SQL, {size.queries} queries each")
+            got = await interleaved([
+                ("raw SQL long-term", lambda i: conn.fetch(raw_sql, ns, f"%{terms[i]}%")),
+                ("long-term search", lambda i: mem.search(terms[i], 5)),
+            ], size.queries)
+    finally:
+        await conn.close()
+    run.series.update(got)
+    for q, label in ((0.5, "p50"), (0.99, "p99")):
+        run.rows.append(Row(f"Long-term search {label}, {size.long_term_rows:,} rows in Postgres (1 match at a "
+                            "random place)", pct(got["long-term search"], q), "ms",
+                            f"the same SELECT ... ILIKE on asyncpg, {label}", pct(got["raw SQL long-term"], q)))
+    run.details.append(f"Long-term: {size.long_term_rows:,} rows COPY-seeded and analysed in {seeded:.1f}s; "
+                       "`search` is `content ILIKE '%q%'` in time order, LIMIT 5 (no trigram index).")
+
+
+# --- vector: bench/vector.py ---
+
+
+async def run_vector(run: Run) -> None:
+    size = run.size
+    say(f"vector: top-5 over {size.vectors:,} x 384, memory and Postgres stores, {size.queries} queries")
+    r = await vector.main(size.vectors, 384, size.queries, postgres=True)
+    for store in ("memory", "postgres"):
+        for q in ("p50", "p99"):
+            value = r[f"{store}_search_{q}"]
+            run.rows.append(Row(f"Vector search {q}, top-5 of {size.vectors:,} x 384, {store} store", value, "ms",
+                                f"raw numpy matrix @ q + argpartition {q}", r[f"{store}_anchor_{q}"],
+                                "<= 15 ms" if q == "p50" else "", value <= 15 if q == "p50" else None))
+        run.quantiles[f"vector search ({store})"] = {q: r[f"{store}_search_{q}"] for q in ("p50", "p90", "p99")}
+        run.quantiles[f"raw numpy ({store} run)"] = {q: r[f"{store}_anchor_{q}"] for q in ("p50", "p90", "p99")}
+    blas = (f"BLAS kernel {r['kernel']}, {r.get('threads')} threads" if "kernel" in r
+            else "BLAS kernel not shown (pip install threadpoolctl)")
+    run.details.append(f"Vector: random unit vectors written straight into the stores; {blas}; OPENBLAS_CORETYPE="
+                       f"{r.get('OPENBLAS_CORETYPE')}; Postgres fill {r.get('postgres_fill_s', 0):.1f}s.")
+
+
+# --- rebuild: bench/rebuild.py, through its CLI ---
+
+
+REBUILD_VIEWS = {  # bench/rebuild.py's view keys, and where each is built
+    "window": "sliding-window-30 into Redis",
+    "token-window": "token-window-4000 into Redis",
+    "conversation-pg": "conversation into PostgreSQL",
+    "long-term": "long-term into Redis",
+    "long-term-pg": "long-term into PostgreSQL",
+}
+
+
+async def run_rebuild(run: Run) -> None:
+    events = run.size.rebuild_events
+    cmd = [sys.executable, str(ROOT / "bench" / "rebuild.py"), "--events", str(events), "--views",
+           ",".join(REBUILD_VIEWS), "--log", "kafka", "--batch-size", "20000", "--json"]
+    say(f"rebuild: bench/rebuild.py {shlex.join(cmd[2:])}")
+    # Its own process: rebuild starts worker processes, and its memory is gone when it ends.
+    proc = await asyncio.create_subprocess_exec(*cmd, cwd=ROOT, stdout=subprocess.PIPE)
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench/rebuild.py exited with {proc.returncode}")
+    r = json.loads(out.decode().strip().splitlines()[-1])
+    for name, rate in r["rebuild_per_s"].items():
+        view = REBUILD_VIEWS[name.split(" ")[0]]
+        run.rows.append(Row(f"Rebuild events/s, {view}, {r['events']:,} events from Kafka", rate, "/s",
+                            "raw fastavro schemaless_reader decode", r["raw_fastavro_decode_per_s"], ">= 50,000/s",
+                            rate >= 50_000))
+    shown = ["python", "bench/rebuild.py", *cmd[2:]]
+    run.details.append(f"Rebuild: `{shlex.join(shown)}` ({r['bytes_per_event']} B per event; "
+                       f"Codec.decode {r['codec_decode_per_s']:,}/s; worker processes: the rebuild's default, one per "
+                       "core; each rate counts from the start, worker start-up included).")
+
+
+# --- the report ---
+
+
+def kafka_version(bootstrap: str) -> str:
+    """From the broker's command line (scripts/services), else unknown."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline:
+            found = re.search(r"kafka[-_](?:2\.1[23]-)?(\d+\.\d+\.\d+)", cmdline)
+            if found:
+                return found.group(1)
+    return f"unknown (broker at {bootstrap} not a local process)"
+
+
+async def service_versions(run: Run) -> dict[str, str]:
+    import asyncpg
+    import redis.asyncio as aioredis
+
+    out = {"Kafka": kafka_version(run.bootstrap)}
+    try:
+        client = aioredis.Redis.from_url(run.redis_url)
+        out["Redis"] = (await client.info("server"))["redis_version"]
+        await client.aclose()
+    except Exception as exc:
+        out["Redis"] = f"unknown ({exc})"
+    try:
+        conn = await asyncpg.connect(run.dsn)
+        out["PostgreSQL"] = await conn.fetchval("SHOW server_version")
+        await conn.close()
+    except Exception as exc:
+        out["PostgreSQL"] = f"unknown ({exc})"
+    return out
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem = next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal"))
+        ram = f"{int(mem.split()[1]) / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration):
+        ram = "unknown"
+    libs = ", ".join(f"{p} {metadata.version(p)}" for p in ("aiokafka", "redis", "asyncpg", "fastavro", "numpy"))
+    return {"cores": str(os.cpu_count()), "CPU": cpu, "RAM": ram,
+            "OS": f"{platform.system()} {platform.release()}",
+            "Python": f"{platform.python_implementation()} {platform.python_version()}", "libraries": libs}
+
+
+def git_commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + (" plus uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| figure | value | anchor (same run) | anchor value | ratio | target | met? |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}x"
+        met = "" if r.met is None else ("yes" if r.met else "**no**")
+        anchor = "" if r.anchor_value is None else fmt(r.anchor_value, r.unit)
+        lines.append(f"| {r.figure} | {fmt(r.value, r.unit)} | {r.anchor} | {anchor} | {ratio} | {r.target} | {met} |")
+    return "\n".join(lines)
+
+
+def write_markdown(run: Run, path: Path, *, command: str, started: datetime, seconds: float,
+                   facts: dict[str, str], load: tuple[tuple[float, ...], tuple[float, ...]], plot: str | None) -> None:
+    quick = run.size is QUICK
+    head = [
+        "# helix-es benchmarks" + (" (quick smoke run: smaller sizes, not the figures to quote)" if quick else ""),
+        "",
+        f"Measured {started:%Y-%m-%d %H:%M} UTC in {seconds / 60:.1f} min with `{command}` on commit {git_commit()}.",
+        "Each figure's anchor is measured in the same run, interleaved with it where both are latencies. "
+        "ratio = value / anchor value (for latencies lower is better; for rates, the share of the raw rate).",
+        "",
+        table(run.rows),
+        "",
+    ]
+    if plot:
+        head += [f"![latency percentiles]({plot})", ""]
+    head += ["## Notes", ""] + [f"- {d}" for d in run.details]
+    for e in run.errors:
+        head.append(f"- **error**: {e}")
+    head += ["", "## Machine", ""]
+    head += [f"- {k}: {v}" for k, v in facts.items()]
+    head.append(f"- load average (1, 5, 15 min) at start {', '.join(f'{x:.2f}' for x in load[0])}, at end "
+                f"{', '.join(f'{x:.2f}' for x in load[1])}; the services run on the same machine")
+    path.write_text("\n".join(head) + "\n")
+
+
+def plot_latency(run: Run, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    except ImportError:
+        say("no matplotlib: pip install -e '.[bench]' for latency.png")
+        return False
+    qs = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+    data: dict[str, dict[str, float]] = {
+        name: {label: pct(s, q) for label, q in qs} for name, s in run.series.items() if s
+    }
+    data.update(run.quantiles)
+    if not data:
+        return False
+    groups = [
+        ("Add through Kafka", ["raw produce", "add"]),
+        ("Window get by history length", sorted((n for n in data if n.startswith(("raw LRANGE", "get "))),
+                                                key=lambda n: (int(n.split()[-1].replace(",", "")), n[0] != "r"))),
+        ("Add-to-visible", ["raw produce-to-consume", "add-to-visible"]),
+        ("Search", ["raw SQL long-term", "long-term search", "raw numpy (memory run)", "vector search (memory)",
+                    "raw numpy (postgres run)", "vector search (postgres)"]),
+    ]
+    groups = [(title, [n for n in found if n in data]) for title, found in groups]
+    groups = [g for g in groups if g[1]]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 2.2 + 1.1 * sum(len(g[1]) for g in groups) / 2),
+                             squeeze=False)
+    colours = {"p50": "#4c72b0", "p90": "#dd8452", "p99": "#c44e52"}
+    for ax, (title, series) in zip(axes[:, 0], groups, strict=True):
+        ys = range(len(series))
+        for k, (label, _) in enumerate(qs):
+            values = [data[s][label] for s in series]
+            at = [y + (k - 1) * 0.27 for y in ys]
+            ax.barh(at, values, height=0.27, color=colours[label], label=label)
+            for y, v in zip(at, values, strict=True):
+                ax.text(v * 1.03, y, f"{v:.3g}", va="center", fontsize=6)
+        low = min(min(data[s].values()) for s in series)
+        high = max(max(data[s].values()) for s in series)
+        ax.set_xlim(low / 2, high * 2)
+        ax.set_yticks(list(ys), [s + (" (anchor)" if s.startswith("raw") else "") for s in series], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(axis="x", which="both", alpha=0.3)
+    axes[-1, 0].set_xlabel("milliseconds (log scale)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", fontsize=8, ncol=3)
+    fig.suptitle(f"helix-es latency percentiles, {datetime.now(UTC):%Y-%m-%d}" + (" (quick)" if run.size is QUICK
+                                                                                  else ""), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+async def cleanup(run: Run) -> None:
+    import asyncpg
+    import redis.asyncio as aioredis
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=run.bootstrap)
+    await admin.start()
+    try:
+        topics = [t for t in await admin.list_topics() if t.startswith(run.prefix)]
+        if topics:
+            await admin.delete_topics(topics)
+        # The projector's groups (`...<view>.<prefix>`): aiokafka's admin has no call for it, so the request itself.
+        from aiokafka.protocol.admin import DeleteGroupsRequest
+
+        for group, *_ in await admin.list_consumer_groups():
+            if group.endswith(run.prefix):
+                await admin._send_request(DeleteGroupsRequest([group]), await admin.find_coordinator(group))
+    except Exception as exc:
+        say(f"cleanup: Kafka: {exc!r}")
+    finally:
+        await admin.close()
+    client = aioredis.Redis.from_url(run.redis_url)
+    try:
+        for pattern in (f"helix:memory:*-{run.run_id}:*", f"helix:*:*:{run.prefix}*"):
+            async for key in client.scan_iter(match=pattern, count=1000):
+                await client.delete(key)
+        async for key in client.scan_iter(match="helix:checkpoint:*", count=1000):
+            fields = [f for f in await client.hkeys(key) if f.decode().startswith(run.prefix + ".")]
+            if fields:
+                await client.hdel(key, *fields)
+    finally:
+        await client.aclose()
+    conn = await asyncpg.connect(run.dsn)
+    try:
+        for t in run.tables:
+            await conn.execute(f'DROP TABLE IF EXISTS "{t}"')
+        for t in ("helix_checkpoints", "helix_long_term_cleared"):
+            if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", t):
+                await conn.execute(f"DELETE FROM {t} WHERE view LIKE 'long-term-bench_long_term_{run.run_id}%'")
+        for t in ("helix_aliases", "helix_targets", "helix_served"):
+            if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", t):
+                await conn.execute(f"DELETE FROM {t} WHERE view LIKE '%' || $1 || '%'", run.prefix)
+    finally:
+        await conn.close()
+
+
+async def main(args: argparse.Namespace) -> int:
+    size = QUICK if args.quick else FULL
+    run = Run(size, os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+              os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0"),
+              os.environ.get("HELIX_POSTGRES_DSN", "postgresql://helix:helix@127.0.0.1:5432/helix"))
+    out = Path(args.out) if args.out else ROOT / "bench" / ("quick" if args.quick else "")
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = args.only.split(",") if args.only else list(SECTIONS)
+    unknown = set(wanted) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"--only: unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    started, t0, load0 = datetime.now(UTC), time.perf_counter(), os.getloadavg()
+    facts = {**machine(), **await service_versions(run)}
+    say(f"run {run.run_id}: {', '.join(wanted)} ({'quick' if args.quick else 'full'}); "
+        f"load average {load0[0]:.2f}, {os.cpu_count()} cores")
+    sections = {"spine": run_spine, "throughput": run_throughput, "long-term": run_long_term,
+                "vector": run_vector, "rebuild": run_rebuild}
+    try:
+        for name in wanted:
+            t = time.perf_counter()
+            try:
+                await sections[name](run)
+            except Exception as exc:
+                traceback.print_exc()
+                run.errors.append(f"{name}: {exc!r}")
+            say(f"{name}: done in {time.perf_counter() - t:.0f}s")
+    finally:
+        await cleanup(run)
+    seconds = time.perf_counter() - t0
+    png = out / "latency.png"
+    plotted = plot_latency(run, png)
+    command = "python bench/all.py" + "".join(f" {a}" for a in sys.argv[1:])
+    md = out / "results.md"
+    write_markdown(run, md, command=command, started=started, seconds=seconds, facts=facts,
+                   load=(load0, os.getloadavg()), plot=png.name if plotted else None)
+    print(table(run.rows))
+    say(f"wrote {md}" + (f" and {png}" if plotted else "") + f" in {seconds / 60:.1f} min")
+    return 1 if run.errors else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (about 2 minutes)")
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--out", help="directory for results.md and latency.png (default bench/, or bench/quick/)")
+    sys.exit(asyncio.run(main(parser.parse_args())))
