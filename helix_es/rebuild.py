@@ -68,6 +68,7 @@ from projectors.aliases import (
     target_store,
     target_table,
 )
+from projectors.deadletter import Checker
 from projectors.projection import Projection
 from projectors.stores import Change, SessionKey, Snapshot, StaleWrite, ViewStore
 
@@ -287,6 +288,7 @@ class KafkaSource:
         self.checkpoint = checkpoint
         self.batch = batch
         self.codec = codec or Codec()
+        self.check = Checker(self.prefix)  # what the projector dead-letters, this skips
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=log_config.bootstrap_servers, enable_auto_commit=False,
             auto_offset_reset="earliest", isolation_level="read_committed",
@@ -350,9 +352,7 @@ class KafkaSource:
         return sorted(names.namespace_of(t, self.prefix) for t in await self._topics())
 
     def _decode(self, topic: str, partition: int, messages: Sequence[Any]) -> list[Record]:
-        from projectors.deadletter import check
-
-        decode, prefix = self.codec.decode, self.prefix
+        decode, check = self.codec.decode, self.check
         k, n = self.slice
         out = []
         for m in messages:
@@ -361,7 +361,7 @@ class KafkaSource:
             self.read_count += 1
             try:
                 event = decode(m.value)
-                check(event, topic, m.key, prefix)
+                check(event, topic, m.key)
             except Exception:  # the projector dead-letters it: the view never had it
                 self.skipped += 1
                 continue

@@ -22,15 +22,34 @@ from helix_es.log.kafka import create_topic
 log = logging.getLogger(__name__)
 
 
-def check(event: Event, topic: str, key: bytes | None, prefix: str = names.DEFAULT_TOPIC_PREFIX) -> None:
-    """Raise `InvalidInput` if a decoded event breaks what a helix-es writer guarantees."""
-    if event.namespace != names.namespace_of(topic, prefix):
-        raise InvalidInput("namespace", f"the envelope says {event.namespace!r} but the topic is {topic!r}")
-    names.check_session_id(event.session_id)
-    if key != event.session_id.encode():
-        raise InvalidInput("key", f"the record key {key!r} is not the session id {event.session_id!r}")
-    if isinstance(event.payload, MessageAdded):
-        event.payload.message.check()  # decoded without checks: apply Message()'s rules
+class Checker:
+    """Raises `InvalidInput` if a decoded event breaks what a helix-es writer guarantees.
+
+    Called on every record a projector or a rebuild reads: each topic's namespace and each session
+    id already found valid are remembered (bounded), so a record costs its message's checks."""
+
+    def __init__(self, prefix: str = names.DEFAULT_TOPIC_PREFIX, keep: int = 100_000) -> None:
+        self.prefix = prefix
+        self.keep = keep
+        self._namespaces: dict[str, str] = {}
+        self._sessions: set[str] = set()
+
+    def __call__(self, event: Event, topic: str, key: bytes | None) -> None:
+        namespace = self._namespaces.get(topic)
+        if namespace is None:
+            namespace = self._namespaces[topic] = names.namespace_of(topic, self.prefix)
+        if event.namespace != namespace:
+            raise InvalidInput("namespace", f"the envelope says {event.namespace!r} but the topic is {topic!r}")
+        session_id = event.session_id
+        if session_id not in self._sessions:
+            names.check_session_id(session_id)
+            if len(self._sessions) >= self.keep:
+                self._sessions.clear()
+            self._sessions.add(session_id)
+        if key != session_id.encode():
+            raise InvalidInput("key", f"the record key {key!r} is not the session id {session_id!r}")
+        if isinstance(event.payload, MessageAdded):
+            event.payload.message.check()  # decoded without checks: apply Message()'s rules
 
 
 class DeadLetters:

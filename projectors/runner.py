@@ -38,7 +38,7 @@ from helix_es import names
 from helix_es.codec import Codec
 from helix_es.events import Position, Record
 from helix_es.log.kafka import KafkaLog, KafkaUnavailable
-from projectors.deadletter import DeadLetters, check
+from projectors.deadletter import Checker, DeadLetters
 from projectors.projection import Projection
 from projectors.stores import CheckpointLost, StaleWrite
 
@@ -164,6 +164,7 @@ class Projector:
         self.topic_prefix = topic_prefix
         self.batch_size = batch_size
         self.codec = codec or Codec()
+        self.check = Checker(topic_prefix)
         self.metadata_max_age_ms = metadata_max_age_ms
         self.session_timeout = session_timeout  # how soon the group gives a dead process's partitions away
         self.verify_interval = verify_interval  # how often stored checkpoints are checked against `written`
@@ -291,7 +292,7 @@ class Projector:
         for m in messages:
             try:
                 event = self.codec.decode(m.value)
-                check(event, tp.topic, m.key, self.topic_prefix)
+                self.check(event, tp.topic, m.key)
             except Exception as exc:  # a record we cannot use must not stop every view behind it
                 if m.offset > handled:
                     await self.retrying(f"parking {tp.topic}[{tp.partition}]@{m.offset}",

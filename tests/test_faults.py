@@ -44,7 +44,7 @@ from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
 from helix_es.lag import lag
 from helix_es.log.kafka import KafkaLog
 from helix_es.views import View
-from projectors.deadletter import check
+from projectors.deadletter import Checker
 from projectors.fold import project
 from projectors.long_term.memory import MemoryLongTerm
 from projectors.stores import SessionKey
@@ -214,6 +214,7 @@ async def read_log(bootstrap: str, prefix: str, topic: str) -> tuple[list[Record
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     records: list[Record] = []
+    check = Checker(prefix)
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         consumer.assign(tps)
@@ -228,7 +229,7 @@ async def read_log(bootstrap: str, prefix: str, topic: str) -> tuple[list[Record
                         break
                     try:
                         event = codec.decode(m.value)
-                        check(event, topic, m.key, prefix)
+                        check(event, topic, m.key)
                     except Exception:
                         continue
                     records.append(Record(event, Position(topic, tp.partition, m.offset)))
