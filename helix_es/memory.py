@@ -17,7 +17,7 @@ from helix_es import names
 from helix_es.config import Config, load_config
 from helix_es.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.events import Event, MemoryCleared, MessageAdded, Position
-from helix_es.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size
+from helix_es.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size, check_text
 from helix_es.middleware import build_chain
 from projectors.aliases import AliasedProjection
 from projectors.projection import Projection
@@ -172,15 +172,7 @@ class ViewMemory(EventWriter):
 
 
 def check_search(query: object, limit: object) -> None:
-    if not isinstance(query, str):
-        raise InvalidInput("query", f"must be a string, got {type(query).__name__}")
-    if not query.isascii():
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a store would fail on it mid-query, untyped
-            raise InvalidInput("query", f"is not valid UTF-8 text ({exc.reason})") from None
-    if "\x00" in query:
-        raise InvalidInput("query", "contains a NUL character (\\x00)")
+    check_text(query, "query", error=InvalidInput)  # a store would fail on bad text mid-query, untyped
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
 

@@ -7,26 +7,28 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from helix_es.errors import InvalidMessage
+from helix_es.errors import InvalidInput, InvalidMessage
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 
 
-def _text(value: object, path: str, *, optional: bool = False, empty: bool = True) -> None:
+def check_text(value: object, path: str, *, optional: bool = False, empty: bool = True,
+               error: type[InvalidInput] = InvalidMessage) -> None:
+    """`value` is text every store can hold: a str of valid UTF-8 without NUL (not empty unless `empty`)."""
     if value is None and optional:
         return
     if not isinstance(value, str):
-        raise InvalidMessage(path, f"must be a string, got {type(value).__name__}")
+        raise error(path, f"must be a string, got {type(value).__name__}")
     if not empty and not value:
-        raise InvalidMessage(path, "must not be empty")
+        raise error(path, "must not be empty")
     if not value.isascii():  # ASCII is valid UTF-8: no copy to find out (projectors check every message)
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise InvalidMessage(path, f"is not valid UTF-8 text ({exc.reason})") from None
+            raise error(path, f"is not valid UTF-8 text ({exc.reason})") from None
     if "\x00" in value:  # PostgreSQL text and jsonb cannot hold it; refuse it everywhere alike
-        raise InvalidMessage(path, "contains a NUL character (\\x00)")
+        raise error(path, "contains a NUL character (\\x00)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +40,9 @@ class ToolCall:
     arguments: str = "{}"
 
     def check(self, path: str = "tool_call") -> None:
-        _text(self.id, f"{path}.id", empty=False)
-        _text(self.name, f"{path}.name", empty=False)
-        _text(self.arguments, f"{path}.arguments")
+        check_text(self.id, f"{path}.id", empty=False)
+        check_text(self.name, f"{path}.name", empty=False)
+        check_text(self.arguments, f"{path}.arguments")
         try:
             json.loads(self.arguments, parse_constant=_not_json)
         except ValueError as exc:
@@ -93,8 +95,8 @@ class Message:
         without building the message again."""
         if self.role not in ROLES:
             raise InvalidMessage("role", f"must be one of {sorted(ROLES)}, got {self.role!r}")
-        _text(self.content, "content")
-        _text(self.name, "name", optional=True, empty=False)
+        check_text(self.content, "content")
+        check_text(self.name, "name", optional=True, empty=False)
         ids: set[str] = set()
         for i, call in enumerate(self.tool_calls):
             call.check(f"tool_calls[{i}]")
@@ -103,7 +105,7 @@ class Message:
             ids.add(call.id)
         if self.tool_calls and self.role != "assistant":
             raise InvalidMessage("tool_calls", f"only assistant messages carry tool calls, not {self.role}")
-        _text(self.tool_call_id, "tool_call_id", optional=True, empty=False)
+        check_text(self.tool_call_id, "tool_call_id", optional=True, empty=False)
         if self.role == "tool" and self.tool_call_id is None:
             raise InvalidMessage("tool_call_id", "a tool message must name the tool call it answers")
         if self.role != "tool" and self.tool_call_id is not None:
@@ -111,8 +113,8 @@ class Message:
         if not isinstance(self.metadata, Mapping):
             raise InvalidMessage("metadata", "must be a mapping of str to str")
         for key, val in self.metadata.items():
-            _text(key, "metadata key", empty=False)
-            _text(val, f"metadata[{key!r}]")
+            check_text(key, "metadata key", empty=False)
+            check_text(val, f"metadata[{key!r}]")
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record form (also the JSON form stored in views)."""

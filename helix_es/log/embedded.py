@@ -13,7 +13,6 @@ import logging
 import os
 import struct
 import threading
-import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from helix_es import names
 from helix_es.codec import Codec
 from helix_es.errors import EventTooLarge, HelixError, LogCorrupted
 from helix_es.events import Event, Position, Record
-from helix_es.log import MAX_EVENT_BYTES
+from helix_es.log import MAX_EVENT_BYTES, Unclaimed
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +165,7 @@ class EmbeddedLog:
         self.codec = codec or Codec()
         self._files: dict[str, LogFile] = {}
         self._closed = False
-        self._unclaimed: dict[uuid.UUID, asyncio.Future[int]] = {}  # writes whose caller was cancelled
+        self._unclaimed = Unclaimed()
 
     def _file(self, namespace: str) -> LogFile:
         f = self._files.get(namespace)
@@ -188,19 +187,11 @@ class EmbeddedLog:
         if not f.fsync:
             offset = f.append(data)  # no await: it cannot be cancelled half way
         else:
-            # A write whose caller stopped waiting (a timeout) goes on in its thread: a retry of the
-            # same event waits for it rather than writing the event twice.
-            sent = self._unclaimed.pop(event.event_id, None)
-            if sent is None or (sent.done() and (sent.cancelled() or sent.exception() is not None)):
+            # A write whose caller stopped waiting goes on in its thread (see `Unclaimed`).
+            sent = self._unclaimed.take(event.event_id)
+            if sent is None:
                 sent = asyncio.ensure_future(asyncio.to_thread(f.append, data))
-            try:
-                offset = await asyncio.shield(sent)
-            except asyncio.CancelledError:
-                if len(self._unclaimed) >= 10_000:
-                    self._unclaimed.pop(next(iter(self._unclaimed)))
-                self._unclaimed[event.event_id] = sent
-                sent.add_done_callback(lambda t: t.cancelled() or t.exception())
-                raise
+            offset = await self._unclaimed.wait(event.event_id, sent)
         return Position(names.topic(event.namespace, self.topic_prefix), 0, offset)
 
     async def read(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +15,7 @@ from helix_es import names
 from helix_es.codec import Codec
 from helix_es.errors import EventTooLarge, HelixError
 from helix_es.events import Event, Position, Record
-from helix_es.log import MAX_EVENT_BYTES
+from helix_es.log import MAX_EVENT_BYTES, Unclaimed
 
 TOPIC_ALREADY_EXISTS = 36
 # The log is the audit trail: no time or size retention, ever.
@@ -91,7 +90,7 @@ class KafkaLog:
         self._topic_of: dict[str, str] = {}  # namespace -> its topic, once it exists
         self._topic_lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
-        self._unclaimed: dict[uuid.UUID, asyncio.Future[Any]] = {}  # sends whose caller was cancelled
+        self._unclaimed = Unclaimed()
 
     async def _started(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -138,10 +137,8 @@ class KafkaLog:
         data = self.codec.encode(event)
         if len(data) > MAX_EVENT_BYTES:
             raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
-        # A send whose caller stopped waiting (a timeout) is still under way, or done: a retry of the
-        # same event waits for it rather than writing the event twice.
-        sent = self._unclaimed.pop(event.event_id, None)
-        if sent is None or (sent.done() and (sent.cancelled() or sent.exception() is not None)):
+        sent = self._unclaimed.take(event.event_id)  # a retry after a timeout: the send under way
+        if sent is None:
             producer = await self._started()
             topic = await self.ensure_topic(event.namespace)
             try:
@@ -149,15 +146,9 @@ class KafkaLog:
             except KafkaError as exc:  # not queued: nothing was written
                 raise self._unavailable(topic, exc) from exc
         try:
-            meta = await asyncio.shield(sent)
+            meta = await self._unclaimed.wait(event.event_id, sent)
         except KafkaError as exc:  # the idempotent producer gave up on it: nothing was written
             raise self._unavailable(names.topic(event.namespace, self.topic_prefix), exc) from exc
-        except asyncio.CancelledError:
-            if len(self._unclaimed) >= 10_000:
-                self._unclaimed.pop(next(iter(self._unclaimed)))
-            self._unclaimed[event.event_id] = sent
-            sent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning if it fails
-            raise
         return Position(meta.topic, meta.partition, meta.offset)
 
     def _unavailable(self, topic: str, exc: Exception) -> KafkaUnavailable:

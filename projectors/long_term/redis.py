@@ -91,12 +91,16 @@ if last then redis.call('HSET', KEYS[1], field, last) end
 return applied
 """
 
-# Returns {'wait', applied} while the view is behind `want`, else {'ok', values...}.
-_GET = r"""
+# Both reads start so: {'wait', applied} while the checkpoint (KEYS[1], field ARGV[1]) is behind `want` (ARGV[2]).
+_BEHIND = r"""
 if ARGV[1] ~= '' then
   local applied = redis.call('HGET', KEYS[1], ARGV[1])
   if not applied or tonumber(applied) < tonumber(ARGV[2]) then return {'wait', applied or ''} end
 end
+"""
+
+# Returns {'wait', applied} while the view is behind `want`, else {'ok', values...}.
+_GET = _BEHIND + r"""
 local out = {'ok'}
 local members = redis.call('ZRANGE', KEYS[2], 0, -1)
 for i = 1, #members, 500 do
@@ -111,11 +115,7 @@ return out
 """
 
 # Returns {'wait', applied} or {'ok', key, value, key, value, ...} of the candidates.
-_SEARCH = r"""
-if ARGV[1] ~= '' then
-  local applied = redis.call('HGET', KEYS[1], ARGV[1])
-  if not applied or tonumber(applied) < tonumber(ARGV[2]) then return {'wait', applied or ''} end
-end
+_SEARCH = _BEHIND + r"""
 local needle, ascii = ARGV[4], ARGV[5] == '1'
 local out = {'ok'}
 local cursor = '0'
