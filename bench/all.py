@@ -53,9 +53,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 import spine  # noqa: E402
 import vector  # noqa: E402
 
-from helix_es import Message, names, open_memory  # noqa: E402
-from helix_es.codec import Codec  # noqa: E402
-from helix_es.events import Event, MessageAdded  # noqa: E402
+from helix_es import Message, open_memory  # noqa: E402
+from helix_es.log.codec import Codec  # noqa: E402
+from helix_es.model import names  # noqa: E402
+from helix_es.model.events import Event, MessageAdded  # noqa: E402
 
 SECTIONS = ("spine", "throughput", "long-term", "vector", "rebuild")
 WINDOW = spine.WINDOW
@@ -415,7 +416,7 @@ async def run_throughput(run: Run) -> None:
 async def run_long_term(run: Run) -> None:
     import asyncpg
 
-    from projectors.long_term.postgres import PostgresLongTerm
+    from helix_es.stores.postgres.long_term import PostgresLongTerm
 
     size = run.size
     ns = f"lt-{run.run_id}"

@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from helix_es import names  # noqa: E402
-from helix_es.codec import Codec, fingerprint  # noqa: E402
-from helix_es.events import Event, MemoryCleared, MessageAdded  # noqa: E402
-from helix_es.message import Message, ToolCall  # noqa: E402
-from helix_es.rebuild import rebuild  # noqa: E402
+from helix_es.log.codec import Codec, fingerprint  # noqa: E402
+from helix_es.model.events import Event, MemoryCleared, MessageAdded  # noqa: E402
+from helix_es.model.message import Message, ToolCall  # noqa: E402
+from projectors.rebuild import rebuild  # noqa: E402
 
 VIEWS: dict[str, dict[str, Any]] = {
     "window": {"type": "sliding-window", "window_size": 30, "store": "redis"},
@@ -132,8 +132,8 @@ async def cleanup(bootstrap: str, redis_url: str, dsn: str, prefix: str, namespa
     import redis.asyncio as aioredis
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from helix_es.rebuild import drop_target, select
-    from projectors.aliases import alias_id
+    from helix_es.projection.aliases import alias_id
+    from projectors.rebuild import drop_target, select
 
     for cfg, target in built:
         log_config, part = select(cfg)

@@ -26,8 +26,9 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from helix_es import Message, names, open_memory
+from helix_es import Message, open_memory
 from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 30

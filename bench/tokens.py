@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from helix_es.tokens import estimate_tokens
+from helix_es.model.tokens import estimate_tokens
 
 Split = Literal["fit", "eval", "all"]
 KINDS = ("prose", "json", "code")

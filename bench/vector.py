@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from helix_es import Message, names
-from helix_es.embed import HashEmbedder
-from helix_es.events import Position
-from projectors.stores import SessionKey
-from projectors.vector import Entry, VectorProjection, VectorStore, Write
-from projectors.vector.memory import MemoryVectorStore
+from helix_es import Message
+from helix_es.model import names
+from helix_es.model.events import Position
+from helix_es.projection.vector import Entry, VectorProjection, VectorStore, Write
+from helix_es.providers.embed import HashEmbedder
+from helix_es.stores.memory.vector import MemoryVectorStore
+from helix_es.stores.ports import SessionKey
 
 TARGET_MS = 15.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -123,7 +124,7 @@ async def main(n: int, dims: int, queries: int, postgres: bool) -> dict[str, Any
     del memory
 
     if postgres:
-        from projectors.vector.postgres import PostgresVectorStore
+        from helix_es.stores.postgres.vector import PostgresVectorStore
 
         dsn = os.environ.get("HELIX_POSTGRES_DSN", "postgresql://helix:helix@127.0.0.1:5432/helix")
         store = PostgresVectorStore(dsn)

@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 import yaml
 
-from helix_es import names
-from helix_es.errors import ConfigError
-from helix_es.log import MAX_EVENT_BYTES
-from helix_es.message import DEFAULT_MAX_CONTENT_BYTES
-from helix_es.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
+from helix_es.log.port import MAX_EVENT_BYTES
+from helix_es.model import names
+from helix_es.model.errors import ConfigError
+from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
+from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.views import IndexView, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term

@@ -14,10 +14,10 @@ import logging
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
-from helix_es import names
-from helix_es.errors import InvalidInput
-from helix_es.events import Event, MessageAdded
 from helix_es.log.kafka import create_topic
+from helix_es.model import names
+from helix_es.model.errors import InvalidInput
+from helix_es.model.events import Event, MessageAdded
 
 log = logging.getLogger(__name__)
 

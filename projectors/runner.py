@@ -34,13 +34,13 @@ import redis.exceptions as redis_errors
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from helix_es import names
-from helix_es.codec import Codec
-from helix_es.events import Position, Record
+from helix_es.log.codec import Codec
 from helix_es.log.kafka import KafkaLog, KafkaUnavailable
+from helix_es.model import names
+from helix_es.model.events import Position, Record
+from helix_es.projection.protocol import Projection
+from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.deadletter import Checker, DeadLetters
-from projectors.projection import Projection
-from projectors.stores import CheckpointLost, StaleWrite
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from helix_es import ConfigError, EventTooLarge, InvalidMessage, Message, ToolCall, open_memory
-from helix_es.errors import HelixError, InvalidInput
-from helix_es.events import MessageAdded
 from helix_es.log.kafka import KafkaLog
+from helix_es.model.errors import HelixError, InvalidInput
+from helix_es.model.events import MessageAdded
 from tests.conftest import unique
 
 

@@ -12,8 +12,8 @@ import fastavro
 import pytest
 
 from helix_es import Event, MemoryCleared, Message, MessageAdded, ToolCall, UnknownSchema
-from helix_es.codec import MAGIC, Codec, fingerprint, load_schemas, schema_version
-from helix_es.events import EmbeddingRecorded, SummaryRecorded
+from helix_es.log.codec import MAGIC, Codec, fingerprint, load_schemas, schema_version
+from helix_es.model.events import EmbeddingRecorded, SummaryRecorded
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 

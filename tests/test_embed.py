@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from helix_es import ConfigError, load_config
-from helix_es.embed import (
+from helix_es.providers.embed import (
     EmbeddingError,
     EmbeddingHTTPError,
     EmbedSpec,

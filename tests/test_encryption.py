@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from helix_es import ConfigError, Message, ToolCall, names, open_memory
-from helix_es.encryption import (
+from helix_es import ConfigError, Message, ToolCall, open_memory
+from helix_es.client.encryption import (
     PREFIX,
     DecryptionError,
     DerivedSessionKeys,
@@ -27,7 +27,8 @@ from helix_es.encryption import (
     key_id_of,
     keys_from_env,
 )
-from helix_es.errors import HelixError, InvalidInput
+from helix_es.model import names
+from helix_es.model.errors import HelixError, InvalidInput
 from tests.conftest import start_projector, stop, topic_values, unique
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,10 +22,8 @@ import pytest
 import redis.asyncio as aioredis
 
 import helix_es
-from helix_es import Message, ToolCall, names, open_memory
-from helix_es.codec import Codec, load_schemas
-from helix_es.embed import HashEmbedder
-from helix_es.encryption import (
+from helix_es import Message, ToolCall, open_memory
+from helix_es.client.encryption import (
     DerivedSessionKeys,
     EncryptedMemory,
     KeyErased,
@@ -34,9 +32,8 @@ from helix_es.encryption import (
     encryption_middleware,
     envelope_key_ids,
 )
-from helix_es.erasure import NotShreddable, erased_by, erasure_of, forget, is_erased
-from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased, SummaryRecorded
-from helix_es.keystore import (
+from helix_es.client.erasure import NotShreddable, erased_by, erasure_of, forget, is_erased
+from helix_es.client.keys import (
     FileKeyStore,
     KeyStore,
     PostgresKeyStore,
@@ -45,19 +42,23 @@ from helix_es.keystore import (
     close_shared_keys,
     shreddable,
 )
+from helix_es.log.codec import Codec, load_schemas
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased, SummaryRecorded
+from helix_es.projection.protocol import Projection
+from helix_es.projection.vector import VectorProjection
+from helix_es.providers.embed import HashEmbedder
+from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.vector import MemoryVectorStore
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.stores.postgres.vector import PostgresVectorStore
+from helix_es.stores.redis.long_term import RedisLongTerm
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.summary import Summary, split
-from projectors.long_term.memory import MemoryLongTerm
-from projectors.long_term.postgres import PostgresLongTerm
-from projectors.long_term.redis import RedisLongTerm
-from projectors.projection import Projection
-from projectors.stores import SessionKey
-from projectors.vector import VectorProjection
-from projectors.vector.memory import MemoryVectorStore
-from projectors.vector.postgres import PostgresVectorStore
 from tests.conftest import start_projector, stop, topic_values, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

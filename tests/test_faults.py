@@ -35,20 +35,21 @@ import pytest
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from helix_es import Message, names, open_memory
-from helix_es.backend import open_projection, open_store
-from helix_es.codec import Codec, event_to_record
+from helix_es import Message, open_memory
+from helix_es.client.backend import open_projection, open_store
 from helix_es.config import load_config
-from helix_es.errors import HelixError
-from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
-from helix_es.lag import lag
+from helix_es.log.codec import Codec, event_to_record
 from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
+from helix_es.model.errors import HelixError
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.projection.fold import project
+from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.views import MemoryStore
+from helix_es.stores.ports import SessionKey
 from helix_es.views import View
 from projectors.deadletter import Checker
-from projectors.fold import project
-from projectors.long_term.memory import MemoryLongTerm
-from projectors.stores import SessionKey
-from projectors.stores.memory import MemoryStore
+from projectors.lag import lag
 from tests import faults
 from tests.conftest import REQUIRE, ROOT, unique, wait_for
 
@@ -577,7 +578,7 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
 ) -> None:
     """No services: an fsync'd write of the embedded log goes on in its thread after the caller's
     timeout. The same add again gets that write's position; one never retried still reaches the view."""
-    from helix_es.log import embedded
+    from helix_es.log.port import embedded
 
     write = embedded.LogFile.append
 

@@ -19,11 +19,12 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from helix_es import ConsistencyTimeout, InvalidInput, Message, ToolCall, names, open_memory
+from helix_es import ConsistencyTimeout, InvalidInput, Message, ToolCall, open_memory
 from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.redis.views import RedisStore
 from helix_es.views.conversation import Conversation
-from projectors.stores import SessionKey
-from projectors.stores.redis import RedisStore
 from tests.conftest import unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

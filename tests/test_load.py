@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from helix_es import Message, open_memory
-from helix_es.events import MessageAdded
 from helix_es.log.kafka import KafkaLog
+from helix_es.model.events import MessageAdded
 from tests.conftest import start_projector, unique
 
 SCALE = {  # store: (sessions, adds per session)

@@ -18,19 +18,20 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from helix_es import ConfigError, Message, ToolCall, names, open_memory
+from helix_es import ConfigError, Message, ToolCall, open_memory
+from helix_es.client.memory import ViewMemory
 from helix_es.config import load_config
-from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
 from helix_es.log.kafka import KafkaLog
-from helix_es.memory import ViewMemory
+from helix_es.model import names
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.projection.protocol import Projection
+from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.ports import CheckpointLost, SessionKey
+from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
+from helix_es.stores.redis.long_term import RedisLongTerm, prefix
 from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table
-from projectors.long_term import escape_like
-from projectors.long_term.memory import MemoryLongTerm
-from projectors.long_term.postgres import PostgresLongTerm, SchemaMismatch
-from projectors.long_term.redis import RedisLongTerm, prefix
-from projectors.projection import Projection
+from helix_es.views.long_term_rules import escape_like
 from projectors.runner import Projector
-from projectors.stores import CheckpointLost, SessionKey
 from tests.conftest import RUN, copy_always, unique, wait_for
 
 STORES = ["memory", "redis", "postgres", "postgres-copy"]

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 import pytest
 
-from helix_es.errors import InvalidMessage
-from helix_es.events import Event, MemoryCleared, MessageAdded, Position, Record
-from helix_es.message import Message, ToolCall
+from helix_es.model.errors import InvalidMessage
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.model.message import Message, ToolCall
+from helix_es.projection.fold import project
+from helix_es.stores.ports import EMPTY, Change, ListEdit, SessionKey, Snapshot, StaleWrite, list_edit
+from helix_es.stores.postgres.views import PostgresStore
 from helix_es.views import State
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
-from projectors.fold import project
-from projectors.stores import EMPTY, Change, ListEdit, SessionKey, Snapshot, StaleWrite, list_edit
-from projectors.stores.postgres import PostgresStore
 from tests.conftest import copy_always, unique
 
 CONVERSATION = Conversation()

@@ -12,10 +12,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from helix_es import Message, names, open_memory
-from helix_es.codec import Codec, event_to_record
-from helix_es.events import Event, MessageAdded
-from helix_es.lag import lag
+from helix_es import Message, open_memory
+from helix_es.log.codec import Codec, event_to_record
+from helix_es.model import names
+from helix_es.model.events import Event, MessageAdded
+from projectors.lag import lag
 from tests.conftest import topic_values, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

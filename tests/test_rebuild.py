@@ -23,10 +23,8 @@ import redis.asyncio as aioredis
 
 from helix_es import Message, open_memory
 from helix_es.config import load_config
-from helix_es.rebuild import PARALLEL_MIN_EVENTS, Display, Status, drop, rebuild
-from helix_es.views import View
-from projectors import aliases as aliases_module
-from projectors.aliases import (
+from helix_es.projection import aliases as aliases_module
+from helix_es.projection.aliases import (
     MemoryAliases,
     PostgresAliases,
     RedisAliases,
@@ -36,8 +34,10 @@ from projectors.aliases import (
     target_table,
     version_of,
 )
-from projectors.stores import SessionKey
-from projectors.stores.redis import RedisStore
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.redis.views import RedisStore
+from helix_es.views import View
+from projectors.rebuild import PARALLEL_MIN_EVENTS, Display, Status, drop, rebuild
 from tests.conftest import unique, wait_for
 from tests.model_server import ModelServer
 
@@ -483,7 +483,7 @@ async def test_worker_processes_share_the_work_and_build_the_same_view(
     partitions: int,
 ) -> None:
     """Whole partitions per worker, or with fewer partitions than workers, slices of their sessions."""
-    from helix_es import rebuild as rebuild_module
+    from projectors import rebuild as rebuild_module
 
     monkeypatch.setattr(rebuild_module, "PARALLEL_MIN_EVENTS", 1)
     assert PARALLEL_MIN_EVENTS > 1  # the default keeps small rebuilds in one process

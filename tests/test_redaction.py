@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from helix_es import InvalidInput, Message, ToolCall, open_memory
-from helix_es.redaction import RedactingMemory, Redactor, luhn, redaction_middleware, rule
+from helix_es.client.redaction import RedactingMemory, Redactor, luhn, redaction_middleware, rule
 from tests.conftest import topic_values, unique
 
 R = Redactor()
@@ -188,7 +188,7 @@ async def test_redaction_then_encryption(
     assert b"REDACTED" not in raw and b"ada@example.com" not in raw  # sealed, and redacted inside
 
     # The wrong order cannot redact sealed text: it says so instead of pretending.
-    with caplog.at_level(logging.WARNING, logger="helix_es.redaction"):
+    with caplog.at_level(logging.WARNING, logger="helix_es.client.redaction"):
         async with open_memory(
             embedded(tmp_path, ns, memory_middleware=["encryption", "redaction"]), session_id="s2"
         ) as mem:

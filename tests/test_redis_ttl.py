@@ -14,16 +14,17 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from helix_es import Event, Message, MessageAdded, Position, Record, names, open_memory
-from helix_es.backend import open_log
+from helix_es import Event, Message, MessageAdded, Position, Record, open_memory
+from helix_es.client.backend import open_log
 from helix_es.config import load_config, parse_ttl
-from helix_es.errors import ConfigError
+from helix_es.model import names
+from helix_es.model.errors import ConfigError
+from helix_es.projection.fold import project
+from helix_es.stores.ports import SessionKey
 from helix_es.views import View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.token_window import TokenWindow
-from projectors.fold import project
-from projectors.stores import SessionKey
 from tests.conftest import unique
 from tests.seed_examples import MULTI_TENANT_REDIS
 
@@ -170,7 +171,7 @@ async def test_without_ttl_keys_persist_and_dropping_ttl_makes_them_persist(
 async def test_the_projectors_fold_sets_the_ttl_and_checkpoints_never_expire(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
-    from projectors.stores.redis import RedisStore
+    from helix_es.stores.redis.views import RedisStore
 
     ns = unique("ttl")
     topic = names.topic(ns)

@@ -38,7 +38,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from helix_es import Message, ToolCall, audit, forget, open_memory
-from helix_es.encryption import (
+from helix_es.client.encryption import (
     PREFIX,
     DecryptionError,
     DerivedSessionKeys,
@@ -49,11 +49,11 @@ from helix_es.encryption import (
     NamespaceKeys,
     envelope_key_ids,
 )
-from helix_es.events import MessageAdded, SessionErased, SummaryRecorded
-from helix_es.keystore import RedisKeyStore, StoredSessionKeys, close_shared_keys
-from helix_es.lag import lag
+from helix_es.client.keys import RedisKeyStore, StoredSessionKeys, close_shared_keys
 from helix_es.log.kafka import KafkaLog
-from helix_es.rebuild import rebuild
+from helix_es.model.events import MessageAdded, SessionErased, SummaryRecorded
+from projectors.lag import lag
+from projectors.rebuild import rebuild
 from tests.conftest import start_projector, unique
 
 H = uuid.uuid4().hex[:8]  # the secrets are this run's own: finding one anywhere is a leak

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from helix_es import ConfigError, InvalidInput, Memory, MemoryHolder, Message, SessionMemoryManager, open_memory
+from helix_es.client.sessions import MissingSessionHeader, NoMemory, SessionsClosed
 from helix_es.config import load_config
-from helix_es.sessions import MissingSessionHeader, NoMemory, SessionsClosed
 from tests.conftest import unique
 
 ROOT = Path(__file__).resolve().parent.parent

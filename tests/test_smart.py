@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from helix_es import ConfigError, Event, Message, MessageAdded, ToolCall, load_config, open_memory
-from helix_es.tokens import message_tokens
+from helix_es.model.tokens import message_tokens
 from helix_es.views.smart import DEFAULT_TOKENS, ROLE, Smart
 from tests.conftest import unique
 

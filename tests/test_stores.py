@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Record
+from helix_es.projection.fold import project
+from helix_es.stores.memory.views import MemoryStore
+from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite, ViewStore, list_edit
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
-from projectors.fold import project
-from projectors.stores import EMPTY, Change, SessionKey, Snapshot, StaleWrite, ViewStore, list_edit
-from projectors.stores.memory import MemoryStore
 from tests.conftest import unique
 
 
@@ -22,11 +22,11 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[ViewStore]:
     if request.param == "memory":
         s = MemoryStore()
     elif request.param == "redis":
-        from projectors.stores.redis import RedisStore
+        from helix_es.stores.redis.views import RedisStore
 
         s = RedisStore(request.getfixturevalue("redis_url"))
     else:
-        from projectors.stores.postgres import PostgresStore
+        from helix_es.stores.postgres.views import PostgresStore
 
         s = PostgresStore(request.getfixturevalue("postgres_dsn"))
     yield s

@@ -15,9 +15,9 @@ import asyncpg
 import pytest
 
 from helix_es import Event, MemoryCleared, Message, MessageAdded, open_memory
-from helix_es.backend import open_log
+from helix_es.client.backend import open_log
 from helix_es.config import load_config
-from helix_es.events import SummaryRecorded
+from helix_es.model.events import SummaryRecorded
 from helix_es.views.summary import Summary, split
 from tests.conftest import unique, wait_for
 from tests.model_server import ModelServer
@@ -151,11 +151,11 @@ async def _equals(mem: Any, expected: list[Message]) -> bool:
 
 async def _drive(batches: list[list[Message]]) -> tuple[list[int], list[Message]]:
     """Feed batches through a summary projection, appending its derived events like a driver does."""
-    from helix_es.events import Position, Record
-    from helix_es.summarise import ExtractiveSummariser
-    from projectors.stores import SessionKey
-    from projectors.stores.memory import MemoryStore
-    from projectors.summary import SummaryProjection
+    from helix_es.model.events import Position, Record
+    from helix_es.projection.summary import SummaryProjection
+    from helix_es.providers.summarise import ExtractiveSummariser
+    from helix_es.stores.memory.views import MemoryStore
+    from helix_es.stores.ports import SessionKey
 
     projection = SummaryProjection(Summary(4), MemoryStore(), summariser=ExtractiveSummariser())
     offset, covers, pending = 0, [], []

@@ -11,17 +11,18 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Record, ToolCall, names, open_memory
+from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Record, ToolCall, open_memory
 from helix_es.config import load_config
-from helix_es.errors import ConfigError
-from helix_es.tokens import message_tokens
+from helix_es.model import names
+from helix_es.model.errors import ConfigError
+from helix_es.model.tokens import message_tokens
+from helix_es.projection.fold import project
+from helix_es.stores.memory.views import MemoryStore
+from helix_es.stores.ports import SessionKey
 from helix_es.views import State, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.token_window import TokenWindow
-from projectors.fold import project
-from projectors.stores import SessionKey
-from projectors.stores.memory import MemoryStore
 from tests.conftest import unique
 
 WORDS = ["the", "weather", "in", "Oslo", "is", "cold", "today", ",", "tomorrow", "rain", "{", "}", "[", "]", "42",
@@ -265,7 +266,7 @@ async def test_max_length_agrees_embedded_and_in_redis(
 
 
 async def test_projecting_into_redis_matches_the_fold(redis_url: str) -> None:
-    from projectors.stores.redis import RedisStore
+    from helix_es.stores.redis.views import RedisStore
 
     ns = unique("tw")
     topic = names.topic(ns)

@@ -13,7 +13,7 @@ import pytest
 
 from bench.tokens import CORPORA, KINDS
 from helix_es import Message, ToolCall
-from helix_es.tokens import MAX_TOKENS, MESSAGE_OVERHEAD, estimate_tokens, message_tokens
+from helix_es.model.tokens import MAX_TOKENS, MESSAGE_OVERHEAD, estimate_tokens, message_tokens
 
 
 def test_empty_is_zero_and_any_text_is_at_least_one() -> None:

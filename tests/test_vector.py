@@ -17,17 +17,18 @@ import asyncpg
 import numpy as np
 import pytest
 
-from helix_es import Message, ToolCall, ViewMemory, load_config, names, open_memory
-from helix_es.embed import Embedder, HashEmbedder, OpenAIEmbedder, embedder_from_func
-from helix_es.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, Position, Record
+from helix_es import Message, ToolCall, ViewMemory, load_config, open_memory
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
+from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, Position, Record
+from helix_es.projection.vector import VectorProjection, VectorStore, content_sha256
+from helix_es.providers.embed import Embedder, HashEmbedder, OpenAIEmbedder, embedder_from_func
+from helix_es.stores.memory.vector import MemoryVectorStore
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.views.vector import Vector
 from projectors.runner import Projector
-from projectors.stores import SessionKey
-from projectors.vector import VectorProjection, VectorStore, content_sha256
-from projectors.vector.memory import MemoryVectorStore
-from projectors.vector.postgres import PostgresVectorStore
 from tests.conftest import unique, wait_for
 from tests.test_embed import EmbeddingServer
 
@@ -241,7 +242,7 @@ async def test_the_memory_store_evicts_the_oldest_entries_at_its_cap(caplog: pyt
     store = MemoryVectorStore(cap=5)
     p = VectorProjection("vector-test", HashEmbedder(64), store, top_k=100)
     ns_a, ns_b = unique("vec-a"), unique("vec-b")
-    with caplog.at_level(logging.WARNING, logger="projectors.vector.memory"):
+    with caplog.at_level(logging.WARNING, logger="helix_es.stores.memory.vector"):
         await p.apply([record(ns_a, 0, i, i, said(f"note a{i}")) for i in range(4)])
         await p.apply([record(ns_b, 0, i, 10 + i, said(f"note b{i}")) for i in range(3)])
         await p.apply([record(ns_a, 0, 4, 20, said("note a4"))])

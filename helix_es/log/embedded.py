@@ -17,11 +17,11 @@ import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from helix_es import names
-from helix_es.codec import Codec
-from helix_es.errors import EventTooLarge, HelixError, LogCorrupted
-from helix_es.events import Event, Position, Record
-from helix_es.log import MAX_EVENT_BYTES, Unclaimed
+from helix_es.log.codec import Codec
+from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
+from helix_es.model import names
+from helix_es.model.errors import EventTooLarge, HelixError, LogCorrupted
+from helix_es.model.events import Event, Position, Record
 
 log = logging.getLogger(__name__)
 

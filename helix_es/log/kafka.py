@@ -11,11 +11,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
-from helix_es import names
-from helix_es.codec import Codec
-from helix_es.errors import EventTooLarge, HelixError
-from helix_es.events import Event, Position, Record
-from helix_es.log import MAX_EVENT_BYTES, Unclaimed
+from helix_es.log.codec import Codec
+from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
+from helix_es.model import names
+from helix_es.model.errors import EventTooLarge, HelixError
+from helix_es.model.events import Event, Position, Record
 
 TOPIC_ALREADY_EXISTS = 36
 # The log is the audit trail: no time or size retention, ever.

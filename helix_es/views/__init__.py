@@ -10,12 +10,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
-from helix_es.events import Event, MemoryCleared, MessageAdded, SessionErased
-from helix_es.message import Message
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased
+from helix_es.model.message import Message
 
 if TYPE_CHECKING:
     from helix_es.config import MemoryConfig
-    from projectors.projection import Projection
+    from helix_es.projection.protocol import Projection
 
 State = tuple[Message, ...]
 

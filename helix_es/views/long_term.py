@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from helix_es.errors import ConfigError
+from helix_es.model.errors import ConfigError
 from helix_es.views import IndexView
 
 if TYPE_CHECKING:
     from helix_es.config import MemoryConfig
-    from projectors.projection import Projection
+    from helix_es.projection.protocol import Projection
 
 DEFAULT_TABLE = "agent_memory"
 MAX_TABLE = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers without an error
@@ -113,14 +113,14 @@ class LongTerm(IndexView):
         Service addresses come from `memory` first: config.py decides between YAML and environment.
         """
         if self.store == "redis":
-            from projectors.long_term.redis import RedisLongTerm
+            from helix_es.stores.redis.long_term import RedisLongTerm
 
             url = memory.redis_url or self.redis_url
             if not url:
                 raise ConfigError("memory.redis_url", "a redis long-term memory needs redis_url (or HELIX_REDIS_URL)")
             return RedisLongTerm(url, name=self.name)
         if self.store == "postgres":
-            from projectors.long_term.postgres import PostgresLongTerm
+            from helix_es.stores.postgres.long_term import PostgresLongTerm
 
             dsn = memory.postgres_dsn or self.dsn
             if not dsn:
@@ -128,7 +128,7 @@ class LongTerm(IndexView):
             return PostgresLongTerm(dsn, table=self.table, name=self.name)
         if self.store in ("memory", "file"):
             # store: file is the embedded log on disk with in-process views, exported to file_path.
-            from projectors.long_term.memory import MemoryLongTerm
+            from helix_es.stores.memory.long_term import MemoryLongTerm
 
             return MemoryLongTerm(name=self.name)
         raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {self.store!r}")

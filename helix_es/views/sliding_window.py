@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from helix_es.errors import ConfigError
-from helix_es.message import Message
+from helix_es.model.errors import ConfigError
+from helix_es.model.message import Message
 from helix_es.views import State, View
 
 _role = attrgetter("role")

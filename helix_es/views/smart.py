@@ -22,9 +22,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from helix_es.errors import ConfigError
-from helix_es.message import Message
-from helix_es.tokens import message_tokens
+from helix_es.model.errors import ConfigError
+from helix_es.model.message import Message
+from helix_es.model.tokens import message_tokens
 from helix_es.views import State, View
 
 DEFAULT_TOKENS = 100_000

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helix_es.errors import ConfigError
-from helix_es.events import Event, MemoryCleared, MessageAdded, SessionErased, SummaryRecorded
-from helix_es.message import Message
+from helix_es.model.errors import ConfigError
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased, SummaryRecorded
+from helix_es.model.message import Message
 from helix_es.views import State, View
 
 EPOCH = "helix.summary.epoch"  # event id of the session's last clear (or erasure): older summaries are void

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from helix_es.embed import Embedder, EmbedSpec, parse_embed
-from helix_es.errors import ConfigError
+from helix_es.model.errors import ConfigError
+from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views import IndexView
 
 if TYPE_CHECKING:
     from helix_es.config import MemoryConfig
-    from projectors.projection import Projection
+    from helix_es.projection.protocol import Projection
 
 VECTOR_STORES = ("memory", "postgres")
 
@@ -62,17 +62,17 @@ class Vector(IndexView):
         return f"{self.kind}-{model_slug(self.model)}"
 
     def projection(self, memory: MemoryConfig) -> Projection:
-        from projectors.vector import VectorProjection, VectorStore
+        from helix_es.projection.vector import VectorProjection, VectorStore
 
         store: VectorStore
         if memory.store == "postgres":
-            from projectors.vector.postgres import PostgresVectorStore
+            from helix_es.stores.postgres.vector import PostgresVectorStore
 
             if not memory.postgres_dsn:
                 raise ConfigError("memory.dsn", "store: postgres needs dsn (or HELIX_POSTGRES_DSN)")
             store = PostgresVectorStore(memory.postgres_dsn)
         elif memory.store == "memory":
-            from projectors.vector.memory import MemoryVectorStore
+            from helix_es.stores.memory.vector import MemoryVectorStore
 
             store = MemoryVectorStore()
         else:

@@ -1,0 +1,7 @@
+"""`python -m helix_es.cli`: the same as the `helix-es` command."""
+
+import sys
+
+from helix_es.cli import main
+
+sys.exit(main())

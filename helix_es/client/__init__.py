@@ -1,0 +1,1 @@
+"""The client: Memory, composite, middleware, sessions, encryption, redaction, audit and erasure."""

@@ -1,0 +1,652 @@
+"""Audit: a session's history read back from the log (never from a view), and what a view held at a cut.
+
+`await audit(config, session_id="s-42")` lists every event of the session in log order: adds,
+clears, derived events (`SummaryRecorded`, `EmbeddingRecorded`) and event types this version
+does not know, shown as they are. With `as_of=` (a time) or `offset=` (an offset in the
+session's partition) it also folds each configured view from the log up to that cut, in a
+fresh in-process projection over a fresh `MemoryStore`, and returns what `get()` would have
+returned then. The fold replays history (`live=False`), so no model is ever called: summaries
+and paid embeddings come from the derived events recorded on the log.
+
+The cut:
+
+- `as_of=T` keeps the events stamped at or before T (event time, the producer's clock).
+- `offset=O` keeps the events at or below O in the session's partition. Namespace-wide views
+  (long-term) also need the other partitions, which share no offsets with it: they are cut at
+  the time of the last event at or below O in the session's partition.
+
+`helix-es audit` is the command line for it (see `add_command`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import fastavro
+from aiokafka.errors import KafkaError
+
+from helix_es.client.backend import open_log, open_projection
+from helix_es.client.erasure import Erasure, erased_by, erasure_of
+from helix_es.config import Config, LogConfig, MemoryConfig, load_config
+from helix_es.log.codec import HEADER_LEN, MAGIC, Codec, record_to_event
+from helix_es.log.kafka import KafkaUnavailable
+from helix_es.log.port import EventLog
+from helix_es.model import names
+from helix_es.model.errors import ConfigError, HelixError, InvalidInput, UnknownSchema
+from helix_es.model.events import (
+    EmbeddingRecorded,
+    Event,
+    MemoryCleared,
+    MessageAdded,
+    Payload,
+    Position,
+    Record,
+    SummaryRecorded,
+)
+from helix_es.model.message import Message
+from helix_es.projection.protocol import Projection
+from helix_es.stores.memory.views import MemoryStore
+from helix_es.stores.ports import SessionKey
+from helix_es.views import View
+from helix_es.views.vector import Vector
+
+__all__ = [
+    "AuditCodec",
+    "AuditError",
+    "AuditReport",
+    "AuditedEvent",
+    "UnknownPayload",
+    "add_command",
+    "audit",
+    "parse_time",
+    "render",
+]
+
+BATCH = 1000  # records per apply: bounds a projection's work per step, not the result
+
+
+class AuditError(HelixError):
+    """The log cannot answer the audit as asked (e.g. the session spans several partitions)."""
+
+
+# --- events this version cannot interpret --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownPayload:
+    """A payload this version of helix-es does not know: shown as it is, ignored by every fold.
+
+    Either its type is missing from `helix_es.codec` (then `fields` holds its decoded body), or it
+    was written with a schema missing from `schemas/` (then only the envelope could be read:
+    `fields` is empty, `schema` is the writer's fingerprint and `branch` its union index).
+    """
+
+    type: str  # the Avro name, e.g. helix.memory.NoteRecorded; "unknown" when the schema is unknown
+    fields: Mapping[str, Any]  # JSON-safe
+    schema: str | None = None
+    branch: int | None = None
+
+    @property
+    def short_type(self) -> str:
+        return self.type.rsplit(".", 1)[-1] if self.schema is None else "Unknown"
+
+
+# Every envelope version so far starts with these fields, then the payload union's branch index.
+# New fields go after the payload, so this prefix reads an event written with a newer schema.
+_ENVELOPE_PREFIX = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "EnvelopePrefix",
+        "namespace": "helix.audit",
+        "fields": [
+            {"name": "event_id", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "namespace", "type": "string"},
+            {"name": "session_id", "type": "string"},
+            {"name": "timestamp", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "branch", "type": "long"},
+        ],
+    }
+)
+
+
+def _jsonable(value: Any, *, avro: bool = False) -> Any:
+    """Values as JSON: bytes as base64, times as ISO-8601, ids as text.
+
+    `avro`: `value` was decoded by fastavro, whose (name, record) tuples are named union branches.
+    """
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v, avro=avro) for k, v in value.items()}
+    if avro and isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        return {"type": value[0], "value": _jsonable(value[1], avro=avro)}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, avro=avro) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+class AuditCodec(Codec):
+    """The codec, except that an event it cannot interpret becomes an `UnknownPayload` event.
+
+    The projector must refuse such events (dead letters); an audit must show them, and the
+    folds pass over payload types they do not know.
+    """
+
+    def decode(self, data: bytes) -> Event:
+        try:
+            record = self.decode_record(data)
+        except UnknownSchema:
+            return self._envelope_only(data)
+        try:
+            return record_to_event(record)
+        except UnknownSchema:
+            name, body = record["payload"]
+            return _event(record, UnknownPayload(name, _jsonable(body, avro=True)))
+
+    def _envelope_only(self, data: bytes) -> Event:
+        if data[:2] != MAGIC or len(data) < HEADER_LEN:
+            raise UnknownSchema("not Avro single-object encoding (expected C3 01 and a fingerprint)")
+        try:
+            head = fastavro.schemaless_reader(io.BytesIO(data[HEADER_LEN:]), _ENVELOPE_PREFIX, None)
+            if not isinstance(head, dict):
+                raise TypeError("not a record")
+            names.check_namespace(head["namespace"])
+            names.check_session_id(head["session_id"])
+        except Exception:
+            raise UnknownSchema(
+                f"writer schema fingerprint {data[2:HEADER_LEN].hex()} is not in schemas/ and its envelope "
+                "does not read as one; upgrade helix-es to audit this log"
+            ) from None
+        unknown = UnknownPayload("unknown", {}, schema=data[2:HEADER_LEN].hex(), branch=head["branch"])
+        return _event(head, unknown)
+
+
+def _event(record: Mapping[str, Any], payload: UnknownPayload) -> Event:
+    # Event.payload is typed for the known payloads; the folds skip types they do not know.
+    return Event(
+        namespace=record["namespace"],
+        session_id=record["session_id"],
+        payload=cast(Payload, payload),
+        event_id=record["event_id"],
+        timestamp=record["timestamp"],
+    )
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+
+def _fields(payload: object) -> dict[str, Any]:
+    """A payload dataclass as JSON, for event types this module has no words for."""
+    if is_dataclass(payload) and not isinstance(payload, type):
+        return {f.name: _jsonable(getattr(payload, f.name)) for f in fields(payload)}
+    return {"value": _jsonable(payload)}
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(message.to_json())
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedEvent:
+    """One event of the session, where it sits on the log and what it says."""
+
+    position: Position
+    event_id: str
+    namespace: str
+    session_id: str
+    time: datetime  # event time, UTC
+    type: str  # MessageAdded, MemoryCleared, SummaryRecorded, EmbeddingRecorded, or an unknown type's name
+    payload: Payload | UnknownPayload
+    erased: bool = False  # written before the session was forgotten: its content is crypto-shredded
+
+    @classmethod
+    def from_record(cls, record: Record, erasure: Erasure | None = None) -> AuditedEvent:
+        event = record.event
+        payload: Payload | UnknownPayload = event.payload
+        kind = payload.short_type if isinstance(payload, UnknownPayload) else type(payload).__name__
+        erased = erasure is not None and isinstance(payload, MessageAdded) and erased_by(record, erasure)
+        return cls(record.position, str(event.event_id), event.namespace, event.session_id,
+                   _utc(event.timestamp), kind, payload, erased)
+
+    @property
+    def known(self) -> bool:
+        return not isinstance(self.payload, UnknownPayload)
+
+    def payload_json(self) -> dict[str, Any]:
+        p = self.payload
+        if isinstance(p, MessageAdded) and self.erased:
+            return {"message": {"role": p.message.role, "erased": True}}
+        if isinstance(p, MessageAdded):
+            return {"message": _message_json(p.message)}
+        if isinstance(p, MemoryCleared):
+            return {"reason": p.reason}
+        if isinstance(p, SummaryRecorded):
+            return {"view": p.view, "epoch": p.epoch, "covers": p.covers, "text": p.text, "model": p.model}
+        if isinstance(p, EmbeddingRecorded):  # the vector itself is bulk; its size and text hash identify it
+            return {"model": p.model, "content_sha256": p.content_sha256, "dims": len(p.vector) // 4}
+        if isinstance(p, UnknownPayload):
+            return {"avro_type": p.type, "fields": dict(p.fields), "schema_fingerprint": p.schema,
+                    "union_branch": p.branch}
+        return _fields(p)  # a type added after this module: its fields as they are
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time.isoformat(),
+            "topic": self.position.topic,
+            "partition": self.position.partition,
+            "offset": self.position.offset,
+            "event_id": self.event_id,
+            "session_id": self.session_id,
+            "type": self.type,
+            "known": self.known,
+            "erased": self.erased,
+            "payload": self.payload_json(),
+        }
+
+    def describe(self) -> str:
+        """The payload on one line, for people; text is JSON-quoted so control characters stay inert."""
+        p = self.payload
+        if isinstance(p, MessageAdded) and self.erased:
+            return f"{p.message.role}: content erased (its key was destroyed by forget)"
+        if isinstance(p, MessageAdded):
+            return _describe_message(p.message)
+        if isinstance(p, MemoryCleared):
+            return "memory cleared" + (f", reason {_q(p.reason)}" if p.reason else "")
+        if isinstance(p, SummaryRecorded):
+            model = f", model {_q(p.model)}" if p.model else ""
+            return f"summary for view {p.view} covering {p.covers} messages{model}: {_q(p.text)}"
+        if isinstance(p, EmbeddingRecorded):
+            return f"embedding by {_q(p.model)}, {len(p.vector) // 4} dims, of text sha256 {p.content_sha256[:16]}…"
+        if not isinstance(p, UnknownPayload):
+            return json.dumps(_fields(p), ensure_ascii=False)
+        if p.schema is not None:
+            return f"unknown event: written with schema {p.schema} (not in schemas/), payload branch {p.branch}"
+        return f"unknown event type {p.type}: {json.dumps(dict(p.fields), ensure_ascii=False)}"
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """A session's events from the log, and with a cut, what each view's `get()` returned at that cut."""
+
+    events: list[AuditedEvent]
+    views: dict[str, list[Message]] | None  # view name -> messages; None without a cut
+    namespace: str
+    session_id: str
+    topic: str
+    as_of: datetime | None = None  # the time cut, UTC
+    offset: int | None = None  # the offset cut, in `partition`
+    partition: int | None = None  # the session's partition (with an offset cut)
+    # With an offset cut and a namespace-wide view: the time other partitions were cut at (see module doc).
+    cut_time: datetime | None = None
+    erasure: Erasure | None = None  # the session was forgotten (helix_es.erasure.forget)
+
+    def to_json(self) -> dict[str, Any]:
+        cut = None
+        if self.as_of is not None or self.offset is not None:
+            cut = {
+                "as_of": _iso(self.as_of),
+                "offset": self.offset,
+                "partition": self.partition,
+                "time": _iso(self.cut_time),
+            }
+        views = None if self.views is None else {
+            name: [_message_json(m) for m in messages] for name, messages in self.views.items()
+        }
+        return {
+            "namespace": self.namespace,
+            "session_id": self.session_id,
+            "topic": self.topic,
+            "cut": cut,
+            "erased": None if self.erasure is None else {
+                "offset": self.erasure.position.offset, "at": _iso(self.erasure.at), "reason": self.erasure.reason,
+            },
+            "events": [e.to_json() for e in self.events],
+            "views": views,
+        }
+
+
+def _utc(at: datetime) -> datetime:
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+# --- times ------------------------------------------------------------------------------------------
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_AGO = re.compile(rf"-\s*((?:{_PART.pattern})+)|((?:{_PART.pattern})+)\s+ago")
+
+
+def parse_time(value: datetime | str, *, field: str = "as_of", now: datetime | None = None) -> datetime:
+    """A moment in UTC from ISO-8601 (naive means UTC), `now`, or relative: `-10m`, `-1h30m`, `2d ago`."""
+    if isinstance(value, datetime):
+        return _utc(value)
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a time, got {type(value).__name__}")
+    text = value.strip()
+    now = _utc(now) if now is not None else datetime.now(UTC)
+    if text.lower() == "now":
+        return now
+    ago = _AGO.fullmatch(text.lower())
+    if ago:
+        spec = ago.group(1) or ago.group(4)
+        return now - timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(spec)))
+    try:
+        return _utc(datetime.fromisoformat(text))
+    except ValueError:
+        raise InvalidInput(
+            field,
+            f"cannot read {value!r} as a time; give ISO-8601 like 2024-05-01T12:00:00Z or 2024-05-01 12:00 "
+            "(no zone means UTC), `now`, or a time ago like -10m, -1h30m, 2d ago",
+        ) from None
+
+
+# --- reading the log --------------------------------------------------------------------------------
+
+
+def _open_log(config: LogConfig) -> EventLog:
+    return open_log(config, AuditCodec())  # shows unknown events instead of refusing them
+
+
+async def _read(config: LogConfig, namespace: str, session_id: str | None) -> list[Record]:
+    log = _open_log(config)
+    try:
+        # Asked first so that auditing a namespace never creates its embedded log file.
+        if namespace not in await log.namespaces():
+            return []
+        return [r async for r in log.read(namespace, session_id=session_id)]
+    except KafkaError as exc:
+        raise KafkaUnavailable(
+            f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
+            "check the brokers (scripts/services status) or log.bootstrap_servers"
+        ) from exc
+    finally:
+        await log.close()
+
+
+def _partitions(records: Sequence[Record]) -> Iterator[list[Record]]:
+    """Batches of one topic-partition each, in offset order, as a projector applies them."""
+    by_partition: dict[tuple[str, int], list[Record]] = {}
+    for r in records:
+        by_partition.setdefault((r.position.topic, r.position.partition), []).append(r)
+    for batch in by_partition.values():
+        batch.sort(key=lambda r: r.position.offset)
+        for start in range(0, len(batch), BATCH):
+            yield batch[start : start + BATCH]
+
+
+# --- views ------------------------------------------------------------------------------------------
+
+
+def _pick(memory: MemoryConfig, wanted: str | None) -> list[MemoryConfig]:
+    parts = list(memory.parts)
+    if wanted is None:
+        return parts
+    chosen = [p for p in parts if wanted in (p.view.name, p.type, getattr(p.view, "kind", None))]
+    if not chosen:
+        known = ", ".join(f"{p.view.name} ({p.type})" for p in parts)
+        raise ConfigError("view", f"this config has no view {wanted!r}; give one of: {known}")
+    return chosen
+
+
+def _fresh_projection(part: MemoryConfig) -> Projection:
+    """The view's projection over fresh in-process state: the same fold, none of the deployment's data."""
+    memory = replace(part, store="memory")
+    if isinstance(part.view, View):
+        return open_projection(memory, MemoryStore())
+    view = part.view
+    if "store" in {f.name for f in fields(view)}:  # long-term picks its store from its own options
+        view = replace(view, store="memory")
+    return view.projection(memory)
+
+
+async def _fold(part: MemoryConfig, records: Sequence[Record], key: SessionKey) -> list[Message]:
+    if isinstance(part.view, Vector):
+        return []  # search-only: get() is always [], and folding would embed every message for nothing
+    if isinstance(part.view, View):  # session views only ever read the session's own events
+        records = [r for r in records if r.event.session_id == key.session_id]
+    projection = _fresh_projection(part)
+    try:
+        for batch in _partitions(records):
+            await projection.apply(batch, live=False)  # history: derived events are on the log already
+        return await projection.get(key, None) or []
+    finally:
+        await projection.close()
+
+
+def _needs_namespace(part: MemoryConfig) -> bool:
+    return not isinstance(part.view, View | Vector)  # long-term, and any later namespace-wide view
+
+
+# --- the audit --------------------------------------------------------------------------------------
+
+
+def _check_offset(offset: object) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidInput("offset", f"must be a whole number >= 0 (an offset in the session's partition), "
+                                     f"got {offset!r}")
+    return offset
+
+
+def _session_partition(records: Sequence[Record], mine: Sequence[Record], session_id: str) -> int:
+    partitions = sorted({r.position.partition for r in mine})
+    if len(partitions) > 1:
+        raise AuditError(
+            f"session {session_id} has events in partitions {partitions} (was the topic repartitioned?), so an "
+            "offset does not name one point of its history; use a time cut (`as_of`) instead"
+        )
+    if partitions:
+        return partitions[0]
+    seen = {r.position.partition for r in records}
+    if len(seen) <= 1:  # the embedded log, or a topic with one partition in use
+        return seen.pop() if seen else 0
+    raise AuditError(f"session {session_id} has no events, so no partition for an offset; use a time cut (`as_of`)")
+
+
+async def audit(
+    config: Config | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    session_id: str,
+    namespace: str | None = None,
+    as_of: datetime | str | None = None,
+    offset: int | None = None,
+    view: str | None = None,
+) -> AuditReport:
+    """A session's history from the log; with `as_of` or `offset`, also each view's `get()` at that cut.
+
+    `config` is what `open_memory` takes. `namespace` overrides the config's. `as_of` is a datetime
+    (naive means UTC) or text for `parse_time`; `offset` an offset in the session's partition; give
+    at most one. `view` picks one part of a composite (or checks the one view) by name or type.
+    Raises `InvalidInput` (a `ValueError`) for bad arguments, `HelixError` when the log fails.
+    """
+    cfg = config if isinstance(config, Config) else load_config(config)
+    ns = names.check_namespace(namespace if namespace is not None else cfg.memory.namespace, "namespace")
+    names.check_session_id(session_id, "session_id")
+    if as_of is not None and offset is not None:
+        raise InvalidInput("as_of", "give `as_of` or `offset`, not both: a cut is a time or an offset in the "
+                                    "session's partition")
+    cut_at = parse_time(as_of) if as_of is not None else None
+    cut_offset = _check_offset(offset) if offset is not None else None
+    has_cut = cut_at is not None or cut_offset is not None
+    if view is not None and not has_cut:
+        raise InvalidInput("view", "picks the view folded at a cut: give `as_of` or `offset` too "
+                                   "(`as_of` now folds the whole log)")
+    parts = _pick(cfg.memory, view) if has_cut else []
+
+    wide = any(_needs_namespace(p) for p in parts)
+    records = await _read(cfg.log, ns, None if wide else session_id)
+    mine = [r for r in records if r.event.session_id == session_id]
+
+    partition: int | None = None
+    cut_time = cut_at
+    if cut_offset is not None:
+        partition = _session_partition(records, mine, session_id)
+        # Other partitions share no offsets with this one: cut them at the time of the cut event.
+        here = [r for r in records if r.position.partition == partition and r.position.offset <= cut_offset]
+        cut_time = _utc(max(here, key=lambda r: r.position.offset).event.timestamp) if here and wide else None
+
+    def kept(r: Record) -> bool:
+        if cut_offset is not None:
+            if r.position.partition == partition:
+                return r.position.offset <= cut_offset
+            return cut_time is not None and _utc(r.event.timestamp) <= cut_time
+        return cut_at is None or _utc(r.event.timestamp) <= cut_at
+
+    erasure = erasure_of(mine)  # forgotten now, whatever the cut: its content is gone
+    events = [AuditedEvent.from_record(r, erasure) for r in mine if kept(r)]
+    views: dict[str, list[Message]] | None = None
+    if has_cut:
+        upto = [r for r in records if kept(r)]
+        key = SessionKey(ns, session_id)
+        views = {}
+        for part in parts:
+            name = part.view.name
+            if name in views:  # two parts folding the same view: keep both, apart
+                name = f"{name}#{sum(1 for k in views if k.split('#')[0] == name) + 1}"
+            views[name] = await _fold(part, upto, key)
+    return AuditReport(
+        events=events,
+        views=views,
+        namespace=ns,
+        session_id=session_id,
+        topic=names.topic(ns, cfg.log.topic_prefix),
+        as_of=cut_at,
+        offset=cut_offset,
+        partition=partition,
+        cut_time=cut_time,
+        erasure=erasure,
+    )
+
+
+# --- text for people --------------------------------------------------------------------------------
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+_PLAIN = re.compile(r"[\w.:/@+-]+")
+
+
+def _word(text: str) -> str:
+    """A name or id as it is when it is one plain word, else JSON-quoted."""
+    return text if _PLAIN.fullmatch(text) else _q(text)
+
+
+def _describe_message(m: Message) -> str:
+    out = m.role + (f" ({_word(m.name)})" if m.name else "") + ":"
+    if m.content or not m.tool_calls:
+        out += f" {_q(m.content)}"
+    if m.tool_calls:
+        args = (c.arguments if c.arguments.isprintable() else _q(c.arguments) for c in m.tool_calls)
+        out += " calls " + ", ".join(f"{_word(c.name)}({a}) id {_word(c.id)}" for c, a in zip(m.tool_calls, args,
+                                                                                               strict=True))
+    if m.tool_call_id:
+        out += f" answering {_word(m.tool_call_id)}"
+    if m.metadata:
+        out += " " + json.dumps(dict(m.metadata), ensure_ascii=False)
+    return out
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
+            for row in rows]
+
+
+def render(report: AuditReport) -> str:
+    """The report as aligned text: the events, then each view at the cut."""
+    lines = [f"session {report.session_id} of namespace {report.namespace}, from the log (topic {report.topic})"]
+    if report.erasure is not None:
+        why = f": {_q(report.erasure.reason)}" if report.erasure.reason else ""
+        lines.append(f"ERASED at {report.erasure.at.isoformat()} (offset {report.erasure.position.offset}){why}; "
+                     "the content of its earlier messages is crypto-shredded")
+    if report.offset is not None:
+        cut = f"events at or below offset {report.offset} of partition {report.partition}"
+        if report.cut_time is not None:
+            cut += f"; other partitions, for namespace-wide views, up to {report.cut_time.isoformat()}"
+        lines.append(f"cut: {cut}")
+    elif report.as_of is not None:
+        lines.append(f"cut: events at or before {report.as_of.isoformat()}")
+    lines.append(f"{len(report.events)} event{'s' if len(report.events) != 1 else ''}")
+    if report.events:
+        rows = [["TIME (UTC)", "PARTITION", "OFFSET", "EVENT ID", "TYPE", "EVENT"]]
+        for e in report.events:
+            rows.append([e.time.strftime("%Y-%m-%d %H:%M:%S.%f"), str(e.position.partition),
+                         str(e.position.offset), e.event_id, e.type, e.describe()])
+        lines += ["", *_table(rows)]
+    for name, messages in (report.views or {}).items():
+        count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
+        lines += ["", f"view {name} at the cut: get() returns {count}"]
+        if messages:
+            lines += _table([["", str(i), _describe_message(m)] for i, m in enumerate(messages, 1)])
+    return "\n".join(lines)
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+_FLAGS = {"as_of": "--as-of", "offset": "--offset", "view": "--view", "namespace": "--namespace",
+          "session_id": "--session"}
+
+
+def _flags(text: str) -> str:
+    for name, flag in _FLAGS.items():
+        text = text.replace(f"`{name}`", flag)
+    return text
+
+
+async def _run(args: argparse.Namespace) -> int:
+    try:
+        report = await audit(load_config(args.config, agent=args.agent), session_id=args.session,
+                             namespace=args.namespace, as_of=args.as_of, offset=args.offset, view=args.view)
+    except InvalidInput as exc:  # name the flags the person typed, not the Python arguments
+        if exc.field not in _FLAGS:
+            raise
+        raise type(exc)(_FLAGS[exc.field], _flags(exc.problem)) from None
+    except AuditError as exc:
+        raise AuditError(_flags(str(exc))) from None
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(render(report))
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    """Register `helix-es audit` (cli.COMMAND_MODULES)."""
+    p = subparsers.add_parser(
+        "audit",
+        aliases=["history"],
+        help="a session's events from the log, and what its views returned at a time or offset",
+        description="Print a session's event history read from the log (never from a view). With --as-of or "
+        "--offset, also print what each configured view would have returned at that point, folded from the "
+        "log without calling any model.",
+    )
+    p.add_argument("--config", required=True, help="YAML file naming the log, namespace and views")
+    p.add_argument("--session", required=True, help="the session id")
+    p.add_argument("--agent", metavar="ID", help="in an agents: document, this agent's memory (default: the first)")
+    p.add_argument("--namespace", help="override memory.namespace (an agent's id)")
+    cut = p.add_argument_group("cut (at most one)")
+    cut.add_argument("--as-of", metavar="TIME",
+                     help="events at or before TIME: ISO-8601 (no zone means UTC), now, or --as-of=-10m / '2h ago'")
+    cut.add_argument("--offset", type=int, metavar="O", help="events at or below offset O of the session's partition")
+    p.add_argument("--view", metavar="NAME", help="only this view (name or type, e.g. summary-4 or summary)")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    p.set_defaults(run=_run)

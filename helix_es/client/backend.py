@@ -1,0 +1,247 @@
+"""A backend joins a log and a view store. Memories with the same log and store share one.
+
+With the embedded log, the backend is also the projector: each append is folded into
+every view attached to its namespace before `append` returns, and views are caught up
+from the log (from their checkpoint on) when they are attached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helix_es.config import LogConfig, MemoryConfig
+from helix_es.log.codec import Codec
+from helix_es.log.embedded import EmbeddedLog
+from helix_es.log.kafka import KafkaLog
+from helix_es.log.port import EventLog
+from helix_es.model.events import Event, Position, Record
+from helix_es.projection.aliases import AliasedProjection, AliasStore, open_aliases
+from helix_es.projection.protocol import Projection, SessionProjection
+from helix_es.providers.summarise import ExtractiveSummariser
+from helix_es.stores.ports import ViewStore
+from helix_es.views import View
+from helix_es.views.summary import Summary
+
+log = logging.getLogger(__name__)
+
+
+def open_log(config: LogConfig, codec: Codec | None = None) -> EventLog:
+    if config.type == "kafka":
+        return KafkaLog(
+            config.bootstrap_servers,
+            topic_prefix=config.topic_prefix,
+            partitions=config.partitions,
+            replication_factor=config.replication_factor,
+            codec=codec,
+        )
+    return EmbeddedLog(config.path, fsync=config.fsync, topic_prefix=config.topic_prefix, codec=codec)
+
+
+def open_store(config: MemoryConfig) -> ViewStore:
+    if config.store == "redis":
+        from helix_es.stores.redis.views import RedisStore
+
+        return RedisStore(config.redis_url)  # type: ignore[arg-type]
+    if config.store == "postgres":
+        from helix_es.stores.postgres.views import PostgresStore
+
+        return PostgresStore(config.postgres_dsn)  # type: ignore[arg-type]
+    from helix_es.stores.memory.views import MemoryStore
+
+    return MemoryStore()
+
+
+def store_key(memory: MemoryConfig) -> tuple[str, str | None]:
+    """Where a memory's store lives: memories with the same key share one store connection."""
+    location = {"redis": memory.redis_url, "postgres": memory.postgres_dsn}.get(memory.store)
+    return memory.store, location
+
+
+def open_projection(memory: MemoryConfig, store: ViewStore | None = None) -> Projection:
+    """The projection a memory config describes; session views use `store` (else their own)."""
+    if not isinstance(memory.view, View):
+        return memory.view.projection(memory)
+    store = store or open_store(memory)
+    if isinstance(memory.view, Summary):
+        from helix_es.projection.summary import SummaryProjection
+
+        return SummaryProjection(memory.view, store, summariser=memory.summariser or ExtractiveSummariser())
+    return SessionProjection(memory.view, store)
+
+
+Ident = tuple[str, str, str | None]  # a projection: view name, store kind, store location
+
+
+@dataclass
+class Backend:
+    """One log, and the projections (with their stores) that memories on it read."""
+
+    log: EventLog
+    inline: bool  # fold on append (embedded log)
+    refs: int = 0
+    _stores: dict[tuple[str, str | None], ViewStore] = field(default_factory=dict)
+    _projections: dict[Ident, Projection] = field(default_factory=dict)
+    _attached: dict[str, dict[Ident, Projection]] = field(default_factory=dict)  # namespace -> projections
+    _behind: set[tuple[Ident, str]] = field(default_factory=set)  # inline folds that failed, per namespace
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
+
+    def aliases(self, memory: MemoryConfig) -> AliasStore:
+        """Where the aliases of `memory`'s view live (one per store location; in process for memory stores)."""
+        where = store_key(memory)
+        found = self._aliases.get(where)
+        if found is None:
+            found = self._aliases[where] = open_aliases(memory)
+        return found
+
+    async def attach(self, memory: MemoryConfig, namespace: str) -> Projection:
+        """Serve `memory`'s view for `namespace`; inline backends catch it up from the log first.
+
+        The projection serves the target the view's alias names (`projectors.aliases`), resolved
+        here once and followed about once a second by `current`.
+        """
+        where = store_key(memory)
+        ident: Ident = (memory.view.name, *where)
+        projection = self._projections.get(ident)
+        if projection is None:
+            store = None
+            if isinstance(memory.view, View):  # session views share one store per location
+                store = self._stores.get(where)
+                if store is None:
+                    store = self._stores[where] = open_store(memory)
+            projection = self._projections[ident] = AliasedProjection(
+                memory, self.aliases(memory), self.log.topic_prefix, store=store,
+                install=self._install if self.inline else None,
+            )
+        if isinstance(projection, AliasedProjection):
+            await projection.ready(strict=False)
+        attached = self._attached.setdefault(namespace, {})
+        if ident not in attached:
+            async with self._lock:
+                if self.inline and ident not in attached:
+                    await self._catch_up(projection, namespace)
+                attached[ident] = projection
+        return projection
+
+    async def current(self, projection: Projection, namespace: str) -> None:
+        """Before a read: follow the view's alias (at most about once a second), and on an inline
+        backend fold what a failed inline projection left behind."""
+        if isinstance(projection, AliasedProjection):
+            await projection.refresh()
+        if not self._behind:
+            return
+        behind = next(((i, namespace) for i, p in self._projections.items() if p is projection), None)
+        if behind in self._behind:
+            async with self._lock:
+                if behind in self._behind:
+                    await self._catch_up(projection, namespace)
+                    self._behind.discard(behind)
+
+    async def _install(self, aliased: AliasedProjection, projection: Projection, target: str) -> None:
+        """Inline backends fold into the new target from now on, caught up from the log first.
+
+        Under the lock no append runs: the new target misses nothing, and readers that had seen their
+        last write wait for it again (the generation moved), so they never read it unfinished.
+        """
+        async with self._lock:
+            aliased.swap(projection, target)
+            for namespace, attached in self._attached.items():
+                for ident, attached_projection in attached.items():
+                    if attached_projection is aliased:
+                        try:
+                            await self._catch_up(aliased, namespace)
+                        except Exception as exc:
+                            log.warning("view %s of %s is behind the log: %s", target, namespace, exc)
+                            self._behind.add((ident, namespace))
+
+    async def _catch_up(self, projection: Projection, namespace: str) -> None:
+        """Fold what the log holds past the checkpoint; only the last batch is live."""
+        checkpoint: int | None = None
+        held: list[Record] = []  # a full batch, applied once we know whether it is the last
+        batch: list[Record] = []
+        async for record in self.log.read(namespace):
+            if checkpoint is None:
+                checkpoint = await projection.checkpoint(record.position.topic, 0)
+                checkpoint = -1 if checkpoint is None else checkpoint
+            if record.position.offset > checkpoint:
+                batch.append(record)
+            if len(batch) >= 500:
+                if held:
+                    await projection.apply(held, live=False)  # history: its derived events are in it already
+                held, batch = batch, []
+        if held and batch:
+            await projection.apply(held, live=False)
+        last = batch or held
+        if last:
+            applied = await projection.apply(last, live=True)
+            for event in applied.derived:
+                await self._append_locked(event)
+
+    async def append(self, event: Event) -> Position:
+        if not self.inline:
+            return await self.log.append(event)
+        async with self._lock:  # log order and fold order must agree
+            return await self._append_locked(event)
+
+    async def _append_locked(self, event: Event) -> Position:
+        try:
+            position = await self.log.append(event)
+        except asyncio.CancelledError:
+            # The write may land yet (the log finishes it): the next read folds it in from the log.
+            self._behind.update((ident, event.namespace) for ident in self._attached.get(event.namespace, {}))
+            raise
+        record = Record(event, position)
+        derived: list[Event] = []
+        for ident, projection in self._attached.get(event.namespace, {}).items():
+            if (ident, event.namespace) in self._behind:
+                continue  # folded in order by the next catch-up
+            try:
+                derived += (await projection.apply([record])).derived
+            except Exception as exc:
+                # The event is on the log, so the write succeeded; the view catches up on the next read.
+                log.warning("view %s of %s is behind the log: %s", projection.name, event.namespace, exc)
+                self._behind.add((ident, event.namespace))
+        for extra in derived:
+            await self._append_locked(extra)
+        return position
+
+    async def close(self) -> None:
+        for projection in self._projections.values():
+            await projection.close()
+        for store in self._stores.values():
+            await store.close()
+        for aliases in self._aliases.values():
+            await aliases.close()
+        await self.log.close()
+
+
+_shared: dict[tuple[object, ...], Backend] = {}
+
+
+def _key(log: LogConfig) -> tuple[object, ...]:
+    loop = id(asyncio.get_running_loop())
+    if log.type == "kafka":
+        where: tuple[object, ...] = (log.bootstrap_servers, log.topic_prefix)
+    else:
+        where = (str(Path(log.path).resolve()), log.topic_prefix, log.fsync)
+    return (loop, log.type, *where)
+
+
+async def acquire(log: LogConfig) -> Backend:
+    """The process's backend for `log`, shared by every memory on it (the embedded log needs that)."""
+    key = _key(log)
+    backend = _shared.get(key)
+    if backend is None:
+        backend = _shared[key] = Backend(open_log(log), inline=log.type == "embedded")
+    backend.refs += 1
+    return backend
+
+
+async def release(log: LogConfig, backend: Backend) -> None:
+    backend.refs -= 1
+    if backend.refs <= 0:
+        _shared.pop(_key(log), None)
+        await backend.close()

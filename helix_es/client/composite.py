@@ -1,0 +1,54 @@
+"""composite: one event feeds every part's view; get and search merge the parts' answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from helix_es.client.memory import EventWriter, ViewMemory, check_search
+from helix_es.model.events import Position
+from helix_es.model.message import Message
+
+
+def _identity(message: Message) -> tuple[object, ...]:
+    # The seed dedups on (role, content); messages without text (tool calls) keep their calls apart.
+    if message.content:
+        return (message.role, message.content)
+    return (message.role, message.content, message.tool_calls, message.tool_call_id)
+
+
+def merge(answers: Sequence[Sequence[Message]], limit: int | None = None) -> list[Message]:
+    """Parts in order, each in its own order; a message already seen is skipped."""
+    seen: set[tuple[object, ...]] = set()
+    out: list[Message] = []
+    for answer in answers:
+        for message in answer:
+            key = _identity(message)
+            if key not in seen:
+                seen.add(key)
+                out.append(message)
+                if limit is not None and len(out) >= limit:
+                    return out
+    return out
+
+
+class CompositeMemory(EventWriter):
+    """`add` appends one event, which every part's projection folds; reads ask each part in turn."""
+
+    def __init__(self, parts: Sequence[ViewMemory]) -> None:
+        if not parts:
+            raise ValueError("a composite needs at least one part")
+        self.parts = list(parts)
+        first = self.parts[0]
+        self.backend, self.namespace, self.session_id = first.backend, first.namespace, first.session_id
+        self.max_content_bytes = first.max_content_bytes
+
+    def wrote(self, position: Position) -> None:
+        for part in self.parts:
+            part.wrote(position)
+
+    async def get(self) -> list[Message]:
+        return merge([await part.get() for part in self.parts])
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        check_search(query, limit)
+        return merge([await part.search(query, limit) for part in self.parts], limit)

@@ -1,0 +1,246 @@
+"""Erasure on an immutable log, by crypto-shredding: `forget` a session.
+
+The log is append-only, so an erasure cannot remove events. Instead every session's content is
+sealed with its own data key (`helix_es.keystore`), and `forget`:
+
+1. reads the session's events from the log and checks that each message is sealed with one of
+   the session's keys in the key store (plaintext, or keys derived from the master, cannot be
+   shredded: it refuses unless told to go on anyway);
+2. destroys the session's data keys in the key store (from then on nobody can open that content,
+   on the log, in views, in backups of the log);
+3. appends a `SessionErased` event for the session, which every view folds: session views
+   empty the session like a clear, long-term and vector views delete its entries.
+
+It is idempotent: a session whose keys are all destroyed and whose last event is its erasure is
+left as it is. A crash between 2 and 3 is finished by running it again.
+
+For audits: `is_erased(records)` and `erasure_of(records)` read a session's records from the
+log; `erased_by(record, erasure)` tells whether a record's content was shredded by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from helix_es.client.encryption import KeyProvider, envelope_key_id
+from helix_es.config import Config, load_config
+from helix_es.model import names
+from helix_es.model.errors import HelixError
+from helix_es.model.events import Event, MessageAdded, Position, Record, SessionErased
+from helix_es.model.message import Message
+
+
+class NotShreddable(HelixError):
+    """`forget` cannot erase this session by destroying keys; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """A session's erasure as the log records it."""
+
+    position: Position
+    at: datetime
+    reason: str | None
+    key_ids: tuple[str, ...]
+
+
+def erasure_of(records: Iterable[Record]) -> Erasure | None:
+    """The newest erasure among one session's records (log order), or None if it was never forgotten."""
+    found = None
+    for r in records:
+        if isinstance(r.event.payload, SessionErased):
+            found = Erasure(r.position, r.event.timestamp, r.event.payload.reason, r.event.payload.key_ids)
+    return found
+
+
+def is_erased(records: Iterable[Record]) -> bool:
+    """Whether one session's records hold an erasure: its content before that is shredded."""
+    return erasure_of(records) is not None
+
+
+def erased_by(record: Record, erasure: Erasure) -> bool:
+    """Whether `record` (of the erased session) was written before `erasure` (its own partition, lower offset)."""
+    p, at = record.position, erasure.position
+    return (p.topic, p.partition) != (at.topic, at.partition) or p.offset < at.offset
+
+
+@dataclass(frozen=True)
+class ForgetResult:
+    namespace: str
+    session_id: str
+    erased_keys: tuple[str, ...]  # destroyed by this call
+    events: int  # the session's events on the log before this call (they stay there, sealed)
+    messages: int  # messages since the previous erasure (all of them, if none)
+    unshreddable: int  # of those, not sealed with a key of the store: plaintext, or a key derived from the master
+    position: Position | None  # the SessionErased appended; None when the session was already erased
+    already_erased: bool
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["position"] = None if self.position is None else dataclasses.asdict(self.position)
+        out["erased_keys"] = list(self.erased_keys)
+        return out
+
+
+def _sealed_by(message: Message, key_ids: set[str]) -> bool:
+    """Every field that holds text is an envelope sealed by one of `key_ids`."""
+    values = (message.content, *(c.arguments for c in message.tool_calls))
+    return all(not value or envelope_key_id(value) in key_ids for value in values)  # "" holds nothing to erase
+
+
+def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:
+    from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
+
+    if keys is None:
+        if "encryption" not in cfg.middleware:
+            raise NotShreddable(
+                "the config lists no encryption middleware (memory_middleware: [encryption]), so the session's "
+                "messages are on the log in plaintext; an append-only log cannot erase plaintext. Turn encryption "
+                f"on with {ENV_STORE}=postgres|redis|file for personal data, or pass keys= if you wrap memories in "
+                "Python yourself"
+            )
+        keys = provider_from_env()
+    if not shreddable(keys):
+        raise NotShreddable(
+            f"{type(keys).__name__} cannot destroy one session's key: "
+            + ("every session key is derived from the master key, so it can always be derived again. "
+               if type(keys).__name__ == "DerivedSessionKeys" else "")
+            + f"forget needs a key store: set {ENV_STORE}=postgres|redis|file (helix_es.keystore) before the "
+            "session is written"
+        )
+    return keys
+
+
+async def forget(
+    config: Mapping[str, Any] | str | os.PathLike[str] | Config,
+    *,
+    session_id: str,
+    namespace: str | None = None,
+    reason: str | None = None,
+    keys: KeyProvider | None = None,
+    allow_unshreddable: bool = False,
+    agent: str | None = None,
+) -> ForgetResult:
+    """Erase one session: destroy its data keys, then append `SessionErased` so every view drops it.
+
+    `keys` defaults to the provider the config's `encryption` middleware uses (HELIX_KEY_STORE).
+    Raises `NotShreddable` (changing nothing) if the provider cannot destroy keys, or if messages
+    of the session since its last erasure are not sealed by its keys in the store, unless
+    `allow_unshreddable` (then views still drop them, but the log keeps them readable).
+    """
+    from helix_es.client import backend as backends
+
+    cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
+    ns = names.check_namespace(namespace or cfg.memory.namespace)
+    sid = names.check_session_id(session_id)
+    provider = _keys_for(cfg, keys)
+    rows = await provider.rows(ns, sid)  # type: ignore[attr-defined]
+    store_ids = {r.key_id for r in rows}
+    backend = await backends.acquire(cfg.log)
+    try:
+        events, messages, unshreddable = 0, 0, 0
+        last: Record | None = None
+        listed: set[str] = set()  # key ids earlier erasures already name
+        async for record in backend.log.read(ns, session_id=sid):
+            events += 1
+            last = record
+            payload = record.event.payload
+            if isinstance(payload, SessionErased):
+                messages, unshreddable = 0, 0  # checked by that erasure
+                listed.update(payload.key_ids)
+            elif isinstance(payload, MessageAdded):
+                messages += 1
+                unshreddable += not _sealed_by(payload.message, store_ids)
+        live = [r for r in rows if not r.erased]
+        if not live and last is not None and isinstance(last.event.payload, SessionErased):
+            return ForgetResult(ns, sid, (), events, 0, 0, None, True)
+        if unshreddable and not allow_unshreddable:
+            raise NotShreddable(
+                f"{unshreddable} of the {messages} messages of {ns}/{sid} on the log are not sealed with a key of the "
+                "key store (written without encryption, or with a key derived from the master): destroying keys "
+                "cannot erase them. Nothing was changed. Pass allow_unshreddable=True (--allow-unshreddable) to "
+                "drop the session from every view anyway; the log keeps those messages readable"
+            )
+        erased = await provider.erase(ns, sid)  # type: ignore[attr-defined]
+        gone = tuple(sorted(({r.key_id for r in rows if r.erased} | set(erased)) - listed))
+        position = await backend.append(Event(ns, sid, SessionErased(reason, gone)))
+    finally:
+        await backends.release(cfg.log, backend)
+    if any(p.store == "file" for p in cfg.memory.parts):
+        await _export(cfg, sid)
+    return ForgetResult(ns, sid, tuple(sorted(erased)), events, messages, unshreddable, position, False)
+
+
+async def _export(cfg: Config, session_id: str) -> None:
+    """store: file: rewrite the session's JSON export, which now holds nothing."""
+    from helix_es.client.memory import JsonExport, open_memory
+
+    async with open_memory(dataclasses.replace(cfg, middleware=()), session_id=session_id) as mem:
+        if isinstance(mem, JsonExport):
+            await mem.export()
+
+
+# -- CLI -----------------------------------------------------------------------------------
+
+
+async def _forget_command(args: argparse.Namespace) -> int:
+    from helix_es.client.keys import close_shared_keys
+
+    cfg = load_config(args.config, agent=args.agent)
+    ns = names.check_namespace(args.namespace or cfg.memory.namespace, "--namespace")
+    names.check_session_id(args.session, "--session")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("helix-es: forget destroys keys for good; not a terminal, so pass --yes", file=sys.stderr)
+            return 2
+        answer = input(f"Forget session {args.session!r} of {ns!r}? Its content becomes unreadable for good. "
+                       "Type 'yes': ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("helix-es: nothing was changed", file=sys.stderr)
+            return 1
+    try:
+        result = await forget(cfg, session_id=args.session, namespace=ns, reason=args.reason,
+                              allow_unshreddable=args.allow_unshreddable)
+    except NotShreddable as exc:
+        print(f"helix-es: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await close_shared_keys()
+    if args.json:
+        print(json.dumps(result.to_json()))
+    elif result.already_erased:
+        print(f"{ns}/{args.session} was already erased; nothing to do")
+    else:
+        assert result.position is not None
+        p = result.position
+        print(f"forgot {ns}/{args.session}: destroyed {len(result.erased_keys)} key(s), {result.events} event(s) "
+              f"stay on the log unreadable; SessionErased at {p.topic}[{p.partition}]@{p.offset}")
+        if result.unshreddable:
+            print(f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the "
+                  "log", file=sys.stderr)
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    """`helix-es forget`: exit 0 erased (or already), 1 failed or declined, 2 bad usage or not shreddable."""
+    p = subparsers.add_parser(
+        "forget", help="erase a session: destroy its keys and drop it from every view (crypto-shredding)"
+    )
+    p.add_argument("--config", required=True, help="YAML file naming the log, memory and middleware")
+    p.add_argument("--session", required=True, help="the session id to forget")
+    p.add_argument("--namespace", help="override memory.namespace")
+    p.add_argument("--agent", help="with an agents: document, the agent whose namespace it is")
+    p.add_argument("--reason", help="recorded in the SessionErased event (no personal data)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--allow-unshreddable", action="store_true",
+                   help="go on even if some messages were written unencrypted (they stay readable on the log)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=_forget_command)

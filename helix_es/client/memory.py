@@ -1,0 +1,252 @@
+"""The read-side client: `add`/`clear` append events, `get`/`search` read a view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from helix_es.client import backend as backends
+from helix_es.client.middleware import build_chain
+from helix_es.config import Config, load_config
+from helix_es.model import names
+from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position
+from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size, check_text
+from helix_es.projection.aliases import AliasedProjection
+from helix_es.projection.protocol import Projection
+from helix_es.stores.ports import SessionKey
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """The seed's Memory interface."""
+
+    async def add(self, message: Message) -> Position: ...
+
+    async def get(self) -> list[Message]: ...
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]: ...
+
+    async def clear(self) -> Position: ...
+
+
+MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
+RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
+
+
+class EventWriter:
+    """`add` and `clear`: one event on the log each, never a write to a view."""
+
+    backend: backends.Backend
+    namespace: str
+    session_id: str
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    _in_doubt: tuple[Event, ...] = ()  # events of the last adds and clears that raised
+
+    async def add(self, message: Message) -> Position:
+        if not isinstance(message, Message):
+            raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
+        check_size(message, self.max_content_bytes)
+        return await self._append(MessageAdded(message))
+
+    async def clear(self) -> Position:
+        return await self._append(MemoryCleared())
+
+    async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
+        """Append one event. An add or clear that raised may land yet (a caller's timeout cancels only
+        the wait for the broker), so the same add (an equal message) or clear called again re-sends
+        that event, same id, and the log returns the first send's position instead of writing twice."""
+        event = self._retry_of(payload) if self._in_doubt else None
+        if event is None:
+            event = Event(self.namespace, self.session_id, payload)
+        try:
+            position = await self.backend.append(event)
+        except BaseException:
+            if all(e is not event for e in self._in_doubt):
+                self._in_doubt = (*self._in_doubt[-(MAX_IN_DOUBT - 1) :], event)
+            raise
+        if self._in_doubt:
+            # A clear that landed ends every retry before it; a message, those of clears before it.
+            cleared = isinstance(payload, MemoryCleared)
+            self._in_doubt = tuple(e for e in self._in_doubt if not cleared and e is not event
+                                   and not isinstance(e.payload, MemoryCleared))
+        self.wrote(position)
+        return position
+
+    def _retry_of(self, payload: MessageAdded | MemoryCleared) -> Event | None:
+        oldest = datetime.now(UTC) - RETRY_WINDOW
+        return next((e for e in self._in_doubt if e.payload == payload and e.timestamp > oldest), None)
+
+    def wrote(self, position: Position) -> None:
+        """Reads from now on wait until the views have applied `position`."""
+        raise NotImplementedError
+
+
+class ViewMemory(EventWriter):
+    """One session's memory served from one projection, with read-your-writes by default."""
+
+    def __init__(
+        self,
+        backend: backends.Backend,
+        projection: Projection,
+        namespace: str,
+        session_id: str,
+        *,
+        consistency: str = "read-your-writes",
+        read_timeout: float = 5.0,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+    ) -> None:
+        self.backend = backend
+        self.max_content_bytes = max_content_bytes
+        self.source = projection  # what the backend attached: it follows the view's alias
+        self.namespace = names.check_namespace(namespace)
+        self.session_id = names.check_session_id(session_id)
+        self.key = SessionKey(namespace, session_id)
+        self.consistency = consistency
+        self.read_timeout = read_timeout
+        self.last_write: Position | None = None
+        self._seen_last_write = True  # the view already covers last_write: reads need no guard
+        self._generation = getattr(projection, "generation", 0)  # moves when readers switch target (rebuild)
+
+    @property
+    def projection(self) -> Projection:
+        """The projection reads go to now: the target the view's alias names."""
+        source = self.source
+        if isinstance(source, AliasedProjection) and source.current is not None:
+            return source.current
+        return source
+
+    @projection.setter
+    def projection(self, projection: Projection) -> None:
+        self.source = projection
+
+    def wrote(self, position: Position) -> None:
+        self.last_write = position
+        self._seen_last_write = False
+
+    async def get(self) -> list[Message]:
+        return await self._read(lambda want: self.projection.get(self.key, want))
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        check_search(query, limit)
+        return await self._read(lambda want: self.projection.search(self.key, query, limit, want))
+
+    async def _read(self, op: Callable[[Position | None], Awaitable[list[Message] | None]]) -> list[Message]:
+        await self.backend.current(self.source, self.namespace)
+        generation = getattr(self.source, "generation", 0)
+        if generation != self._generation:  # another target now: it must show our last write before we skip the guard
+            self._generation = generation
+            self._seen_last_write = self.last_write is None
+        # Views only move forward, so once our last write was seen, every later state covers it.
+        want = None if self._seen_last_write or self.consistency == "eventual" else self.last_write
+        result = await op(want)
+        if result is None:
+            assert want is not None
+            deadline = time.monotonic() + self.read_timeout
+            pause = 0.0005
+            while result is None:
+                if time.monotonic() >= deadline:
+                    await self._timed_out(want)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.01)
+                result = await op(want)
+        if want is not None:
+            self._seen_last_write = True
+        return result
+
+    async def _timed_out(self, want: Position) -> None:
+        applied = await self.projection.applied(self.key, want)
+        raise ConsistencyTimeout(
+            f"view {self.projection.name} of {self.namespace}/{self.session_id} has applied offset "
+            f"{applied} but this client wrote offset {want.offset} to {want.topic}[{want.partition}]; "
+            f"waited {self.read_timeout}s. Is a projector running for it (helix-es project --config FILE)? "
+            "Or set consistency: eventual."
+        )
+
+
+def check_search(query: object, limit: object) -> None:
+    check_text(query, "query", error=InvalidInput)  # a store would fail on bad text mid-query, untyped
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
+
+
+class JsonExport:
+    """store: file: after every add and clear, the session's memory is written out as JSON for people."""
+
+    def __init__(self, inner: Memory, path: str) -> None:
+        self.inner = inner
+        self.namespace: str = getattr(inner, "namespace", "")
+        self.session_id: str = getattr(inner, "session_id", "")
+        self.path = Path(path.replace("{session_id}", self.session_id).replace("{namespace}", self.namespace))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def add(self, message: Message) -> Position:
+        position = await self.inner.add(message)
+        await self.export()
+        return position
+
+    async def clear(self) -> Position:
+        position = await self.inner.clear()
+        await self.export()
+        return position
+
+    async def get(self) -> list[Message]:
+        return await self.inner.get()
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        return await self.inner.search(query, limit)
+
+    async def export(self) -> Path:
+        """Write the JSON export atomically (a reader never sees half a file)."""
+        doc = {
+            "namespace": self.namespace,
+            "session_id": self.session_id,
+            "exported_at": datetime.now(UTC).isoformat(),
+            "messages": [json.loads(m.to_json()) for m in await self.inner.get()],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        os.replace(tmp, self.path)
+        return self.path
+
+
+@asynccontextmanager
+async def open_memory(
+    config: Mapping[str, Any] | str | os.PathLike[str] | Config,
+    *,
+    session_id: str | None = None,
+    agent: str | None = None,
+) -> AsyncIterator[Memory]:
+    """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config)."""
+    cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
+    mem = cfg.memory
+    sid = session_id or mem.session_id
+    if sid is None:
+        raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
+    from helix_es.client.composite import CompositeMemory  # it builds on ViewMemory
+
+    chain = build_chain(cfg.middleware)
+    backend = await backends.acquire(cfg.log)
+    try:
+        parts = [
+            ViewMemory(backend, await backend.attach(part, mem.namespace), mem.namespace, sid,
+                       consistency=mem.consistency, read_timeout=mem.read_timeout,
+                       max_content_bytes=mem.max_content_bytes)
+            for part in mem.parts
+        ]
+        memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)
+        if mem.file_path is not None:
+            memory = JsonExport(memory, mem.file_path)
+        yield chain(memory)
+    finally:
+        await backends.release(cfg.log, backend)

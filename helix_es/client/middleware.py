@@ -1,0 +1,92 @@
+"""Write-path middleware: `Callable[[Memory], Memory]`, composed outermost-first, found by name."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from helix_es.model.errors import ConfigError
+
+if TYPE_CHECKING:
+    from helix_es.client.memory import Memory
+    from helix_es.model.events import Position
+    from helix_es.model.message import Message
+
+Middleware = Callable[["Memory"], "Memory"]
+_registry: dict[str, Callable[[], Middleware]] = {}
+
+
+def register(name: str, factory: Callable[[], Middleware]) -> None:
+    """Make a middleware factory available to YAML `memory_middleware: [name]`."""
+    _registry[name] = factory
+
+
+def chain(*middleware: Middleware) -> Middleware:
+    """`chain(a, b, c)(m)` is `a(b(c(m)))`: `a` sees every call first."""
+
+    def wrap(memory: Memory) -> Memory:
+        for mw in reversed(middleware):
+            memory = mw(memory)
+        return memory
+
+    return wrap
+
+
+# Built-ins with heavier imports (cryptography) register themselves when first named.
+_BUILTIN_MODULES = {"encryption": "helix_es.client.encryption", "redaction": "helix_es.client.redaction"}
+
+
+def build_chain(names: Iterable[str]) -> Middleware:
+    found = []
+    for i, name in enumerate(names):
+        if name not in _registry and name in _BUILTIN_MODULES:
+            importlib.import_module(_BUILTIN_MODULES[name])
+        if name not in _registry:
+            known = sorted({*_registry, *_BUILTIN_MODULES})
+            raise ConfigError(f"memory_middleware[{i}]", f"unknown middleware {name!r}; known: {known}")
+        try:
+            found.append(_registry[name]())
+        except ConfigError as exc:
+            # A factory knows what is wrong (a missing env key), not where it was named: add that.
+            raise ConfigError(f"memory_middleware[{i}]", f"{name}: {exc}") from exc
+    return chain(*found)
+
+
+class LoggingMemory:
+    """Logs every add/get/search/clear at debug level through stdlib logging."""
+
+    def __init__(self, inner: Memory, logger: logging.Logger | None = None) -> None:
+        self.inner = inner
+        self.log = logger or logging.getLogger("helix_es.memory")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def add(self, message: Message) -> Position:
+        position = await self.inner.add(message)
+        self.log.debug("add role=%s chars=%d -> %s", message.role, len(message.content), position)
+        return position
+
+    async def get(self) -> list[Message]:
+        messages = await self.inner.get()
+        self.log.debug("get -> %d messages", len(messages))
+        return messages
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        hits = await self.inner.search(query, limit)
+        self.log.debug("search %r limit=%d -> %d hits", query, limit, len(hits))
+        return hits
+
+    async def clear(self) -> Position:
+        position = await self.inner.clear()
+        self.log.debug("clear -> %s", position)
+        return position
+
+
+def logging_middleware(logger: logging.Logger | None = None) -> Middleware:
+    return lambda memory: LoggingMemory(memory, logger)
+
+
+register("logging", logging_middleware)

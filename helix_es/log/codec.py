@@ -1,0 +1,325 @@
+"""Avro single-object encoding of events: `C3 01`, CRC-64-AVRO fingerprint, binary body."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import fastavro.schema
+
+from helix_es.model.errors import UnknownSchema
+from helix_es.model.events import (
+    EmbeddingRecorded,
+    Event,
+    MemoryCleared,
+    MessageAdded,
+    Payload,
+    SessionErased,
+    SummaryRecorded,
+)
+from helix_es.model.message import Message, ToolCall
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = 10
+_VERSION_RE = re.compile(r"envelope\.v(\d+)\.avsc$")
+_NS = "helix.memory."
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    version: int
+    schema: dict[str, Any]  # parsed by fastavro
+    fingerprint: bytes  # 8 bytes, little-endian, as written on the wire
+
+
+def fingerprint(schema: Mapping[str, Any] | str) -> bytes:
+    canonical = fastavro.schema.to_parsing_canonical_form(schema)
+    # fastavro prints the CRC-64-AVRO value little-endian, which is the wire order.
+    return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
+
+
+def schema_version(version: int, schema: Mapping[str, Any]) -> SchemaVersion:
+    parsed = fastavro.parse_schema(dict(schema), _write_hint=False)
+    return SchemaVersion(version, parsed, fingerprint(parsed))
+
+
+def load_schemas(directory: Path | None = None) -> list[SchemaVersion]:
+    """Every envelope version in `schemas/`, oldest first."""
+    if directory is None:
+        # A source checkout has schemas/ beside the package; an installed wheel carries a copy.
+        beside = Path(__file__).resolve().parent.parent / "schemas"
+        files: Iterable[Any] = (
+            beside.iterdir() if beside.is_dir() else resources.files("helix_es.schemas").iterdir()
+        )
+    else:
+        files = directory.iterdir()
+    found = []
+    for f in files:
+        m = _VERSION_RE.search(f.name)
+        if m:
+            found.append(schema_version(int(m.group(1)), json.loads(f.read_text())))
+    if not found:
+        raise UnknownSchema(f"no envelope.v<N>.avsc schema found in {directory or 'helix_es.schemas'}")
+    return sorted(found, key=lambda s: s.version)
+
+
+class Codec:
+    """Encodes with one writer version; decodes anything written with a known version."""
+
+    def __init__(
+        self,
+        versions: Iterable[SchemaVersion] | None = None,
+        *,
+        writer: int | None = None,
+        reader: int | None = None,
+    ) -> None:
+        known = sorted(versions if versions is not None else load_schemas(), key=lambda v: v.version)
+        self._by_fp = {v.fingerprint: v for v in known}
+        by_version = {v.version: v for v in known}
+        self.writer = by_version[writer] if writer is not None else known[-1]
+        self.reader = by_version[reader] if reader is not None else known[-1]
+        # Unpinned, each payload type is written with the oldest version that has it, so readers
+        # that predate a new event type keep reading every event of the types they know.
+        self._writer_for: dict[str, SchemaVersion] = {}
+        for v in reversed(known if writer is None else [self.writer]):
+            for name in _payload_names(v.schema):
+                self._writer_for[name] = v
+        # Parsed with fastavro's hint, so it does not parse the schema again on every call (2x faster).
+        self._write_schemas = {v.fingerprint: fastavro.parse_schema(copy.deepcopy(v.schema)) for v in known}
+        # Reading with the newest schema, resolution only adds defaults that `record_to_event` fills in
+        # itself, so `decode` reads with the writer's schema alone (no resolution: 2x faster), and
+        # `event_id` as plain text (fastavro's UUID conversion costs more than the rest of a field).
+        self._fast_read: dict[bytes, dict[str, Any]] = {}
+        if self.reader is known[-1]:
+            self._fast_read = {v.fingerprint: _fast_schema(v.schema) for v in known}
+        # `encode` writes MessageAdded (nearly every event) by hand, 2-3x faster than fastavro; used only
+        # if it writes the very bytes fastavro writes for a probe covering every field.
+        self._added_prefix: bytes | None = None
+        added = self._writer_for.get(_ADDED)
+        if added is not None:
+            index = _payload_names(added.schema).index(_ADDED)
+            self._added_prefix = MAGIC + added.fingerprint
+            self._added_branch = _long(index)
+            for probe in _probes():
+                if self._encode_added(probe) != self.encode_record(event_to_record(probe)):
+                    self._added_prefix = None
+                    break
+
+    # --- records (plain dicts), as any Avro program sees them ---
+
+    def encode_record(self, record: Mapping[str, Any]) -> bytes:
+        payload = record.get("payload")
+        name = payload[0] if isinstance(payload, tuple) else None
+        writer = self._writer_for.get(name, self.writer) if name else self.writer
+        buf = io.BytesIO()
+        buf.write(MAGIC + writer.fingerprint)
+        fastavro.schemaless_writer(buf, self._write_schemas.get(writer.fingerprint, writer.schema), record)
+        return buf.getvalue()
+
+    def decode_record(self, data: bytes) -> dict[str, Any]:
+        if data[:2] != MAGIC or len(data) < HEADER_LEN:
+            raise UnknownSchema("not Avro single-object encoding (expected C3 01 and a fingerprint)")
+        fp = data[2:HEADER_LEN]
+        written = self._by_fp.get(fp)
+        if written is None:
+            raise UnknownSchema(
+                f"writer schema fingerprint {fp.hex()} is not in schemas/; "
+                "upgrade helix-es to read events written by a newer version"
+            )
+        reader = None if written is self.reader else self.reader.schema
+        body = io.BytesIO(data[HEADER_LEN:])
+        return fastavro.schemaless_reader(body, written.schema, reader, return_record_name=True)
+
+    # --- events ---
+
+    def encode(self, event: Event) -> bytes:
+        if self._added_prefix is not None and type(event.payload) is MessageAdded:
+            try:
+                return self._encode_added(event)
+            except (TypeError, AttributeError, UnicodeError, ValueError):
+                pass  # not the plain shape (a naive timestamp, a str event id, ...): fastavro decides
+        return self.encode_record(event_to_record(event))
+
+    def _encode_added(self, event: Event) -> bytes:
+        """The Avro body of a MessageAdded event, field by field in the writer schema's order."""
+        ts = event.timestamp
+        if ts.tzinfo is None:
+            raise ValueError("naive timestamp")
+        delta = ts - _EPOCH
+        m = event.payload.message  # type: ignore[union-attr]
+        out = [
+            self._added_prefix, _str(str(event.event_id) if type(event.event_id) is _UUID else None),
+            _str(event.namespace), _str(event.session_id),
+            _micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds), self._added_branch,
+            _str(m.role), _str(m.content), _NULL if m.name is None else _SOME + _str(m.name),
+        ]
+        if m.tool_calls:
+            out.append(_long(len(m.tool_calls)))
+            out += [_str(c.id) + _str(c.name) + _str(c.arguments) for c in m.tool_calls]
+        out.append(_END)
+        out.append(_NULL if m.tool_call_id is None else _SOME + _str(m.tool_call_id))
+        if m.metadata:
+            out.append(_long(len(m.metadata)))
+            out += [_str(k) + _str(v) for k, v in m.metadata.items()]
+        out.append(_END)
+        return b"".join(out)  # type: ignore[arg-type]
+
+    def decode(self, data: bytes) -> Event:
+        schema = self._fast_read.get(data[2:HEADER_LEN]) if data[:2] == MAGIC else None
+        if schema is None:  # unknown or foreign bytes, or a pinned older reader: the checked path
+            return record_to_event(self.decode_record(data))
+        body = io.BytesIO(data)
+        body.seek(HEADER_LEN)
+        record = fastavro.schemaless_reader(body, schema, None, return_record_name=True)
+        name, fields = record["payload"]
+        if name == _ADDED:  # nearly every event: built here, without the generic dispatch
+            added = MessageAdded(Message.from_record(fields["message"]))
+            return Event(record["namespace"], record["session_id"], added, _uuid(record["event_id"]),
+                         record["timestamp"])
+        record["event_id"] = _uuid(record["event_id"])
+        return record_to_event(record)
+
+
+_ADDED = _NS + "MessageAdded"
+_UUID_NEW = object.__new__
+_UUID_SET = object.__setattr__
+_UUID = uuid.UUID
+_UNKNOWN = uuid.SafeUUID.unknown  # an enum member: looked up once, not per event
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NULL = _END = b"\x00"
+_SOME = b"\x02"  # union branch 1 of ["null", "string"]
+_SHORT = [bytes([n << 1]) for n in range(64)]  # zigzag varints of 0..63: one byte
+
+
+def _long(n: int) -> bytes:
+    """Avro long: zigzag, then a little-endian base-128 varint."""
+    if 0 <= n < 64:
+        return _SHORT[n]
+    if not -(1 << 63) <= n < (1 << 63):
+        raise ValueError("out of the Avro long range")
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_high: tuple[int, bytes] = (-1, b"")  # the varint tail of the last timestamp's bits 21 and up
+
+
+def _micros(n: int) -> bytes:
+    """`_long` of a time in µs past the epoch's first second: bytes past the third change about once a second."""
+    global _high
+    z = n << 1  # zigzag of n >= 0
+    high = z >> 21
+    if high == 0 or n < 0 or n >= 1 << 62:
+        return _long(n)
+    cached = _high  # read once: another thread may replace it
+    if high != cached[0]:  # `_long` of x writes zigzag(x); this x has zigzag(x) == high
+        cached = _high = (high, _long(high >> 1) if high & 1 == 0 else _long(-(high >> 1) - 1))
+    return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, ((z >> 14) & 0x7F) | 0x80)) + cached[1]
+
+
+def _str(text: str) -> bytes:
+    data = text.encode()  # TypeError on a non-str: the caller falls back to fastavro
+    return _long(len(data)) + data
+
+
+def _probes() -> list[Event]:
+    """MessageAdded events touching every field and length class, for the hand encoder's self-check."""
+    when = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    full = Message("assistant", "ø" * 70, name="n", tool_calls=(ToolCall("c1", "f", '{"a": 1}'),
+                   ToolCall("c2", "g", json.dumps("x" * 200))), metadata={"k": "v", "é": "w" * 64})
+    return [
+        Event("ns", "s", MessageAdded(Message("user", "")), uuid.UUID(int=1), _EPOCH),
+        Event("n" * 63, "s" * 64, MessageAdded(full), uuid.UUID(int=(1 << 128) - 1), when),
+        Event("ns", "s", MessageAdded(Message("tool", "r" * 9000, tool_call_id="c1")), uuid.uuid4(),
+              datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)),
+    ]
+
+
+def _uuid(text: str) -> uuid.UUID:
+    """`uuid.UUID(text)` for the canonical form writers use, without its keyword handling (4x faster)."""
+    digits = text.replace("-", "")
+    if len(text) != 36 or len(digits) != 32 or text[8] != "-" or text[13] != "-" or text[18] != "-":
+        return _UUID(text)  # another spelling (braces, urn:uuid:) or not a UUID: raises as fastavro would
+    value = _UUID_NEW(_UUID)
+    _UUID_SET(value, "int", int(digits, 16))  # ValueError on a non-hex digit, as UUID()
+    _UUID_SET(value, "is_safe", _UNKNOWN)
+    return value
+
+
+def _fast_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` with `event_id` read as plain text, parsed with fastavro's hint."""
+    plain = copy.deepcopy(dict(schema))
+    for f in plain["fields"]:
+        if f["name"] == "event_id":
+            f["type"] = "string"
+    return fastavro.parse_schema(plain)
+
+
+def _payload_names(schema: Mapping[str, Any]) -> list[str]:
+    payload = next(f for f in schema["fields"] if f["name"] == "payload")
+    return [branch["name"] for branch in payload["type"]]
+
+
+def event_to_record(event: Event) -> dict[str, Any]:
+    payload = event.payload
+    body: tuple[str, dict[str, Any]]
+    if isinstance(payload, MessageAdded):
+        body = (_NS + "MessageAdded", {"message": payload.message.to_record()})
+    elif isinstance(payload, MemoryCleared):
+        body = (_NS + "MemoryCleared", {"reason": payload.reason})
+    elif isinstance(payload, SummaryRecorded):
+        body = (_NS + "SummaryRecorded", {"view": payload.view, "epoch": payload.epoch, "covers": payload.covers,
+                                          "text": payload.text, "model": payload.model})
+    elif isinstance(payload, SessionErased):
+        body = (_NS + "SessionErased", {"reason": payload.reason, "key_ids": list(payload.key_ids)})
+    else:
+        body = (_NS + "EmbeddingRecorded", {"model": payload.model, "content_sha256": payload.content_sha256,
+                                            "vector": payload.vector})
+    return {
+        "event_id": event.event_id,
+        "namespace": event.namespace,
+        "session_id": event.session_id,
+        "timestamp": event.timestamp,
+        "payload": body,
+    }
+
+
+def record_to_event(record: Mapping[str, Any]) -> Event:
+    name, body = record["payload"]
+    payload: Payload
+    if name == _NS + "MessageAdded":
+        payload = MessageAdded(Message.from_record(body["message"]))
+    elif name == _NS + "MemoryCleared":
+        payload = MemoryCleared(body.get("reason"))
+    elif name == _NS + "SummaryRecorded":
+        payload = SummaryRecorded(body["view"], body["epoch"], body["covers"], body["text"], body.get("model"))
+    elif name == _NS + "EmbeddingRecorded":
+        payload = EmbeddingRecorded(body["model"], body["content_sha256"], body["vector"])
+    elif name == _NS + "SessionErased":
+        payload = SessionErased(body.get("reason"), tuple(body.get("key_ids") or ()))
+    else:
+        raise UnknownSchema(f"payload type {name} is not known to this version of helix-es")
+    return Event(
+        namespace=record["namespace"],
+        session_id=record["session_id"],
+        payload=payload,
+        event_id=record["event_id"],
+        timestamp=record["timestamp"],
+    )

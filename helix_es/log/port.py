@@ -1,0 +1,60 @@
+"""The event log port: the one source of truth. Adapters: embedded file, Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from helix_es.model.events import Event, Position, Record
+
+MAX_EVENT_BYTES = 900_000  # below Kafka's default 1 MiB message limit, with room for headers
+
+
+class EventLog(Protocol):
+    """Append events, read them back in order. Appends return the event's `Position`."""
+
+    topic_prefix: str
+
+    async def append(self, event: Event) -> Position:
+        """Write one event durably; raise before writing anything if it is invalid."""
+        ...
+
+    def read(self, namespace: str, *, session_id: str | None = None) -> AsyncIterator[Record]:
+        """Every event of a namespace (optionally one session) from the start, in log order."""
+        ...
+
+    async def namespaces(self) -> list[str]:
+        """Namespaces that have a log."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Unclaimed:
+    """Writes whose caller stopped waiting (a timeout cancels the wait, not the write under way).
+
+    An append passes its write through `wait`; a retry of the same event (same id) first `take`s
+    the write still under way, or done, and waits for it rather than writing the event twice."""
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self.keep = keep
+        self._writes: dict[uuid.UUID, asyncio.Future[Any]] = {}
+
+    def take(self, event_id: uuid.UUID) -> asyncio.Future[Any] | None:
+        """The event's earlier write, unless it failed (then it must be written again)."""
+        write = self._writes.pop(event_id, None)
+        if write is not None and write.done() and (write.cancelled() or write.exception() is not None):
+            return None
+        return write
+
+    async def wait(self, event_id: uuid.UUID, write: asyncio.Future[Any]) -> Any:
+        try:
+            return await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if len(self._writes) >= self.keep:
+                self._writes.pop(next(iter(self._writes)))
+            self._writes[event_id] = write
+            write.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning if it fails
+            raise

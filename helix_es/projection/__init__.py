@@ -1,0 +1,1 @@
+"""Projections: the protocol, the one fold, the one driver, and the one factory from config to adapters."""

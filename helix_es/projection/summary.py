@@ -1,0 +1,83 @@
+"""The summary view's projection: the pure fold, plus asking the summariser when the view is live.
+
+Summaries are planned on message counts alone, after every event, as if each summary were
+folded the moment it was asked for: a new summary is due when the messages not yet covered
+by the newest summary (recorded or still on its way) exceed `max_messages`, and it covers the
+oldest half of them. So the summaries asked for are the same whichever way events are
+batched, and a batch that replays history with its recorded summaries asks for none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from helix_es.model.events import Event, Record, SummaryRecorded
+from helix_es.model.message import Message
+from helix_es.projection.fold import Observer, fold_batch
+from helix_es.projection.protocol import Applied, SessionProjection
+from helix_es.providers.summarise import Summariser
+from helix_es.stores.ports import SessionKey
+from helix_es.views import State
+from helix_es.views.summary import Summary, split
+
+
+@dataclass
+class _Plan:
+    epoch: str
+    base: int  # covered by the newest summary whose text is known (recorded, or asked before)
+    text: str  # that summary's text
+    asks: list[tuple[int, tuple[Message, ...]]] = field(default_factory=list)  # (covers after, messages)
+
+    @property
+    def covers(self) -> int:
+        return self.asks[-1][0] if self.asks else self.base
+
+
+@dataclass
+class SummaryProjection(SessionProjection):
+    summariser: Summariser = field(kw_only=True)
+    # The newest summary asked for but not folded yet, per session: (epoch, covers, text).
+    _asked: dict[SessionKey, tuple[str, int, str]] = field(default_factory=dict, init=False)
+    _plans: dict[SessionKey, _Plan] = field(default_factory=dict, init=False)
+
+    def _planner(self) -> Observer:
+        plans: dict[SessionKey, _Plan] = {}
+        self._plans = plans
+        view = self.view
+        assert isinstance(view, Summary)
+
+        def observe(key: SessionKey, state: State) -> None:
+            header, recent = split(state)
+            plan = plans.get(key)
+            if plan is None or plan.epoch != header.epoch:
+                asked = self._asked.get(key)
+                if asked is not None and asked[0] == header.epoch and asked[1] > header.covers:
+                    plan = _Plan(*asked)
+                else:
+                    plan = _Plan(header.epoch, header.covers, header.text)
+                plans[key] = plan
+            if header.covers > plan.base:  # a recorded summary arrived: plan again from it
+                plan.base, plan.text, plan.asks = header.covers, header.text, []
+            open_ = recent[plan.covers - header.covers :]
+            if len(open_) > view.max_messages:
+                half = len(open_) // 2
+                plan.asks.append((plan.covers + half, open_[:half]))
+
+        return observe
+
+    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
+        view = self.view
+        assert isinstance(view, Summary)
+        folded = await fold_batch(view, self.store, records, observer=self._planner)
+        derived: list[Event] = []
+        for key, plan in self._plans.items():
+            if not plan.asks or not live:  # replayed history holds the summaries it needed
+                continue
+            text = plan.text
+            for covers, messages in plan.asks:
+                text = await self.summariser.summarise(text, messages)
+                self._asked[key] = (plan.epoch, covers, text)
+                event = SummaryRecorded(view.name, plan.epoch, covers, text, self.summariser.model)
+                derived.append(Event(key.namespace, key.session_id, event))
+        return Applied(folded.applied, tuple(derived))

@@ -1,0 +1,316 @@
+"""The vector projection: messages embedded into a per-namespace index that answers top-K cosine.
+
+One `apply` folds one topic-partition batch:
+
+- `MessageAdded` with text is embedded (empty content, e.g. a bare tool call, is skipped).
+- `MemoryCleared` moves the namespace's `cleared_at` watermark to its event time; the store
+  drops entries at or before it and never inserts one at or before it later. Clears therefore
+  give the same view whatever order partitions are applied in.
+- `EmbeddingRecorded` of this view's model fills the content-hash cache.
+- `SessionErased` (`helix-es forget`) removes that session's entries written before it (all of
+  them but those after it on its own partition, where a session's events live) in the same
+  atomic write, and drops its pending messages; other sessions' entries stay.
+
+Vectors come, in order, from the batch's recorded embeddings, an in-process cache by content
+hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. A paid
+model is never called while replaying history (`live=False`): the message waits as pending
+until its `EmbeddingRecorded` arrives further on; a live batch embeds what its partition still
+has pending and returns the new vectors as derived `EmbeddingRecorded` events for the log.
+The partition checkpoint stays just below its oldest pending message, so a restart re-reads
+it and a read-your-writes reader waits for it; every write is idempotent, so re-reading is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import numpy as np
+
+from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
+from helix_es.model.message import Message
+from helix_es.projection.protocol import Applied
+from helix_es.providers.embed import Embedder, EmbeddingError, HashEmbedder
+from helix_es.stores.ports import SessionKey
+
+log = logging.getLogger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def micros(when: datetime) -> int:
+    """Event time as microseconds since the epoch (the log's own precision)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+def content_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message to index: where it is on the log, when it was written, what it says."""
+
+    namespace: str
+    session_id: str
+    position: Position
+    timestamp: datetime
+    sha: str  # hex SHA-256 of the content: the embedding cache key
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """What a batch needs from the store before folding: the checkpoint and the clear watermarks."""
+
+    checkpoint: int | None
+    cleared: Mapping[str, datetime]  # namespace -> cleared_at; absent: never cleared
+
+
+@dataclass(frozen=True)
+class Write:
+    """One atomic step: entries, moved watermarks, cached embeddings and the partition checkpoint."""
+
+    topic: str
+    partition: int
+    checkpoint: int  # stores keep the greater of this and what they have
+    entries: Sequence[Entry]
+    vectors: np.ndarray  # (len(entries), dims) float32, unit rows
+    cleared: Mapping[str, datetime]  # watermarks this batch moves
+    embeddings: Mapping[str, np.ndarray]  # content sha -> vector, for a store that caches by content
+    erased: Mapping[tuple[str, str], Position] = field(default_factory=dict)  # (namespace, session) -> erasure
+
+
+def erases(at: Position, position: Position) -> bool:
+    """Whether a session's erasure at `at` removes its entry at `position`: all but those after it on its partition."""
+    return not ((position.topic, position.partition) == (at.topic, at.partition) and position.offset > at.offset)
+
+
+class VectorStore(Protocol):
+    kind: str  # memory | postgres
+
+    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState: ...
+
+    async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
+        """Embeddings the store keeps by content hash (none for the memory store: the log keeps them)."""
+        ...
+
+    async def write(self, view: str, model: str, write: Write) -> None:
+        """Apply `write` atomically; entries at or before their namespace's watermark, or present, are skipped."""
+        ...
+
+    async def checkpoint(self, view: str, topic: str, partition: int) -> int | None: ...
+
+    async def search(
+        self, view: str, namespace: str, query: np.ndarray, k: int, want: Position | None
+    ) -> list[Message] | None:
+        """Top `k` by cosine, best first; None while the partition of `want` is behind `want.offset`."""
+        ...
+
+    async def count(self, view: str, namespace: str) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+def _lru_get(cache: OrderedDict[str, np.ndarray], key: str) -> np.ndarray | None:
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
+def _lru_put(cache: OrderedDict[str, np.ndarray], key: str, value: np.ndarray, cap: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > cap:
+        cache.popitem(last=False)
+
+
+class VectorProjection:
+    """The `Projection` of a `Vector` view over one `VectorStore`, which it owns and closes."""
+
+    def __init__(self, name: str, embedder: Embedder, store: VectorStore, *, top_k: int = 5) -> None:
+        self.name = name
+        self.kind = store.kind
+        self.embedder = embedder
+        self.store = store
+        self.top_k = top_k
+        self.embedded = 0  # texts this process sent to the model for entries (not queries)
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()  # content sha -> vector
+        self._cache_cap = max(1024, (64 << 20) // (4 * embedder.dims))  # about 64 MiB of vectors
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()  # a read-your-writes wait re-asks
+        self._pending: dict[Position, Entry] = {}
+        self._high: dict[tuple[str, int], int] = {}  # last offset applied per partition, in this process
+        # Hashing is cheaper than a cache round trip; a model (even a free local one) is not.
+        self._persist = not isinstance(embedder, HashEmbedder)
+        self._lock = asyncio.Lock()  # pending and caches are shared by every partition's batches
+
+    @property
+    def pending(self) -> int:
+        """Messages waiting for a recorded embedding (paid models, while replaying)."""
+        return len(self._pending)
+
+    def _recorded(self, payload: EmbeddingRecorded) -> np.ndarray | None:
+        vector = np.frombuffer(payload.vector, dtype="<f4").astype(np.float32)
+        if vector.shape != (self.embedder.dims,) or not np.isfinite(vector).all():
+            log.warning("%s: ignoring a recorded %s embedding of %d values (want %d)",
+                        self.name, payload.model, vector.size, self.embedder.dims)
+            return None
+        norm = float(np.linalg.norm(vector))
+        return vector / norm if norm > 0 else vector
+
+    def _entry(self, record: Record, message: Message) -> Entry:
+        event = record.event
+        return Entry(event.namespace, event.session_id, record.position, event.timestamp,
+                     content_sha256(message.content), message)
+
+    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
+        if not records:
+            return Applied(0)
+        topic, partition = records[0].position.topic, records[0].position.partition
+        here = (topic, partition)
+        async with self._lock:
+            namespaces = sorted({r.event.namespace for r in records})
+            state = await self.store.load(self.name, topic, partition, namespaces)
+            floor = max(-1 if state.checkpoint is None else state.checkpoint, self._high.get(here, -1))
+            fresh = [r for r in records if r.position.offset > floor]
+            if not fresh:
+                return Applied(0)
+
+            adds: list[Entry] = []
+            clears: dict[str, datetime] = {}
+            erased: dict[tuple[str, str], Position] = {}
+            learned: dict[str, np.ndarray] = {}
+            for r in fresh:
+                payload, ns = r.event.payload, r.event.namespace
+                if isinstance(payload, MessageAdded):
+                    if payload.message.content.strip():  # a bare tool call has nothing to embed
+                        adds.append(self._entry(r, payload.message))
+                elif isinstance(payload, MemoryCleared):
+                    if ns not in clears or r.event.timestamp > clears[ns]:
+                        clears[ns] = r.event.timestamp
+                elif isinstance(payload, SessionErased):
+                    erased[(ns, r.event.session_id)] = r.position  # offset order: the last one wins
+                elif isinstance(payload, EmbeddingRecorded) and payload.model == self.embedder.model:
+                    vector = self._recorded(payload)
+                    if vector is not None:
+                        learned.setdefault(payload.content_sha256, vector)
+            for sha, vector in learned.items():
+                _lru_put(self._cache, sha, vector, self._cache_cap)
+
+            watermarks = dict(state.cleared)
+            moved = {ns: ts for ns, ts in clears.items() if ns not in watermarks or ts > watermarks[ns]}
+            watermarks.update(moved)
+
+            def visible(e: Entry) -> bool:
+                mark = watermarks.get(e.namespace)
+                at = erased.get((e.namespace, e.session_id))
+                if at is not None and erases(at, e.position):
+                    return False  # its session was forgotten after it
+                return mark is None or e.timestamp > mark
+
+            # Pending messages a clear has since covered will never be shown: forget them.
+            candidates = {pos: e for pos, e in self._pending.items() if visible(e)}
+            for e in adds:
+                if visible(e):
+                    candidates.setdefault(e.position, e)
+
+            # Looked up here, not only through the bounded cache, which a big batch could overflow.
+            found = dict(learned)
+            unknown = {e.sha for e in candidates.values() if e.sha not in found and e.sha not in self._cache}
+            if unknown and self._persist:
+                for sha, vector in (await self.store.known(self.embedder.model, unknown)).items():
+                    found[sha] = vector
+                    _lru_put(self._cache, sha, vector, self._cache_cap)
+
+            vectors: dict[str, np.ndarray] = {}
+            ready: list[Entry] = []
+            ask: dict[str, Entry] = {}  # sha -> the first entry that needs it
+            pending: dict[Position, Entry] = {}
+            for pos, e in candidates.items():
+                vector = found.get(e.sha)
+                if vector is None:
+                    vector = _lru_get(self._cache, e.sha)
+                if vector is not None:
+                    vectors[e.sha] = vector
+                    ready.append(e)
+                elif not self.embedder.paid or (live and (pos.topic, pos.partition) == here):
+                    ask.setdefault(e.sha, e)
+                    ready.append(e)
+                else:
+                    pending[pos] = e  # its EmbeddingRecorded is further on in the log
+
+            derived: list[Event] = []
+            made: dict[str, np.ndarray] = {}
+            if ask:
+                shas = list(ask)
+                matrix = await self.embedder.embed([ask[s].message.content for s in shas])
+                if matrix.shape != (len(shas), self.embedder.dims):
+                    raise EmbeddingError(f"{self.embedder.model}: answered shape {matrix.shape} for {len(shas)} texts")
+                self.embedded += len(shas)
+                for sha, row in zip(shas, matrix, strict=True):
+                    vector = np.array(row, dtype=np.float32)
+                    made[sha] = vectors[sha] = vector
+                    _lru_put(self._cache, sha, vector, self._cache_cap)
+                if self.embedder.paid:
+                    derived = [
+                        Event(e.namespace, e.session_id,
+                              EmbeddingRecorded(self.embedder.model, sha, made[sha].astype("<f4").tobytes()))
+                        for sha, e in ask.items()
+                    ]
+
+            ready.sort(key=lambda e: (e.position.topic, e.position.partition, e.position.offset))
+            matrix = (np.stack([vectors[e.sha] for e in ready]) if ready
+                      else np.zeros((0, self.embedder.dims), np.float32))
+            waiting = [pos.offset for pos in pending if (pos.topic, pos.partition) == here]
+            checkpoint = min(waiting) - 1 if waiting else fresh[-1].position.offset
+            keep = {**learned, **made} if self._persist else {}
+            await self.store.write(self.name, self.embedder.model,
+                                   Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased))
+            # Only once the write is durable: a failed write leaves everything to be re-folded.
+            self._pending = pending
+            self._high[here] = fresh[-1].position.offset
+            return Applied(len(fresh), tuple(derived))
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        return await self.store.checkpoint(self.name, topic, partition)
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        if any((p.topic, p.partition) == (topic, partition) for p in self._pending):
+            return  # the checkpoint waits below a pending embedding; a restart re-reads from there
+        empty = np.zeros((0, self.embedder.dims), np.float32)
+        await self.store.write(self.name, self.embedder.model, Write(topic, partition, offset, [], empty, {}, {}))
+
+    async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
+        """Always [] (search-only, as in the seed), once the view holds the caller's write."""
+        if want is None:
+            return []
+        done = await self.store.checkpoint(self.name, want.topic, want.partition)
+        return None if done is None or done < want.offset else []
+
+    async def _query(self, query: str) -> np.ndarray:
+        vector = _lru_get(self._queries, query)
+        if vector is None:
+            vector = (await self.embedder.embed([query]))[0]
+            _lru_put(self._queries, query, vector, 256)
+        return vector
+
+    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
+        k = min(limit, self.top_k)
+        if not query.strip() or k < 1:
+            return await self.get(key, want)  # nothing to embed: an API would refuse it
+        return await self.store.search(self.name, key.namespace, await self._query(query), k, want)
+
+    async def applied(self, key: SessionKey, want: Position) -> int | None:
+        return await self.store.checkpoint(self.name, want.topic, want.partition)
+
+    async def close(self) -> None:
+        await self.store.close()

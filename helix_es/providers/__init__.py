@@ -1,0 +1,1 @@
+"""Model providers the views call: summarisers and embedders, and the HTTP client they share."""

@@ -1,0 +1,1 @@
+"""Stores: the ports (`ports`), one package per technology holding every adapter of it, and the registry."""

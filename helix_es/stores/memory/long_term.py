@@ -1,0 +1,101 @@
+"""In-process long-term memory: the embedded default and the tests' reference.
+
+Per namespace, rows sorted by `order_key` (a list kept with `bisect`) beside a dict of
+(session id, message), and the `cleared_at` watermark in µs. `apply` has no await inside, so
+nothing runs between its steps: that is the atomic step. The data lives as long as the
+projection; the embedded backend rebuilds it from the log when it attaches the view.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from helix_es.model.events import Position, Record
+from helix_es.model.message import Message
+from helix_es.projection.protocol import Applied
+from helix_es.stores.ports import SessionKey
+from helix_es.views.long_term_rules import VIEW_NAME, OrderKey, matches, micros, ops
+
+
+@dataclass
+class _Namespace:
+    order: list[OrderKey] = field(default_factory=list)  # sorted
+    rows: dict[OrderKey, tuple[str, Message]] = field(default_factory=dict)  # -> (session id, message)
+    cleared_at: int | None = None  # µs; messages at or before it are gone for good
+
+
+class MemoryLongTerm:
+    kind = "memory"
+
+    def __init__(self, name: str = VIEW_NAME) -> None:
+        self.name = name
+        self._namespaces: dict[str, _Namespace] = {}
+        self._checkpoints: dict[tuple[str, int], int] = {}
+
+    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
+        if not records:
+            return Applied(0)
+        topic, partition, batch = ops(records)
+        checkpoint = self._checkpoints.get((topic, partition), -1)
+        fresh = [op for op in batch if op.offset > checkpoint]
+        for op in fresh:
+            ns = self._namespaces.setdefault(op.namespace, _Namespace())
+            at = micros(op.at)
+            if op.clear and (ns.cleared_at is None or at > ns.cleared_at):
+                ns.cleared_at = at
+                cut = bisect.bisect_left(ns.order, (at + 1,))  # every key with time <= at sorts before
+                for key in ns.order[:cut]:
+                    del ns.rows[key]
+                del ns.order[:cut]
+            elif op.message is not None and (ns.cleared_at is None or at > ns.cleared_at):
+                key = op.order
+                if key not in ns.rows:  # a re-delivery past a lost checkpoint
+                    bisect.insort(ns.order, key)
+                ns.rows[key] = (op.session_id, op.message)
+            elif op.erased:  # the forgotten session's earlier rows go; the other sessions' stay
+                gone = {k for k in ns.order if op.erases(ns.rows[k][0], k[1], k[2], k[3])}
+                if gone:
+                    ns.order = [k for k in ns.order if k not in gone]
+                    for k in gone:
+                        del ns.rows[k]
+        if fresh:
+            self._checkpoints[(topic, partition)] = fresh[-1].offset
+        return Applied(len(fresh))
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        return self._checkpoints.get((topic, partition))
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        self._checkpoints[(topic, partition)] = max(offset, self._checkpoints.get((topic, partition), -1))
+
+    def _behind(self, want: Position | None) -> bool:
+        if want is None:
+            return False
+        applied = self._checkpoints.get((want.topic, want.partition))
+        return applied is None or applied < want.offset
+
+    def _messages(self, namespace: str) -> list[Message]:
+        ns = self._namespaces.get(namespace)
+        return [] if ns is None else [ns.rows[key][1] for key in ns.order]
+
+    async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
+        return None if self._behind(want) else self._messages(key.namespace)
+
+    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
+        if self._behind(want):
+            return None
+        needle = query.casefold()
+        return [m for m in self._messages(key.namespace) if matches(needle, m.content)][:limit]
+
+    async def applied(self, key: SessionKey, want: Position) -> int | None:
+        return self._checkpoints.get((want.topic, want.partition))
+
+    def sessions(self, namespace: str) -> list[str]:
+        """The session id of each message `get` returns, in the same order (for audit)."""
+        ns = self._namespaces.get(namespace)
+        return [] if ns is None else [ns.rows[key][0] for key in ns.order]
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,240 @@
+"""In-process vector store: one float32 matrix per namespace, brute-force cosine.
+
+Like the seed's InMemoryVectorStore it holds at most `cap` entries (100_000 by default) in
+total. At the cap it evicts the oldest entries first (FIFO by the order they were applied,
+across namespaces), so the newest `cap` stay searchable; the first eviction logs a warning,
+once per store. Evicted messages stay on the log; a Postgres store has no cap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+import numpy as np
+
+from helix_es.model.events import Position
+from helix_es.model.message import Message
+from helix_es.projection.vector import BatchState, Write, erases, micros
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CAP = 100_000
+
+
+class VectorIndex:
+    """One namespace's rows: vectors, event times (µs), apply sequence numbers, messages, positions.
+
+    Live rows are `[start, end)` of the arrays; dropping the oldest only moves `start`, and
+    space is compacted when it is reused, so neither eviction nor appending copies per row.
+    """
+
+    def __init__(self, dims: int) -> None:
+        self.dims = dims
+        self._vectors = np.zeros((0, dims), np.float32)
+        self._times = np.zeros(0, np.int64)
+        self._seqs = np.zeros(0, np.int64)
+        self._messages: list[Message | None] = []  # index-aligned with the arrays, up to `end`
+        self._positions: list[Position | None] = []
+        self._start = 0
+        self._end = 0
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    @property
+    def seqs(self) -> np.ndarray:
+        return self._seqs[self._start : self._end]
+
+    def _compact(self, extra: int) -> None:
+        live = len(self)
+        # A first bulk load gets exactly its size; growth after that is by half, amortised.
+        cap = live + extra if live == 0 else max(64, live + extra + (live + extra) // 2)
+        if cap <= len(self._vectors) and self._start == 0:
+            return
+        keep = slice(self._start, self._end)
+        vectors = np.zeros((cap, self.dims), np.float32)
+        vectors[:live] = self._vectors[keep]
+        times = np.zeros(cap, np.int64)
+        times[:live] = self._times[keep]
+        seqs = np.zeros(cap, np.int64)
+        seqs[:live] = self._seqs[keep]
+        self._vectors, self._times, self._seqs = vectors, times, seqs
+        self._messages = self._messages[keep]
+        self._positions = self._positions[keep]
+        self._start, self._end = 0, live
+
+    def add(
+        self,
+        vectors: np.ndarray,
+        times: Sequence[int],
+        seqs: Sequence[int],
+        messages: Sequence[Message],
+        positions: Sequence[Position],
+    ) -> None:
+        n = len(messages)
+        if not n:
+            return
+        if self._end + n > len(self._vectors):
+            self._compact(n)
+        rows = slice(self._end, self._end + n)
+        self._vectors[rows] = vectors
+        self._times[rows] = times
+        self._seqs[rows] = seqs
+        self._messages.extend(messages)
+        self._positions.extend(positions)
+        self._end += n
+
+    def _keep(self, mask: np.ndarray) -> list[Position]:
+        live = slice(self._start, self._end)
+        dropped = [p for p, k in zip(self._positions[live], mask, strict=True) if not k and p is not None]
+        n = int(mask.sum())
+        self._vectors[:n] = self._vectors[live][mask]
+        self._times[:n] = self._times[live][mask]
+        self._seqs[:n] = self._seqs[live][mask]
+        self._messages = [m for m, k in zip(self._messages[live], mask, strict=True) if k]
+        self._positions = [p for p, k in zip(self._positions[live], mask, strict=True) if k]
+        self._start, self._end = 0, n
+        return dropped
+
+    def drop_until(self, cleared_at: int) -> list[Position]:
+        """Drop rows whose event time is at or before `cleared_at` (µs); returns their positions."""
+        mask = self._times[self._start : self._end] > cleared_at
+        return [] if mask.all() else self._keep(mask)
+
+    def drop_positions(self, positions: Collection[Position]) -> list[Position]:
+        """Drop the rows at these log positions (an erased session's); returns those dropped."""
+        gone = set(positions)
+        live = self._positions[self._start : self._end]
+        mask = np.fromiter((p not in gone for p in live), dtype=bool, count=len(live))
+        return [] if mask.all() else self._keep(mask)
+
+    def drop_oldest(self, count: int) -> list[Position]:
+        """Drop the `count` rows applied first; returns their positions."""
+        count = min(count, len(self))
+        stop = self._start + count
+        dropped = [p for p in self._positions[self._start : stop] if p is not None]
+        for i in range(self._start, stop):  # release them now; the slots are reclaimed on the next compaction
+            self._messages[i] = None
+            self._positions[i] = None
+        self._start = stop
+        return dropped
+
+    def top(self, query: np.ndarray, k: int) -> list[Message]:
+        """The `k` rows nearest `query` by cosine (rows and query are unit vectors), best first."""
+        n = len(self)
+        if k < 1 or n == 0 or not query.any():
+            return []
+        scores = self._vectors[self._start : self._end] @ query
+        best = np.argpartition(scores, n - k)[n - k:] if k < n else np.arange(n)
+        order = best[np.lexsort((best, -scores[best]))]  # best first; ties: applied first
+        return [self._messages[self._start + i] for i in order]  # live rows are never None
+
+
+class MemoryVectorStore:
+    """The embedded default: vectors in this process, rebuilt from the log on start."""
+
+    kind = "memory"
+
+    def __init__(self, cap: int = DEFAULT_CAP) -> None:
+        if cap < 1:
+            raise ValueError(f"cap: must be >= 1, got {cap}")
+        self.cap = cap
+        self.evicted = 0
+        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        self._held: dict[tuple[str, str], set[Position]] = {}  # re-delivery never duplicates an entry
+        self._writers: dict[tuple[str, str], dict[Position, str]] = {}  # held entry -> its session, for erasure
+        self._cleared: dict[tuple[str, str], datetime] = {}
+        self._checkpoints: dict[tuple[str, str, int], int] = {}
+        self._seq = 0
+        self._total = 0
+        self._warned = False
+
+    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState:
+        cleared = {ns: self._cleared[(view, ns)] for ns in namespaces if (view, ns) in self._cleared}
+        return BatchState(self._checkpoints.get((view, topic, partition)), cleared)
+
+    async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
+        return {}
+
+    async def write(self, view: str, model: str, write: Write) -> None:
+        for (ns, session), at in write.erased.items():
+            index = self._indexes.get((view, ns))
+            writers = self._writers.get((view, ns), {})
+            mine = [p for p, s in writers.items() if s == session and erases(at, p)]
+            if index is not None and mine:
+                self._forget(view, ns, index.drop_positions(mine))
+        for ns, mark in write.cleared.items():
+            old = self._cleared.get((view, ns))
+            if old is None or mark > old:
+                self._cleared[(view, ns)] = mark
+                index = self._indexes.get((view, ns))
+                if index is not None:
+                    self._forget(view, ns, index.drop_until(micros(mark)))
+        groups: dict[str, list[int]] = {}
+        for i, e in enumerate(write.entries):
+            groups.setdefault(e.namespace, []).append(i)
+        for ns, rows in groups.items():
+            watermark = self._cleared.get((view, ns))
+            held = self._held.setdefault((view, ns), set())
+            fresh = [i for i in rows if write.entries[i].position not in held
+                     and (watermark is None or write.entries[i].timestamp > watermark)]
+            if not fresh:
+                continue
+            index = self._indexes.setdefault((view, ns), VectorIndex(write.vectors.shape[1]))
+            entries = [write.entries[i] for i in fresh]
+            seqs = range(self._seq, self._seq + len(fresh))
+            self._seq += len(fresh)
+            index.add(write.vectors[fresh], [micros(e.timestamp) for e in entries], seqs,
+                      [e.message for e in entries], [e.position for e in entries])
+            held.update(e.position for e in entries)
+            self._writers.setdefault((view, ns), {}).update((e.position, e.session_id) for e in entries)
+            self._total += len(fresh)
+        key = (view, write.topic, write.partition)
+        self._checkpoints[key] = max(write.checkpoint, self._checkpoints.get(key, -1))
+        self._evict()
+
+    def _forget(self, view: str, namespace: str, dropped: list[Position]) -> None:
+        self._held.get((view, namespace), set()).difference_update(dropped)
+        writers = self._writers.get((view, namespace), {})
+        for p in dropped:
+            writers.pop(p, None)
+        self._total -= len(dropped)
+
+    def _evict(self) -> None:
+        over = self._total - self.cap
+        if over <= 0:
+            return
+        if not self._warned:
+            self._warned = True
+            log.warning("in-memory vector store reached its cap of %d entries: evicting the oldest; "
+                        "use store: postgres to keep every message searchable", self.cap)
+        # The `over` oldest entries overall are among the first `over` of each namespace.
+        fronts = {key: index.seqs[:over] for key, index in self._indexes.items() if len(index)}
+        last = np.partition(np.concatenate(list(fronts.values())), over - 1)[over - 1]
+        for (view, ns), seqs in fronts.items():
+            count = int(np.searchsorted(seqs, last, side="right"))
+            if count:
+                self._forget(view, ns, self._indexes[(view, ns)].drop_oldest(count))
+                self.evicted += count
+
+    async def checkpoint(self, view: str, topic: str, partition: int) -> int | None:
+        return self._checkpoints.get((view, topic, partition))
+
+    async def search(
+        self, view: str, namespace: str, query: np.ndarray, k: int, want: Position | None
+    ) -> list[Message] | None:
+        if want is not None:
+            done = self._checkpoints.get((view, want.topic, want.partition))
+            if done is None or done < want.offset:
+                return None
+        index = self._indexes.get((view, namespace))
+        return index.top(query, k) if index is not None else []
+
+    async def count(self, view: str, namespace: str) -> int:
+        index = self._indexes.get((view, namespace))
+        return len(index) if index is not None else 0
+
+    async def close(self) -> None:
+        pass
