@@ -16,7 +16,7 @@ import pytest
 from helix_es import InvalidInput, InvalidMessage, Message, ToolCall, open_memory
 from helix_es.client.backend import open_log, open_store
 from helix_es.config import load_config
-from helix_es.projection.protocol import SessionProjection
+from helix_es.projection.session import SessionProjection
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from projectors.runner import Projector

@@ -19,7 +19,8 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.log.port import EventLog
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.aliases import AliasedProjection, AliasStore, open_aliases
-from helix_es.projection.protocol import Projection, SessionProjection
+from helix_es.projection.protocol import Projection
+from helix_es.projection.session import SessionProjection
 from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores.ports import ViewStore
 from helix_es.views import View

@@ -37,8 +37,8 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
-from helix_es.projection.protocol import Applied, Projection
-from helix_es.stores.ports import Change, SessionKey, Snapshot, ViewStore
+from helix_es.projection.protocol import Projection
+from helix_es.stores.ports import Applied, Change, SessionKey, Snapshot, ViewStore
 from helix_es.stores.postgres.pool import Pg
 from helix_es.stores.redis.pool import redis_client
 from helix_es.views import State, View

@@ -1,4 +1,4 @@
-"""A projection: one view and the store it lives in, as both sides use it.
+"""The Projection protocol: one view and the store it lives in, as both sides use it.
 
 The worker side (the Kafka runner, or the embedded backend inline) calls `apply` with the
 records of one topic-partition and `checkpoint`. The read side calls `get`/`search`, which
@@ -11,22 +11,11 @@ vector) implement this protocol directly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
-from helix_es.model.events import Event, Position, Record
+from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
-from helix_es.projection.fold import project
-from helix_es.stores.ports import SessionKey, ViewStore
-from helix_es.views import View
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """What one `apply` did: events folded, and derived events the driver must append to the log."""
-
-    events: int
-    derived: tuple[Event, ...] = ()
+from helix_es.stores.ports import Applied, SessionKey
 
 
 class Projection(Protocol):
@@ -57,59 +46,3 @@ class Projection(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-@dataclass
-class SessionProjection:
-    """A session view (one pure fold) over a shared `ViewStore`; the store's owner closes it."""
-
-    view: View
-    store: ViewStore
-    name: str = field(init=False)
-    kind: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.name = self.view.name
-        self.kind = self.store.kind
-
-    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
-        return Applied(await project(self.view, self.store, records))
-
-    async def checkpoint(self, topic: str, partition: int) -> int | None:
-        return await self.store.checkpoint(self.view, topic, partition)
-
-    async def advance(self, topic: str, partition: int, offset: int) -> None:
-        current = await self.store.checkpoint(self.view, topic, partition)
-        if current is None or current < offset:
-            await self.store.apply(self.view, topic, partition, [], offset)
-
-    async def _state(self, key: SessionKey, want: Position | None) -> tuple[Message, ...] | None:
-        # Without `want` the caller has seen its writes already: the state alone is one round trip.
-        snap = await self.store.read(self.view, key, guard=want is not None)
-        if want is not None and (snap.applied is None or snap.applied < want.offset):
-            if snap.applied is None and await self._expired(key, want):
-                return ()
-            return None
-        return snap.state
-
-    async def _expired(self, key: SessionKey, want: Position) -> bool:
-        """No guard, yet the partition checkpoint covers the write: the session expired (Redis ttl)."""
-        checkpoint = await self.store.checkpoint(self.view, want.topic, want.partition)
-        if checkpoint is None or checkpoint < want.offset:
-            return False
-        # The guard is written with the checkpoint: read again, the write may have landed in between.
-        return (await self.store.read(self.view, key)).applied is None
-
-    async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
-        state = await self._state(key, want)
-        return None if state is None else self.view.render(state)
-
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
-        state = await self._state(key, want)
-        return None if state is None else self.view.search(state, query, limit)
-
-    async def applied(self, key: SessionKey, want: Position) -> int | None:
-        return (await self.store.read(self.view, key)).applied
-
-    async def close(self) -> None:
-        pass

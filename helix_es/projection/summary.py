@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from helix_es.model.events import Event, Record, SummaryRecorded
 from helix_es.model.message import Message
 from helix_es.projection.fold import Observer, fold_batch
-from helix_es.projection.protocol import Applied, SessionProjection
+from helix_es.projection.session import SessionProjection
 from helix_es.providers.summarise import Summariser
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views import State
 from helix_es.views.summary import Summary, split
 

@@ -35,9 +35,8 @@ import numpy as np
 
 from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
 from helix_es.model.message import Message
-from helix_es.projection.protocol import Applied
 from helix_es.providers.embed import Embedder, EmbeddingError, HashEmbedder
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import Applied, SessionKey
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from helix_es.model.errors import HelixError
+from helix_es.model.events import Event
 from helix_es.views import State, View
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one `apply` did: events folded, and derived events the driver must append to the log."""
+
+    events: int
+    derived: tuple[Event, ...] = ()
+
 
 
 @dataclass(frozen=True, slots=True)

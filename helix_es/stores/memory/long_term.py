@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
-from helix_es.projection.protocol import Applied
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views.long_term_rules import VIEW_NAME, OrderKey, matches, micros, ops
 
 

@@ -41,8 +41,7 @@ import asyncpg
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message, decode_json
-from helix_es.projection.protocol import Applied
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import Applied, SessionKey
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg
 from helix_es.views.long_term import DEFAULT_TABLE, check_table
 from helix_es.views.long_term_rules import VIEW_NAME, Op, escape_like, ops

@@ -40,8 +40,7 @@ import redis.asyncio as aioredis
 from helix_es.model import names
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message, decode_json
-from helix_es.projection.protocol import Applied
-from helix_es.stores.ports import CheckpointLost, SessionKey
+from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
 from helix_es.stores.redis.pool import redis_client
 from helix_es.stores.redis.views import advance_checkpoint
 from helix_es.views.long_term_rules import VIEW_NAME, Op, OrderKey, matches, micros, ops
