@@ -132,7 +132,7 @@ async def cleanup(bootstrap: str, redis_url: str, dsn: str, prefix: str, namespa
     import redis.asyncio as aioredis
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from helix_es.projection.aliases import alias_id
+    from helix_es.model.names import alias_id
     from projectors.rebuild import drop_target, select
 
     for cfg, target in built:

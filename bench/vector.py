@@ -32,10 +32,10 @@ import numpy as np
 from helix_es import Message
 from helix_es.model import names
 from helix_es.model.events import Position
-from helix_es.projection.vector import Entry, VectorProjection, VectorStore, Write
+from helix_es.projection.vector import VectorProjection
 from helix_es.providers.embed import HashEmbedder
 from helix_es.stores.memory.vector import MemoryVectorStore
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import Entry, SessionKey, VectorStore, Write
 
 TARGET_MS = 15.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

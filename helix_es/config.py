@@ -17,6 +17,7 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
+from helix_es.stores import registry
 from helix_es.views import IndexView, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
@@ -154,7 +155,7 @@ def parse_summariser(raw: Any, where: str) -> Summariser:
         return OpenAISummariser(**texts)
     raise ConfigError(f"{where}.provider", f"must be extractive or openai, got {provider!r}")
 
-STORES = ("memory", "redis", "postgres", "file")
+STORES = tuple(registry.KINDS)
 COMMON_KEYS = {
     "type", "store", "namespace", "redis_url", "dsn", "postgres_dsn", "consistency",
     "read_timeout", "session_id", "session_id_header", "ttl", "file_path", "max_content_bytes",
@@ -405,13 +406,15 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         raise ConfigError(f"{where}.type", f"unknown memory type {kind!r}; known: {sorted(VIEW_TYPES)}")
     only_keys(raw, COMMON_KEYS | VIEW_KEYS[kind], where, f"a {kind} memory")
     view = VIEW_TYPES[kind](raw, where)
+    store = raw.get("store", DEFAULT_STORES.get(kind, "memory"))
+    if isinstance(view, Vector) and (store not in registry.KINDS or registry.KINDS[store].vectors is None):
+        stores = " or ".join(registry.offering("vectors"))
+        raise ConfigError(f"{where}.store", f"a vector memory lives in {stores}, got {store!r}")
     ttl = parse_ttl(raw.get("ttl"), f"{where}.ttl")
     if ttl is not None and hasattr(view, "ttl"):  # views that carry it to their store (Redis expires keys)
         view = replace(view, ttl=ttl)  # type: ignore[type-var]
-    store = raw.get("store", DEFAULT_STORES.get(kind, "memory"))
-    if store not in STORES:
-        raise ConfigError(f"{where}.store", f"must be one of {list(STORES)}, got {store!r}")
-    if log is not None and log.type == "kafka" and store in ("memory", "file"):
+    store_kind = registry.kind(store, f"{where}.store")
+    if log is not None and log.type == "kafka" and store_kind.in_process:
         raise ConfigError(
             f"{where}.store",
             f"{store} views live in one process, but a Kafka log is projected by separate workers; "
@@ -442,10 +445,10 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     # The environment names this deployment's services: it wins over addresses in a shared file.
     redis_url = os.environ.get("HELIX_REDIS_URL") or raw.get("redis_url")
     dsn = os.environ.get("HELIX_POSTGRES_DSN") or raw.get("dsn") or raw.get("postgres_dsn")
-    if store == "redis" and not redis_url:
-        raise ConfigError(f"{where}.redis_url", "store: redis needs redis_url (or HELIX_REDIS_URL)")
-    if store == "postgres" and not dsn:
-        raise ConfigError(f"{where}.dsn", "store: postgres needs dsn (or HELIX_POSTGRES_DSN)")
+    if store_kind.address == "redis_url" and not redis_url:
+        raise ConfigError(f"{where}.redis_url", f"store: {store} needs redis_url (or HELIX_REDIS_URL)")
+    if store_kind.address == "dsn" and not dsn:
+        raise ConfigError(f"{where}.dsn", f"store: {store} needs dsn (or HELIX_POSTGRES_DSN)")
     if redis_url is not None:
         _url(redis_url, f"{where}.redis_url", ("redis", "rediss", "unix"), "HELIX_REDIS_URL")
     if dsn is not None:

@@ -62,8 +62,8 @@ async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
 async def lag(source: str) -> LagReport:
     """The lag of every view a config's projectors serve (all agents, all parts)."""
     from helix_es.cli import served_projections
-    from helix_es.client.backend import open_store
     from helix_es.projection.aliases import current_target, target_projection
+    from helix_es.projection.factory import open_store
     from helix_es.views import View
 
     log_config, parts = served_projections(source)

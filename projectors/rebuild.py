@@ -56,20 +56,13 @@ from helix_es.log.codec import Codec
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError, LogCorrupted
 from helix_es.model.events import Position, Record
-from helix_es.projection.aliases import (
-    AliasStore,
-    alias_id,
-    check_target,
-    next_target,
-    open_aliases,
-    resolve_alias,
-    target_projection,
-    target_store,
-    target_table,
-)
+from helix_es.model.names import alias_id, check_target, next_target
+from helix_es.projection.aliases import resolve_alias, target_projection, target_store
+from helix_es.projection.factory import open_aliases
 from helix_es.projection.protocol import Projection
-from helix_es.stores.ports import Change, SessionKey, Snapshot, StaleWrite, ViewStore
+from helix_es.stores.ports import AliasStore, Change, SessionKey, Snapshot, StaleWrite, ViewStore
 from helix_es.views import View
+from helix_es.views.long_term import target_table
 from projectors.deadletter import Checker
 
 log = logging.getLogger(__name__)
@@ -747,7 +740,7 @@ async def rebuild(
         raise ConfigError("--batch-size", f"must be >= 1, got {batch_size}")
     if part.store in ("memory", "file"):
         return await _rebuild_in_process(log_config, part, into=into, switch=switch, drop_old=drop_old)
-    from helix_es.client.backend import open_store
+    from helix_es.projection.factory import open_store
 
     name = part.view.name
     kafka = log_config.type == "kafka"
@@ -1160,7 +1153,7 @@ async def _join_slices(part: MemoryConfig, target: str, shards: list[Shard], lat
 
     Events past the lowest slice's end are read again by the final pass; session guards skip them.
     """
-    from helix_es.client.backend import open_store
+    from helix_es.projection.factory import open_store
 
     assert isinstance(part.view, View)
     reached: dict[tuple[str, int], int] = {}
@@ -1207,7 +1200,7 @@ async def _forget_checkpoints(part: MemoryConfig, target: str, checkpoints: set[
 
 async def _worker(spec: Mapping[str, Any]) -> None:
     """One worker: fold its shard into the target, printing progress as JSON lines."""
-    from helix_es.client.backend import open_store
+    from helix_es.projection.factory import open_store
 
     log_config, part = select(spec["config"], spec["view"], store=spec["store"])
     target = spec["target"]

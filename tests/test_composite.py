@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from helix_es import ConfigError, Message, ToolCall, load_config, open_memory
-from helix_es.client.backend import open_log
 from helix_es.client.composite import merge
+from helix_es.projection.factory import open_log
 from tests.conftest import unique
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from helix_es import InvalidInput, InvalidMessage, Message, ToolCall, open_memory
-from helix_es.client.backend import open_log, open_store
 from helix_es.config import load_config
+from helix_es.projection.factory import open_log, open_store
 from helix_es.projection.session import SessionProjection
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow

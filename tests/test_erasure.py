@@ -33,15 +33,7 @@ from helix_es.client.encryption import (
     envelope_key_ids,
 )
 from helix_es.client.erasure import NotShreddable, erased_by, erasure_of, forget, is_erased
-from helix_es.client.keys import (
-    FileKeyStore,
-    KeyStore,
-    PostgresKeyStore,
-    RedisKeyStore,
-    StoredSessionKeys,
-    close_shared_keys,
-    shreddable,
-)
+from helix_es.client.keys import StoredSessionKeys, close_shared_keys, shreddable
 from helix_es.log.codec import Codec, load_schemas
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
@@ -50,11 +42,14 @@ from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, 
 from helix_es.projection.protocol import Projection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.embed import HashEmbedder
+from helix_es.stores.file.keys import FileKeyStore
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import KeyStore, SessionKey
+from helix_es.stores.postgres.keys import PostgresKeyStore
 from helix_es.stores.postgres.long_term import PostgresLongTerm
 from helix_es.stores.postgres.vector import PostgresVectorStore
+from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.long_term import RedisLongTerm
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow

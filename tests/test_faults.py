@@ -36,13 +36,13 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from helix_es import Message, open_memory
-from helix_es.client.backend import open_projection, open_store
 from helix_es.config import load_config
 from helix_es.log.codec import Codec, event_to_record
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.projection.factory import open_projection, open_store
 from helix_es.projection.fold import project
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.views import MemoryStore

@@ -24,13 +24,13 @@ from helix_es.config import load_config
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.projection.factory import open_projection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.ports import CheckpointLost, SessionKey
 from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
 from helix_es.stores.redis.long_term import RedisLongTerm, prefix
-from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table
-from helix_es.views.long_term_rules import escape_like
+from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table, escape_like
 from projectors.runner import Projector
 from tests.conftest import RUN, copy_always, unique, wait_for
 
@@ -70,7 +70,7 @@ async def projection(store: dict[str, Any]) -> AsyncIterator[Projection]:
     """A projection opened straight from the config, as the Kafka projector does."""
     memory = load_config({"memory": {"type": "long-term", **store}}).memory
     assert isinstance(memory.view, LongTerm)
-    opened = memory.view.projection(memory)
+    opened = open_projection(memory)
     yield opened
     await opened.close()
 
@@ -457,7 +457,7 @@ def test_other_config_errors_name_their_key(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("HELIX_POSTGRES_DSN", "postgresql://env/db")
     cfg = load_config({"memory": {"type": "sql-long-term"}}).memory
     assert cfg.postgres_dsn == "postgresql://env/db"
-    opened = cfg.view.projection(cfg)  # type: ignore[union-attr]
+    opened = open_projection(cfg)
     assert isinstance(opened, PostgresLongTerm) and opened.dsn == "postgresql://env/db"
 
 
@@ -560,7 +560,7 @@ async def test_through_kafka_with_a_real_projector(kind: str, request: pytest.Fi
     await kafka.close()
 
     async def run_projector() -> tuple[asyncio.Event, asyncio.Task[Any], Projection]:
-        projection = view.projection(config.memory)
+        projection = open_projection(config.memory)
         stop = asyncio.Event()
         projector = Projector(projection, bootstrap_servers=bootstrap, topic_prefix=topic_prefix)
         return stop, asyncio.create_task(projector.run(stop)), projection

@@ -23,20 +23,16 @@ import redis.asyncio as aioredis
 
 from helix_es import Message, open_memory
 from helix_es.config import load_config
+from helix_es.model.names import alias_id, next_target, version_of
 from helix_es.projection import aliases as aliases_module
-from helix_es.projection.aliases import (
-    MemoryAliases,
-    PostgresAliases,
-    RedisAliases,
-    TargetStore,
-    alias_id,
-    next_target,
-    target_table,
-    version_of,
-)
+from helix_es.projection.aliases import TargetStore
+from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.ports import SessionKey
+from helix_es.stores.postgres.aliases import PostgresAliases
+from helix_es.stores.redis.aliases import RedisAliases
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views import View
+from helix_es.views.long_term import target_table
 from projectors.rebuild import PARALLEL_MIN_EVENTS, Display, Status, drop, rebuild
 from tests.conftest import unique, wait_for
 from tests.model_server import ModelServer

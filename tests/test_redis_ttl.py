@@ -15,10 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from helix_es import Event, Message, MessageAdded, Position, Record, open_memory
-from helix_es.client.backend import open_log
 from helix_es.config import load_config, parse_ttl
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
+from helix_es.projection.factory import open_log
 from helix_es.projection.fold import project
 from helix_es.stores.ports import SessionKey
 from helix_es.views import View

@@ -49,9 +49,10 @@ from helix_es.client.encryption import (
     NamespaceKeys,
     envelope_key_ids,
 )
-from helix_es.client.keys import RedisKeyStore, StoredSessionKeys, close_shared_keys
+from helix_es.client.keys import StoredSessionKeys, close_shared_keys
 from helix_es.log.kafka import KafkaLog
 from helix_es.model.events import MessageAdded, SessionErased, SummaryRecorded
+from helix_es.stores.redis.keys import RedisKeyStore
 from projectors.lag import lag
 from projectors.rebuild import rebuild
 from tests.conftest import start_projector, unique

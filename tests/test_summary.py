@@ -15,9 +15,9 @@ import asyncpg
 import pytest
 
 from helix_es import Event, MemoryCleared, Message, MessageAdded, open_memory
-from helix_es.client.backend import open_log
 from helix_es.config import load_config
 from helix_es.model.events import SummaryRecorded
+from helix_es.projection.factory import open_log
 from helix_es.views.summary import Summary, split
 from tests.conftest import unique, wait_for
 from tests.model_server import ModelServer

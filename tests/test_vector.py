@@ -22,10 +22,11 @@ from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, Position, Record
-from helix_es.projection.vector import VectorProjection, VectorStore, content_sha256
+from helix_es.projection.factory import open_projection
+from helix_es.projection.vector import VectorProjection, content_sha256
 from helix_es.providers.embed import Embedder, HashEmbedder, OpenAIEmbedder, embedder_from_func
 from helix_es.stores.memory.vector import MemoryVectorStore
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import SessionKey, VectorStore
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.views.vector import Vector
 from projectors.runner import Projector
@@ -421,7 +422,7 @@ async def test_through_kafka_with_a_real_projector(
     log = KafkaLog(kafka_bootstrap, topic_prefix=prefix, partitions=2)
     topic = await log.ensure_topic(ns)  # before the projector subscribes: no rebalance mid-test
     view = cast(Vector, config.memory.view)
-    projector = _Running(cast(VectorProjection, view.projection(config.memory)), kafka_bootstrap, prefix)
+    projector = _Running(cast(VectorProjection, open_projection(config.memory)), kafka_bootstrap, prefix)
     try:
         async with (open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob):
             for i, text in enumerate(TRAVEL):

@@ -17,8 +17,8 @@ from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 
 def served_projections(source: str) -> tuple[Any, list[tuple[Any, Any]]]:
     """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each."""
-    from helix_es.client.backend import store_key
     from helix_es.config import load_configs
+    from helix_es.projection.factory import store_key
 
     configs = load_configs(source)
     log_config = configs[0].log
@@ -36,9 +36,9 @@ def served_projections(source: str) -> tuple[Any, list[tuple[Any, Any]]]:
 
 
 async def _project(args: argparse.Namespace) -> int:
-    from helix_es.client.backend import open_store
-    from helix_es.projection.aliases import TargetFollower
+    from helix_es.projection.factory import open_store
     from helix_es.views import View
+    from projectors.follow import TargetFollower
     from projectors.runner import run_projectors
 
     log_config, parts = served_projections(args.config)

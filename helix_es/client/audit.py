@@ -34,7 +34,6 @@ from typing import Any, cast
 import fastavro
 from aiokafka.errors import KafkaError
 
-from helix_es.client.backend import open_log, open_projection
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
 from helix_es.log.codec import HEADER_LEN, MAGIC, Codec, record_to_event
@@ -53,6 +52,7 @@ from helix_es.model.events import (
     SummaryRecorded,
 )
 from helix_es.model.message import Message
+from helix_es.projection.factory import open_log, open_projection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
@@ -414,7 +414,7 @@ def _fresh_projection(part: MemoryConfig) -> Projection:
     view = part.view
     if "store" in {f.name for f in fields(view)}:  # long-term picks its store from its own options
         view = replace(view, store="memory")
-    return view.projection(memory)
+    return open_projection(replace(memory, view=view))
 
 
 async def _fold(part: MemoryConfig, records: Sequence[Record], key: SessionKey) -> list[Message]:

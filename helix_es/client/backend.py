@@ -13,64 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helix_es.config import LogConfig, MemoryConfig
-from helix_es.log.codec import Codec
-from helix_es.log.embedded import EmbeddedLog
-from helix_es.log.kafka import KafkaLog
 from helix_es.log.port import EventLog
 from helix_es.model.events import Event, Position, Record
-from helix_es.projection.aliases import AliasedProjection, AliasStore, open_aliases
+from helix_es.projection.aliases import AliasedProjection
+from helix_es.projection.factory import open_aliases, open_log, open_store, store_key
 from helix_es.projection.protocol import Projection
-from helix_es.projection.session import SessionProjection
-from helix_es.providers.summarise import ExtractiveSummariser
-from helix_es.stores.ports import ViewStore
+from helix_es.stores.ports import AliasStore, ViewStore
 from helix_es.views import View
-from helix_es.views.summary import Summary
 
 log = logging.getLogger(__name__)
-
-
-def open_log(config: LogConfig, codec: Codec | None = None) -> EventLog:
-    if config.type == "kafka":
-        return KafkaLog(
-            config.bootstrap_servers,
-            topic_prefix=config.topic_prefix,
-            partitions=config.partitions,
-            replication_factor=config.replication_factor,
-            codec=codec,
-        )
-    return EmbeddedLog(config.path, fsync=config.fsync, topic_prefix=config.topic_prefix, codec=codec)
-
-
-def open_store(config: MemoryConfig) -> ViewStore:
-    if config.store == "redis":
-        from helix_es.stores.redis.views import RedisStore
-
-        return RedisStore(config.redis_url)  # type: ignore[arg-type]
-    if config.store == "postgres":
-        from helix_es.stores.postgres.views import PostgresStore
-
-        return PostgresStore(config.postgres_dsn)  # type: ignore[arg-type]
-    from helix_es.stores.memory.views import MemoryStore
-
-    return MemoryStore()
-
-
-def store_key(memory: MemoryConfig) -> tuple[str, str | None]:
-    """Where a memory's store lives: memories with the same key share one store connection."""
-    location = {"redis": memory.redis_url, "postgres": memory.postgres_dsn}.get(memory.store)
-    return memory.store, location
-
-
-def open_projection(memory: MemoryConfig, store: ViewStore | None = None) -> Projection:
-    """The projection a memory config describes; session views use `store` (else their own)."""
-    if not isinstance(memory.view, View):
-        return memory.view.projection(memory)
-    store = store or open_store(memory)
-    if isinstance(memory.view, Summary):
-        from helix_es.projection.summary import SummaryProjection
-
-        return SummaryProjection(memory.view, store, summariser=memory.summariser or ExtractiveSummariser())
-    return SessionProjection(memory.view, store)
 
 
 Ident = tuple[str, str, str | None]  # a projection: view name, store kind, store location

@@ -30,11 +30,6 @@ shredded; `forget` counts them.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
-import fcntl
-import hashlib
-import json
 import os
 import secrets
 import struct
@@ -43,8 +38,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -62,55 +56,19 @@ from helix_es.client.encryption import (
     KeyRing,
     keys_from_env,
 )
-from helix_es.model import names
 from helix_es.model.errors import ConfigError
+from helix_es.stores import registry
+from helix_es.stores.file.keys import DEFAULT_DIRECTORY
+from helix_es.stores.ports import KeyRow, KeyStore
 
 ENV_STORE = "HELIX_KEY_STORE"
 ENV_STORE_URL = "HELIX_KEY_STORE_URL"
 ENV_CACHE_TTL = "HELIX_KEY_CACHE_TTL"
-KEY_STORES = ("postgres", "redis", "file")
-DEFAULT_FILE_STORE = ".helix/keys"  # beside the embedded log's default .helix/log
+KEY_STORES = tuple(registry.offering("keys"))
+DEFAULT_FILE_STORE = DEFAULT_DIRECTORY
 DEFAULT_CACHE_TTL = 60.0
 CACHE_SESSIONS = 10_000  # sessions whose keys a provider keeps in memory
 DATA_KEY_BYTES = 32
-
-
-@dataclass(frozen=True)
-class KeyRow:
-    """One data key of a session, as its store keeps it: wrapped, or erased (a tombstone)."""
-
-    namespace: str
-    session_id: str
-    key_id: str
-    wrapped_key: bytes | None = field(repr=False)  # None once erased
-    wrapped_by: str | None  # id of the master key that wrapped it
-    created_at: datetime
-    erased_at: datetime | None = None
-
-    @property
-    def erased(self) -> bool:
-        return self.erased_at is not None
-
-
-@runtime_checkable
-class KeyStore(Protocol):
-    """Where wrapped data keys live; `erase` must really delete the wrapped key."""
-
-    kind: str
-
-    async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
-        """Every key row of the session, erased ones included, oldest first."""
-        ...
-
-    async def insert(self, row: KeyRow) -> None:
-        """Keep `row`, unless the session already has a live key (a racing writer made it): then nothing."""
-        ...
-
-    async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
-        """Delete every live wrapped key of the session, keeping tombstones; the ids erased by this call."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 @runtime_checkable
@@ -304,273 +262,24 @@ def shreddable(keys: object) -> bool:
 
 # -- stores --------------------------------------------------------------------------------
 
-_PG_SCHEMA = """
-CREATE TABLE IF NOT EXISTS helix_keys (
-    namespace text NOT NULL,
-    session_id text NOT NULL,
-    key_id text NOT NULL,
-    wrapped_key bytea,
-    wrapped_by text,
-    created_at timestamptz NOT NULL,
-    erased_at timestamptz,
-    PRIMARY KEY (namespace, session_id, key_id),
-    CHECK ((erased_at IS NULL) = (wrapped_key IS NOT NULL))
-);
-CREATE UNIQUE INDEX IF NOT EXISTS helix_keys_live ON helix_keys (namespace, session_id) WHERE erased_at IS NULL;
-"""
-
-_PG_ROWS = """
-SELECT key_id, wrapped_key, wrapped_by, created_at, erased_at FROM helix_keys
-WHERE namespace = $1 AND session_id = $2 ORDER BY created_at, key_id
-"""
-
-# No conflict target: the primary key or the one-live-key index; a racing writer's key wins.
-_PG_INSERT = """
-INSERT INTO helix_keys (namespace, session_id, key_id, wrapped_key, wrapped_by, created_at)
-VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING
-"""
-
-_PG_ERASE = """
-UPDATE helix_keys SET wrapped_key = NULL, erased_at = $3
-WHERE namespace = $1 AND session_id = $2 AND erased_at IS NULL RETURNING key_id
-"""
-
-
-class PostgresKeyStore:
-    """`helix_keys` in PostgreSQL. An erased row keeps its id and `erased_at`; its wrapped key is NULL.
-
-    PostgreSQL keeps the old row version until VACUUM reclaims it, and WAL and backups keep it
-    longer: all useless without the master key (see the README on backups).
-    """
-
-    kind = "postgres"
-
-    def __init__(self, dsn: str) -> None:
-        from helix_es.stores.postgres.pool import Pg  # the shared lazy pool; imported here so the module stays light
-
-        self.dsn = dsn
-        self.pg = Pg(dsn)
-
-    def __repr__(self) -> str:
-        return "PostgresKeyStore()"  # a DSN may hold a password
-
-    async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
-        pool = await self.pg.pool(_PG_SCHEMA)
-        found = await pool.fetch(_PG_ROWS, namespace, session_id)
-        return [KeyRow(namespace, session_id, r["key_id"], r["wrapped_key"], r["wrapped_by"], r["created_at"],
-                       r["erased_at"]) for r in found]
-
-    async def insert(self, row: KeyRow) -> None:
-        pool = await self.pg.pool(_PG_SCHEMA)
-        await pool.execute(_PG_INSERT, row.namespace, row.session_id, row.key_id, row.wrapped_key, row.wrapped_by,
-                           row.created_at)
-
-    async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
-        pool = await self.pg.pool(_PG_SCHEMA)
-        return [r["key_id"] for r in await pool.fetch(_PG_ERASE, namespace, session_id, at)]
-
-    async def close(self) -> None:
-        await self.pg.close()
-
-
-_LIVE = "~live"  # the hash field naming the live key; key ids never contain "~"
-
-_REDIS_INSERT = """
-if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[1])
-return 1
-"""
-
-_REDIS_ERASE = """
-local erased = {}
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  if all[i] ~= ARGV[2] then
-    local row = cjson.decode(all[i + 1])
-    if row['erased_at'] == nil or row['erased_at'] == cjson.null then
-      row['wrapped_key'] = cjson.null
-      row['erased_at'] = ARGV[1]
-      redis.call('HSET', KEYS[1], all[i], cjson.encode(row))
-      erased[#erased + 1] = all[i]
-    end
-  end
-end
-redis.call('HDEL', KEYS[1], ARGV[2])
-return erased
-"""
-
-
-def _row_json(row: KeyRow) -> str:
-    return json.dumps({
-        "wrapped_key": None if row.wrapped_key is None else base64.b64encode(row.wrapped_key).decode(),
-        "wrapped_by": row.wrapped_by,
-        "created_at": row.created_at.isoformat(),
-        "erased_at": None if row.erased_at is None else row.erased_at.isoformat(),
-    })
-
-
-def _row_from(namespace: str, session_id: str, key_id: str, doc: Mapping[str, Any]) -> KeyRow:
-    wrapped = doc.get("wrapped_key")
-    erased = doc.get("erased_at")
-    return KeyRow(namespace, session_id, key_id, None if wrapped is None else base64.b64decode(wrapped),
-                  doc.get("wrapped_by"), datetime.fromisoformat(doc["created_at"]),
-                  None if erased is None else datetime.fromisoformat(erased))
-
-
-class RedisKeyStore:
-    """A hash per session, `helix:keys:<ns>:{<sid>}`: key id -> JSON row, and `~live` -> the live id.
-
-    Redis keeps erased values in RDB snapshots and the AOF until they are rewritten: useless
-    without the master key, but see the README on backups.
-    """
-
-    kind = "redis"
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._redis: Any = None
-
-    def __repr__(self) -> str:
-        return "RedisKeyStore()"
-
-    @property
-    def redis(self) -> Any:
-        if self._redis is None:
-            from helix_es.stores.redis.pool import redis_client
-
-            self._redis = redis_client(self.url)
-        return self._redis
-
-    @staticmethod
-    def key(namespace: str, session_id: str) -> str:
-        # The session's hash tag: beside its views in one Redis Cluster slot.
-        return f"helix:keys:{names.check_namespace(namespace)}:{{{names.check_session_id(session_id)}}}"
-
-    async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
-        found = await self.redis.hgetall(self.key(namespace, session_id))
-        rows = [_row_from(namespace, session_id, k.decode(), json.loads(v)) for k, v in found.items()
-                if k.decode() != _LIVE]
-        return sorted(rows, key=lambda r: (r.created_at, r.key_id))
-
-    async def insert(self, row: KeyRow) -> None:
-        await self.redis.eval(_REDIS_INSERT, 1, self.key(row.namespace, row.session_id), row.key_id, _row_json(row),
-                              _LIVE)
-
-    async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
-        erased = await self.redis.eval(_REDIS_ERASE, 1, self.key(namespace, session_id), at.isoformat(), _LIVE)
-        return sorted(e.decode() if isinstance(e, bytes) else str(e) for e in erased)
-
-    async def close(self) -> None:
-        client, self._redis = self._redis, None
-        if client is not None:
-            await client.aclose()
-
-
-class FileKeyStore:
-    """A JSON file per session: `<dir>/ns-<namespace>/<sha256(session id)>.json`, mode 0600.
-
-    Writes replace the file atomically (temp file, fsync, rename) under a lock file, so
-    processes sharing the directory agree. An erased key's old file is unlinked; its blocks
-    may survive on disk until reused, useless without the master key.
-    """
-
-    kind = "file"
-
-    def __init__(self, directory: str | os.PathLike[str] = DEFAULT_FILE_STORE) -> None:
-        self.directory = Path(directory).resolve()
-
-    def __repr__(self) -> str:
-        return f"FileKeyStore({str(self.directory)!r})"
-
-    def path(self, namespace: str, session_id: str) -> Path:
-        digest = hashlib.sha256(names.check_session_id(session_id).encode()).hexdigest()
-        return self.directory / f"ns-{names.check_namespace(namespace)}" / f"{digest}.json"
-
-    def _read(self, namespace: str, session_id: str) -> list[KeyRow]:
-        try:
-            doc = json.loads(self.path(namespace, session_id).read_text())
-        except FileNotFoundError:
-            return []
-        return [_row_from(namespace, session_id, k["key_id"], k) for k in doc["keys"]]
-
-    def _write(self, namespace: str, session_id: str, rows: list[KeyRow]) -> None:
-        path = self.path(namespace, session_id)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        doc = {"namespace": namespace, "session_id": session_id,
-               "keys": [{"key_id": r.key_id, **json.loads(_row_json(r))} for r in rows]}
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself must survive a crash
-        finally:
-            os.close(dir_fd)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Any:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.directory / ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
-        return sorted(self._read(namespace, session_id), key=lambda r: (r.created_at, r.key_id))
-
-    def _insert(self, row: KeyRow) -> None:
-        with self._locked():
-            rows = self._read(row.namespace, row.session_id)
-            if any(not r.erased for r in rows) or any(r.key_id == row.key_id for r in rows):
-                return
-            self._write(row.namespace, row.session_id, [*rows, row])
-
-    async def insert(self, row: KeyRow) -> None:
-        await asyncio.to_thread(self._insert, row)
-
-    def _erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
-        with self._locked():
-            rows = self._read(namespace, session_id)
-            live = [r.key_id for r in rows if not r.erased]
-            if live:
-                self._write(namespace, session_id, [
-                    r if r.erased else KeyRow(r.namespace, r.session_id, r.key_id, None, r.wrapped_by, r.created_at, at)
-                    for r in rows
-                ])
-            return sorted(live)
-
-    async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
-        return await asyncio.to_thread(self._erase, namespace, session_id, at)
-
-    async def close(self) -> None:
-        pass
-
-
 # -- from the environment ------------------------------------------------------------------
 
 
 def open_key_store(kind: str, location: str | None = None, environ: Mapping[str, str] | None = None) -> KeyStore:
     """A key store of `kind` at `location`, else at the deployment's address for that kind."""
     env = os.environ if environ is None else environ
-    if kind == "postgres":
-        dsn = location or env.get("HELIX_POSTGRES_DSN")
-        if not dsn:
+    found = registry.KINDS.get(kind)
+    if found is None or found.keys is None:
+        raise ConfigError(ENV_STORE, f"must be one of {', '.join(KEY_STORES)}, got {kind!r}")
+    if found.address == "dsn":
+        location = location or env.get("HELIX_POSTGRES_DSN")
+        if not location:
             raise ConfigError(ENV_STORE_URL, "HELIX_KEY_STORE=postgres needs a DSN here or in HELIX_POSTGRES_DSN")
-        return PostgresKeyStore(dsn)
-    if kind == "redis":
-        url = location or env.get("HELIX_REDIS_URL")
-        if not url:
+    elif found.address == "redis_url":
+        location = location or env.get("HELIX_REDIS_URL")
+        if not location:
             raise ConfigError(ENV_STORE_URL, "HELIX_KEY_STORE=redis needs a URL here or in HELIX_REDIS_URL")
-        return RedisKeyStore(url)
-    if kind == "file":
-        return FileKeyStore(location or DEFAULT_FILE_STORE)
-    raise ConfigError(ENV_STORE, f"must be one of {', '.join(KEY_STORES)}, got {kind!r}")
+    return found.keys(location)
 
 
 _shared: dict[tuple[object, ...], StoredSessionKeys] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from helix_es.model.message import Message
 
@@ -81,3 +81,13 @@ class Record:
 
     event: Event
     position: Position
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def micros(at: datetime) -> int:
+    """Microseconds since the Unix epoch, exactly (the wire's timestamp-micros); a naive time is taken as UTC."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (at - _EPOCH) // timedelta(microseconds=1)

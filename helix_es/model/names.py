@@ -1,10 +1,11 @@
-"""Names other programs depend on: Kafka topics, consumer groups, Redis keys."""
+"""Names other programs depend on: Kafka topics, consumer groups, Redis keys, view targets and tables."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from helix_es.model.errors import InvalidInput
+from helix_es.model.errors import ConfigError, InvalidInput
 
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_TOPIC_PREFIX = "helix.memory"
@@ -82,3 +83,45 @@ def applied_key(namespace: str, session_id: str, view: str) -> str:
 def checkpoint_key(view: str) -> str:
     """Hash of `<topic>:<partition>` -> last applied offset, for one view."""
     return f"helix:checkpoint:{view}"
+
+
+# --- view targets and their aliases (`helix-es rebuild`) ---
+
+TARGET_RE = re.compile(r"[A-Za-z0-9._@+-]{1,240}")  # no `:` (the alias separator), braces or spaces
+_VERSION_RE = re.compile(r"@v(\d+)$")
+
+
+def alias_id(view: str, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """The alias of a view in one deployment: `<view>`, or `<view>:<topic_prefix>` for another prefix."""
+    return view if topic_prefix == DEFAULT_TOPIC_PREFIX else f"{view}:{topic_prefix}"
+
+
+def alias_key(alias: str) -> str:
+    return f"helix:alias:{alias}"
+
+
+def targets_key(alias: str) -> str:
+    return f"helix:targets:{alias}"
+
+
+def check_target(target: object, field_name: str = "--into") -> str:
+    if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
+        raise ConfigError(field_name, f"a target name matches [A-Za-z0-9._@+-]{{1,240}}, got {target!r}")
+    return target
+
+
+def version_of(view: str, target: str) -> int:
+    """`sliding-window-30@v3` -> 3; the view's own name is version 1; other names 0."""
+    if target == view:
+        return 1
+    m = _VERSION_RE.search(target)
+    return int(m.group(1)) if m and target[: m.start()] == view else 0
+
+
+def next_target(view: str, known: Sequence[str]) -> str:
+    """`<view>@v<N>`, N one past every version built so far (the view's own name counts as v1)."""
+    return f"{view}@v{max([1, *(version_of(view, t) for t in known)]) + 1}"
+
+
+def served_key(alias: str) -> str:
+    return f"helix:served:{alias}"

@@ -26,97 +26,20 @@ import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from collections.abc import Sequence
+from datetime import datetime
 
 import numpy as np
 
 from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
 from helix_es.model.message import Message
 from helix_es.providers.embed import Embedder, EmbeddingError, HashEmbedder
-from helix_es.stores.ports import Applied, SessionKey
+from helix_es.stores.ports import Applied, Entry, SessionKey, VectorStore, Write, erases
 
 log = logging.getLogger(__name__)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def micros(when: datetime) -> int:
-    """Event time as microseconds since the epoch (the log's own precision)."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return (when - _EPOCH) // timedelta(microseconds=1)
-
-
 def content_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One message to index: where it is on the log, when it was written, what it says."""
-
-    namespace: str
-    session_id: str
-    position: Position
-    timestamp: datetime
-    sha: str  # hex SHA-256 of the content: the embedding cache key
-    message: Message
-
-
-@dataclass(frozen=True, slots=True)
-class BatchState:
-    """What a batch needs from the store before folding: the checkpoint and the clear watermarks."""
-
-    checkpoint: int | None
-    cleared: Mapping[str, datetime]  # namespace -> cleared_at; absent: never cleared
-
-
-@dataclass(frozen=True)
-class Write:
-    """One atomic step: entries, moved watermarks, cached embeddings and the partition checkpoint."""
-
-    topic: str
-    partition: int
-    checkpoint: int  # stores keep the greater of this and what they have
-    entries: Sequence[Entry]
-    vectors: np.ndarray  # (len(entries), dims) float32, unit rows
-    cleared: Mapping[str, datetime]  # watermarks this batch moves
-    embeddings: Mapping[str, np.ndarray]  # content sha -> vector, for a store that caches by content
-    erased: Mapping[tuple[str, str], Position] = field(default_factory=dict)  # (namespace, session) -> erasure
-
-
-def erases(at: Position, position: Position) -> bool:
-    """Whether a session's erasure at `at` removes its entry at `position`: all but those after it on its partition."""
-    return not ((position.topic, position.partition) == (at.topic, at.partition) and position.offset > at.offset)
-
-
-class VectorStore(Protocol):
-    kind: str  # memory | postgres
-
-    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState: ...
-
-    async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
-        """Embeddings the store keeps by content hash (none for the memory store: the log keeps them)."""
-        ...
-
-    async def write(self, view: str, model: str, write: Write) -> None:
-        """Apply `write` atomically; entries at or before their namespace's watermark, or present, are skipped."""
-        ...
-
-    async def checkpoint(self, view: str, topic: str, partition: int) -> int | None: ...
-
-    async def search(
-        self, view: str, namespace: str, query: np.ndarray, k: int, want: Position | None
-    ) -> list[Message] | None:
-        """Top `k` by cosine, best first; None while the partition of `want` is behind `want.offset`."""
-        ...
-
-    async def count(self, view: str, namespace: str) -> int: ...
-
-    async def close(self) -> None: ...
 
 
 def _lru_get(cache: OrderedDict[str, np.ndarray], key: str) -> np.ndarray | None:

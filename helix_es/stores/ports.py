@@ -1,6 +1,9 @@
-"""View stores: where projections live. One module per technology behind one interface.
+"""The store ports: every interface a store technology implements, and the data they pass.
 
-Every store keeps, per view and session, the state and the offset of the last event it
+A technology (`helix_es.stores.memory`, `.redis`, `.postgres`, `.file`) is one package holding
+every adapter of it; `helix_es.stores.registry` maps a store kind to them.
+
+Session views (`ViewStore`): every store keeps, per view and session, the state and the offset of the last event it
 applied (the session guard), and per view and topic-partition a checkpoint. `apply`
 writes states, guards and the checkpoint in one atomic step, and refuses (`StaleWrite`)
 if a session's guard moved since it was loaded, so two projectors never interleave.
@@ -8,12 +11,18 @@ if a session's guard moved since it was loaded, so two projectors never interlea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+import base64
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
 
 from helix_es.model.errors import HelixError
-from helix_es.model.events import Event
+from helix_es.model.events import Event, Position
+from helix_es.model.message import Message
 from helix_es.views import State, View
 
 
@@ -109,3 +118,194 @@ def list_edit(before: State, after: State) -> ListEdit:
                     best = ListEdit(keep, drop, rest_after[len(tail) :])
                 break
     return best or ListEdit(0, -1, after)
+
+
+# --- vector index stores ---
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message to index: where it is on the log, when it was written, what it says."""
+
+    namespace: str
+    session_id: str
+    position: Position
+    timestamp: datetime
+    sha: str  # hex SHA-256 of the content: the embedding cache key
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """What a batch needs from the store before folding: the checkpoint and the clear watermarks."""
+
+    checkpoint: int | None
+    cleared: Mapping[str, datetime]  # namespace -> cleared_at; absent: never cleared
+
+
+@dataclass(frozen=True)
+class Write:
+    """One atomic step: entries, moved watermarks, cached embeddings and the partition checkpoint."""
+
+    topic: str
+    partition: int
+    checkpoint: int  # stores keep the greater of this and what they have
+    entries: Sequence[Entry]
+    vectors: np.ndarray  # (len(entries), dims) float32, unit rows
+    cleared: Mapping[str, datetime]  # watermarks this batch moves
+    embeddings: Mapping[str, np.ndarray]  # content sha -> vector, for a store that caches by content
+    erased: Mapping[tuple[str, str], Position] = field(default_factory=dict)  # (namespace, session) -> erasure
+
+
+def erases(at: Position, position: Position) -> bool:
+    """Whether a session's erasure at `at` removes its entry at `position`: all but those after it on its partition."""
+    return not ((position.topic, position.partition) == (at.topic, at.partition) and position.offset > at.offset)
+
+
+class VectorStore(Protocol):
+    kind: str  # memory | postgres
+
+    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState: ...
+
+    async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
+        """Embeddings the store keeps by content hash (none for the memory store: the log keeps them)."""
+        ...
+
+    async def write(self, view: str, model: str, write: Write) -> None:
+        """Apply `write` atomically; entries at or before their namespace's watermark, or present, are skipped."""
+        ...
+
+    async def checkpoint(self, view: str, topic: str, partition: int) -> int | None: ...
+
+    async def search(
+        self, view: str, namespace: str, query: np.ndarray, k: int, want: Position | None
+    ) -> list[Message] | None:
+        """Top `k` by cosine, best first; None while the partition of `want` is behind `want.offset`."""
+        ...
+
+    async def count(self, view: str, namespace: str) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+# --- aliases: which target of a view readers use ---
+
+
+class AliasStore(Protocol):
+    kind: str
+    cheap: bool  # reading the alias costs no round trip: readers may check it on every read
+
+    async def get(self, alias: str) -> str | None: ...
+
+    async def switch(self, alias: str, target: str, *, expect: str, base: str) -> str | None:
+        """Point `alias` at `target` if it resolves to `expect` now (no alias resolves to `base`).
+
+        Atomic; returns None on success, else what it resolves to (someone else switched it).
+        """
+        ...
+
+    async def targets(self, alias: str) -> set[str]: ...
+
+    async def add_target(self, alias: str, target: str) -> None: ...
+
+    async def forget_target(self, alias: str, target: str) -> None: ...
+
+    async def announce(self, alias: str, target: str, ttl: float) -> None:
+        """A projector service projects `target` (for `ttl` seconds, unless announced again; 0 withdraws)."""
+        ...
+
+    async def served(self, alias: str) -> set[str]:
+        """The targets some projector service announced it projects, and still does."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# --- data keys (crypto-shredding) ---
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One data key of a session, as its store keeps it: wrapped, or erased (a tombstone)."""
+
+    namespace: str
+    session_id: str
+    key_id: str
+    wrapped_key: bytes | None = field(repr=False)  # None once erased
+    wrapped_by: str | None  # id of the master key that wrapped it
+    created_at: datetime
+    erased_at: datetime | None = None
+
+    @property
+    def erased(self) -> bool:
+        return self.erased_at is not None
+
+
+@runtime_checkable
+class KeyStore(Protocol):
+    """Where wrapped data keys live; `erase` must really delete the wrapped key."""
+
+    kind: str
+
+    async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
+        """Every key row of the session, erased ones included, oldest first."""
+        ...
+
+    async def insert(self, row: KeyRow) -> None:
+        """Keep `row`, unless the session already has a live key (a racing writer made it): then nothing."""
+        ...
+
+    async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
+        """Delete every live wrapped key of the session, keeping tombstones; the ids erased by this call."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def key_row_json(row: KeyRow) -> str:
+    return json.dumps({
+        "wrapped_key": None if row.wrapped_key is None else base64.b64encode(row.wrapped_key).decode(),
+        "wrapped_by": row.wrapped_by,
+        "created_at": row.created_at.isoformat(),
+        "erased_at": None if row.erased_at is None else row.erased_at.isoformat(),
+    })
+
+
+def key_row_from(namespace: str, session_id: str, key_id: str, doc: Mapping[str, Any]) -> KeyRow:
+    wrapped = doc.get("wrapped_key")
+    erased = doc.get("erased_at")
+    return KeyRow(namespace, session_id, key_id, None if wrapped is None else base64.b64decode(wrapped),
+                  doc.get("wrapped_by"), datetime.fromisoformat(doc["created_at"]),
+                  None if erased is None else datetime.fromisoformat(erased))
+
+
+# --- a store kind: what one technology offers ---
+
+
+class LongTermStore(Protocol):
+    """A namespace-wide long-term view kept by one technology; it is a `Projection` by shape."""
+
+    name: str
+    kind: str
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """One technology's adapters, found by its name (`memory.store`) in `helix_es.stores.registry`.
+
+    Each factory takes the store's location (a Redis URL, a PostgreSQL DSN, a directory; None where
+    the kind lives in the process); None means the kind does not offer that sort of adapter.
+    """
+
+    name: str
+    address: Literal["redis_url", "dsn"] | None  # the config key that says where it lives
+    in_process: bool  # its views live in one process: the embedded log only
+    views: Callable[[str | None], ViewStore]
+    long_term: Callable[[str | None, str, str], LongTermStore]  # (location, table, view name)
+    aliases: Callable[[str | None], AliasStore]
+    vectors: Callable[[str | None], VectorStore] | None = None
+    keys: Callable[[str | None], KeyStore] | None = None

@@ -8,14 +8,10 @@ the same events, and any view can be thrown away and rebuilt from the log.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased
 from helix_es.model.message import Message
-
-if TYPE_CHECKING:
-    from helix_es.config import MemoryConfig
-    from helix_es.projection.protocol import Projection
 
 State = tuple[Message, ...]
 
@@ -60,7 +56,8 @@ class View(ABC):
 class IndexView(ABC):
     """A namespace-wide view whose store answers `get`/`search` itself (long-term, vector).
 
-    It has no per-session fold over a message list; its projection owns its store.
+    It has no per-session fold over a message list; `helix_es.projection.factory` opens its
+    projection, whose store answers queries.
     Subclasses are frozen dataclasses of their options.
     """
 
@@ -69,7 +66,3 @@ class IndexView(ABC):
     @property
     def name(self) -> str:
         return self.kind
-
-    @abstractmethod
-    def projection(self, memory: MemoryConfig) -> Projection:
-        """Open the projection (and its store connection) this view's config describes."""

@@ -13,24 +13,54 @@ in SQL.
 
 The view is namespace-wide: `get` returns every message of the namespace in event-time order
 (timestamp, then topic, partition, offset), `search` a case-insensitive substring match of
-`content`, oldest first; a clear from any session of the namespace empties it. The
-projections (and the reasons behind their order and clear rules) are in `projectors.long_term`.
+`content`, oldest first; a clear from any session of the namespace empties it. One adapter
+per store (`helix_es.stores.<kind>.long_term`) applies the rules below, so a view rebuilt from
+the log is the same in every store and under every delivery order.
+
+- **Scope.** Messages belong to the namespace (the agent id). Each keeps the session id that
+  wrote it and its event time, for audit; `get` does not return them (a `Message` has no such
+  fields).
+- **Order.** A namespace's events spread over partitions with no total order, so `get` orders
+  by event time, then topic, partition and offset (`order_key`): every projector agrees,
+  whatever it applied first. Event times are the producers' clocks.
+- **Clear.** A `MemoryCleared` from any session clears the whole namespace (the seed's
+  `LongTermMemory.Clear` deletes everything of the agent). Each namespace keeps a `cleared_at`
+  watermark, the latest clear time applied: a clear deletes every message with time <= it, and
+  a message with time <= the watermark is never inserted. So the view is "the messages newer
+  than the newest clear" whichever order partitions are applied in. A message stamped at or
+  before a clear by a producer whose clock runs behind is cleared with it: the price of a
+  deterministic view without a total order.
+- **Erasure.** A `SessionErased` (`helix-es forget`) deletes every row of its session written
+  before it: the rows of that session except those after it on its own partition (a session's
+  events share one partition, the one its key hashes to, so offsets order them). It is applied
+  atomically with the checkpoint, or before it, and deleting twice deletes nothing more, so a
+  re-delivery is safe and a replay of the log ends without the session's erased rows.
+- **Idempotence.** `apply` gets one topic-partition's records, skips those at or below the
+  stored checkpoint of (view, topic, partition), and writes rows, watermark and checkpoint in
+  one atomic step. Rows are keyed by (namespace, topic, partition, offset), so even a
+  re-delivery past a lost checkpoint inserts nothing twice; inserts are idempotent and the
+  watermark only grows, so the fold also commutes between partitions.
+- **Read-your-writes.** `get`/`search` with a `want` position answer None until the checkpoint of
+  (view, want.topic, want.partition) reaches want.offset, read in the same round trip as the data.
+- **Search.** Case-insensitive substring of `content`, oldest first, at most `limit`: Python's
+  `casefold` in memory and Redis, `ILIKE` (wildcards escaped) in PostgreSQL, whose case folding
+  follows the database's collation.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from datetime import datetime
+from typing import Any, ClassVar
 
 from helix_es.model.errors import ConfigError
+from helix_es.model.events import MemoryCleared, MessageAdded, Record, SessionErased, micros
+from helix_es.model.message import Message
 from helix_es.views import IndexView
-
-if TYPE_CHECKING:
-    from helix_es.config import MemoryConfig
-    from helix_es.projection.protocol import Projection
 
 DEFAULT_TABLE = "agent_memory"
 MAX_TABLE = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers without an error
@@ -89,6 +119,18 @@ def check_table(table: object, field: str = "memory.table") -> str:
     return table.lower()
 
 
+def target_table(table: str, view: str, target: str) -> str:
+    """The PostgreSQL table of a long-term target: the view's table for its own name, else `<table>_<tag>`."""
+    if target == view:
+        return table
+    tag = target[len(view) + 1 :] if target.startswith(view + "@") else target
+    slug = re.sub(r"[^a-z0-9_]+", "_", tag.lower()).strip("_") or "t"
+    name = f"{table}_{slug}"
+    if len(name) > MAX_TABLE:  # PostgreSQL would truncate it silently: keep it unique instead
+        name = f"{name[: MAX_TABLE - 9]}_{hashlib.sha256(target.encode()).hexdigest()[:8]}"
+    return check_table(name, "target table")
+
+
 @dataclass(frozen=True)
 class LongTerm(IndexView):
     """The long-term view's options. The service addresses stay out of repr: a DSN may hold a password."""
@@ -106,32 +148,6 @@ class LongTerm(IndexView):
         if self.store == "postgres" and self.table != DEFAULT_TABLE:
             return f"{self.kind}-{self.table}"
         return self.kind
-
-    def projection(self, memory: MemoryConfig) -> Projection:
-        """A new projection owning its connection (opened lazily, on first use).
-
-        Service addresses come from `memory` first: config.py decides between YAML and environment.
-        """
-        if self.store == "redis":
-            from helix_es.stores.redis.long_term import RedisLongTerm
-
-            url = memory.redis_url or self.redis_url
-            if not url:
-                raise ConfigError("memory.redis_url", "a redis long-term memory needs redis_url (or HELIX_REDIS_URL)")
-            return RedisLongTerm(url, name=self.name)
-        if self.store == "postgres":
-            from helix_es.stores.postgres.long_term import PostgresLongTerm
-
-            dsn = memory.postgres_dsn or self.dsn
-            if not dsn:
-                raise ConfigError("memory.dsn", "a postgres long-term memory needs dsn (or HELIX_POSTGRES_DSN)")
-            return PostgresLongTerm(dsn, table=self.table, name=self.name)
-        if self.store in ("memory", "file"):
-            # store: file is the embedded log on disk with in-process views, exported to file_path.
-            from helix_es.stores.memory.long_term import MemoryLongTerm
-
-            return MemoryLongTerm(name=self.name)
-        raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {self.store!r}")
 
 
 def _build(options: Mapping[str, Any], where: str, store: Any) -> LongTerm:
@@ -164,3 +180,76 @@ def sql_long_term(options: Mapping[str, Any], where: str) -> LongTerm:
     if not (options.get("dsn") or options.get("postgres_dsn") or os.environ.get("HELIX_POSTGRES_DSN")):
         raise ConfigError(f"{where}.dsn", "sql-long-term needs dsn: postgres://... (or HELIX_POSTGRES_DSN)")
     return _build(options, where, "postgres")
+
+
+# --- the rules every long-term store applies ---
+
+VIEW_NAME = "long-term"
+
+OrderKey = tuple[int, str, int, int]  # (event time in µs, topic, partition, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One record as the long-term view sees it: a message to keep, a clear, or nothing to do."""
+
+    record: Record
+    message: Message | None  # MessageAdded
+    clear: bool  # MemoryCleared
+
+    @property
+    def offset(self) -> int:
+        return self.record.position.offset
+
+    @property
+    def namespace(self) -> str:
+        return self.record.event.namespace
+
+    @property
+    def session_id(self) -> str:
+        return self.record.event.session_id
+
+    @property
+    def at(self) -> datetime:
+        return self.record.event.timestamp
+
+    @property
+    def order(self) -> OrderKey:
+        p = self.record.position
+        return (micros(self.at), p.topic, p.partition, p.offset)
+
+    @property
+    def erased(self) -> bool:
+        """SessionErased: the session's rows written before it leave the view."""
+        return isinstance(self.record.event.payload, SessionErased)
+
+    def erases(self, session_id: str, topic: str, partition: int, offset: int) -> bool:
+        """Whether this erasure removes the row of `session_id` at (topic, partition, offset)."""
+        p = self.record.position
+        return session_id == self.session_id and not (
+            (topic, partition) == (p.topic, p.partition) and offset > p.offset
+        )
+
+
+def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:
+    """The batch's topic-partition and its records as ops; refuses a batch that mixes partitions."""
+    topic, partition = records[0].position.topic, records[0].position.partition
+    out = []
+    for r in records:
+        if (r.position.topic, r.position.partition) != (topic, partition):
+            raise ValueError(f"a batch holds one topic-partition: {topic}[{partition}], then {r.position}")
+        payload = r.event.payload
+        message = payload.message if isinstance(payload, MessageAdded) else None
+        out.append(Op(r, message, isinstance(payload, MemoryCleared)))
+    return topic, partition, out
+
+
+def matches(needle: str, content: str) -> bool:
+    """The memory and Redis stores' search test; `needle` is already casefolded."""
+    return needle in content.casefold()
+
+
+def escape_like(query: str) -> str:
+    r"""An ILIKE pattern matching `query` literally anywhere: `\`, `%` and `_` escaped with `\`."""
+    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"

@@ -12,17 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from helix_es.model.errors import ConfigError
 from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views import IndexView
-
-if TYPE_CHECKING:
-    from helix_es.config import MemoryConfig
-    from helix_es.projection.protocol import Projection
-
-VECTOR_STORES = ("memory", "postgres")
 
 
 def model_slug(model: str) -> str:
@@ -44,13 +38,10 @@ class Vector(IndexView):
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], where: str) -> Vector:
-        """The `VIEW_TYPES` factory: `top_k`, `embed` and a memory or postgres `store`."""
+        """The `VIEW_TYPES` factory: `top_k` and `embed` (config checks that the store keeps vectors)."""
         top_k = options.get("top_k", 5)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"{where}.top_k", f"must be a whole number >= 1, got {top_k!r}")
-        store = options.get("store", "memory")
-        if store not in VECTOR_STORES:
-            raise ConfigError(f"{where}.store", f"a vector memory lives in memory or postgres, got {store!r}")
         return cls(top_k, parse_embed(options.get("embed"), f"{where}.embed"))
 
     @property
@@ -60,22 +51,3 @@ class Vector(IndexView):
     @property
     def name(self) -> str:
         return f"{self.kind}-{model_slug(self.model)}"
-
-    def projection(self, memory: MemoryConfig) -> Projection:
-        from helix_es.projection.vector import VectorProjection, VectorStore
-
-        store: VectorStore
-        if memory.store == "postgres":
-            from helix_es.stores.postgres.vector import PostgresVectorStore
-
-            if not memory.postgres_dsn:
-                raise ConfigError("memory.dsn", "store: postgres needs dsn (or HELIX_POSTGRES_DSN)")
-            store = PostgresVectorStore(memory.postgres_dsn)
-        elif memory.store == "memory":
-            from helix_es.stores.memory.vector import MemoryVectorStore
-
-            store = MemoryVectorStore()
-        else:
-            raise ConfigError("memory.store", f"a vector memory lives in memory or postgres, got {memory.store!r}")
-        embedder = self.embedder if self.embedder is not None else self.embed.build()
-        return VectorProjection(self.name, embedder, store, top_k=self.top_k)

@@ -1,1 +1,19 @@
 """In-process stores: session views, long-term, vector and aliases, for tests and the embedded mode."""
+
+from __future__ import annotations
+
+from helix_es.stores.memory.aliases import MemoryAliases
+from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.vector import MemoryVectorStore
+from helix_es.stores.memory.views import MemoryStore
+from helix_es.stores.ports import StoreKind
+
+KIND = StoreKind(
+    "memory",
+    address=None,
+    in_process=True,
+    views=lambda _: MemoryStore(),
+    long_term=lambda _, table, name: MemoryLongTerm(name=name),
+    aliases=lambda _: MemoryAliases(),
+    vectors=lambda _: MemoryVectorStore(),
+)

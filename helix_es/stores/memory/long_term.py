@@ -12,10 +12,10 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from helix_es.model.events import Position, Record
+from helix_es.model.events import Position, Record, micros
 from helix_es.model.message import Message
 from helix_es.stores.ports import Applied, SessionKey
-from helix_es.views.long_term_rules import VIEW_NAME, OrderKey, matches, micros, ops
+from helix_es.views.long_term import VIEW_NAME, OrderKey, matches, ops
 
 
 @dataclass

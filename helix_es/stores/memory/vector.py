@@ -14,9 +14,9 @@ from datetime import datetime
 
 import numpy as np
 
-from helix_es.model.events import Position
+from helix_es.model.events import Position, micros
 from helix_es.model.message import Message
-from helix_es.projection.vector import BatchState, Write, erases, micros
+from helix_es.stores.ports import BatchState, Write, erases
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,27 @@
-"""PostgreSQL: session views, long-term, vector, aliases and key stores, their DDL, and the shared pool."""
+"""PostgreSQL: session views, long-term, vector, aliases and data keys, their DDL, and the shared pool."""
+
+from __future__ import annotations
+
+from helix_es.stores.ports import StoreKind
+from helix_es.stores.postgres.aliases import PostgresAliases
+from helix_es.stores.postgres.keys import PostgresKeyStore
+from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.stores.postgres.vector import PostgresVectorStore
+from helix_es.stores.postgres.views import PostgresStore
+
+
+def _dsn(dsn: str | None) -> str:
+    assert dsn, "a postgres store needs its DSN (config checks it)"
+    return dsn
+
+
+KIND = StoreKind(
+    "postgres",
+    address="dsn",
+    in_process=False,
+    views=lambda dsn: PostgresStore(_dsn(dsn)),
+    long_term=lambda dsn, table, name: PostgresLongTerm(_dsn(dsn), table=table, name=name),
+    aliases=lambda dsn: PostgresAliases(_dsn(dsn)),
+    vectors=lambda dsn: PostgresVectorStore(_dsn(dsn)),
+    keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),
+)

@@ -43,10 +43,9 @@ from helix_es.model.events import Position, Record
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg
-from helix_es.views.long_term import DEFAULT_TABLE, check_table
-from helix_es.views.long_term_rules import VIEW_NAME, Op, escape_like, ops
+from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, check_table, escape_like, ops
 
-# The key projectors.stores.postgres locks too: both create helix_checkpoints, and concurrent
+# The key helix_es.stores.postgres.views locks too: both create helix_checkpoints, and concurrent
 # CREATE TABLE IF NOT EXISTS still races on the catalog.
 
 _SCHEMA = CHECKPOINTS + """

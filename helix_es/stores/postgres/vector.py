@@ -32,10 +32,10 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
-from helix_es.model.events import Position
+from helix_es.model.events import Position, micros
 from helix_es.model.message import Message
-from helix_es.projection.vector import BatchState, Write, micros
 from helix_es.stores.memory.vector import VectorIndex
+from helix_es.stores.ports import BatchState, Write
 from helix_es.stores.postgres.pool import CHECKPOINTS, Pg
 
 _SCHEMA = CHECKPOINTS + """

@@ -1,1 +1,25 @@
-"""Redis: session views, long-term, aliases and key stores, and the shared connection pool."""
+"""Redis: session views, long-term, aliases and data keys, and the shared connection pool."""
+
+from __future__ import annotations
+
+from helix_es.stores.ports import StoreKind
+from helix_es.stores.redis.aliases import RedisAliases
+from helix_es.stores.redis.keys import RedisKeyStore
+from helix_es.stores.redis.long_term import RedisLongTerm
+from helix_es.stores.redis.views import RedisStore
+
+
+def _url(url: str | None) -> str:
+    assert url, "a redis store needs its URL (config checks it)"
+    return url
+
+
+KIND = StoreKind(
+    "redis",
+    address="redis_url",
+    in_process=False,
+    views=lambda url: RedisStore(_url(url)),
+    long_term=lambda url, table, name: RedisLongTerm(_url(url), name=name),
+    aliases=lambda url: RedisAliases(_url(url)),
+    keys=lambda url: RedisKeyStore(_url(url)),
+)

@@ -15,7 +15,7 @@ Layout, for view `<view>` (`long-term`) of namespace `<ns>`:
 `apply` is one Lua script: it reads the partition checkpoint, skips what it covers, folds the
 rest (inserts newer than the watermark, clears) and moves the checkpoint, all atomically on one
 server. It builds the message keys itself, so it is not Redis Cluster safe (nor is the
-checkpoint hash beside session keys in `projectors.stores.redis`).
+checkpoint hash beside session keys in `helix_es.stores.redis.views`).
 
 `get` is one Lua script: the checkpoint (when a `want` is given; no data is sent while behind),
 `ZRANGE` of the index and `MGET`s. `search` is the seed's keyspace scan, also in one script, so
@@ -38,12 +38,12 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from helix_es.model import names
-from helix_es.model.events import Position, Record
+from helix_es.model.events import Position, Record, micros
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
 from helix_es.stores.redis.pool import redis_client
 from helix_es.stores.redis.views import advance_checkpoint
-from helix_es.views.long_term_rules import VIEW_NAME, Op, OrderKey, matches, micros, ops
+from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
 
 _APPLY = r"""
 local field, view = ARGV[1], ARGV[2]

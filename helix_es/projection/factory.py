@@ -1,0 +1,104 @@
+"""The one factory: a log config becomes a log, a memory config becomes its store and projection.
+
+Store kinds are looked up in `helix_es.stores.registry`; nothing else decides between them.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from helix_es.config import LogConfig, MemoryConfig
+from helix_es.log.codec import Codec
+from helix_es.log.embedded import EmbeddedLog
+from helix_es.log.kafka import KafkaLog
+from helix_es.log.port import EventLog
+from helix_es.model.errors import ConfigError
+from helix_es.projection.protocol import Projection
+from helix_es.projection.session import SessionProjection
+from helix_es.projection.summary import SummaryProjection
+from helix_es.projection.vector import VectorProjection
+from helix_es.providers.summarise import ExtractiveSummariser
+from helix_es.stores import registry
+from helix_es.stores.ports import AliasStore, StoreKind, ViewStore
+from helix_es.views import View
+from helix_es.views.long_term import LongTerm
+from helix_es.views.summary import Summary
+from helix_es.views.vector import Vector
+
+_MISSING = {  # what a store kind's address is called in config, and where it comes from
+    "redis_url": ("memory.redis_url", "redis_url (or HELIX_REDIS_URL)"),
+    "dsn": ("memory.dsn", "dsn (or HELIX_POSTGRES_DSN)"),
+}
+
+
+def open_log(config: LogConfig, codec: Codec | None = None) -> EventLog:
+    if config.type == "kafka":
+        return KafkaLog(
+            config.bootstrap_servers,
+            topic_prefix=config.topic_prefix,
+            partitions=config.partitions,
+            replication_factor=config.replication_factor,
+            codec=codec,
+        )
+    return EmbeddedLog(config.path, fsync=config.fsync, topic_prefix=config.topic_prefix, codec=codec)
+
+
+def location(memory: MemoryConfig, kind: StoreKind | None = None) -> str | None:
+    """Where `memory`'s store lives (a URL or DSN; None in the process). Config resolved the environment."""
+    kind = kind or registry.kind(memory.store)
+    if kind.address == "redis_url":
+        return memory.redis_url or getattr(memory.view, "redis_url", None)
+    if kind.address == "dsn":
+        return memory.postgres_dsn or getattr(memory.view, "dsn", None)
+    return None
+
+
+def _located(memory: MemoryConfig, kind: StoreKind, what: str) -> str | None:
+    where = location(memory, kind)
+    if kind.address is not None and not where:
+        field, needs = _MISSING[kind.address]
+        raise ConfigError(field, f"{what} needs {needs}")
+    return where
+
+
+def store_key(memory: MemoryConfig) -> tuple[str, str | None]:
+    """Where a memory's store lives: memories with the same key share one store connection."""
+    return memory.store, location(memory) if memory.store in registry.KINDS else None
+
+
+def open_store(memory: MemoryConfig) -> ViewStore:
+    """The session-view store of `memory` (its owner closes it)."""
+    kind = registry.kind(memory.store)
+    return kind.views(_located(memory, kind, f"store: {kind.name}"))
+
+
+def open_aliases(memory: MemoryConfig) -> AliasStore:
+    """Where the aliases of `memory`'s view live: its own store (memory and file: a new in-process table)."""
+    kind = registry.kind(memory.store) if memory.store in registry.KINDS else registry.KINDS["memory"]
+    return kind.aliases(_located(memory, kind, f"store: {kind.name}"))
+
+
+def open_projection(memory: MemoryConfig, store: ViewStore | None = None) -> Projection:
+    """The projection a memory config describes; session views use `store` (else their own)."""
+    view = memory.view
+    if isinstance(view, LongTerm):
+        # A new projection owning its connection (opened lazily, on first use).
+        kind = registry.KINDS.get(view.store)
+        if kind is None:
+            raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {view.store!r}")
+        where = _located(memory, kind, f"a {kind.name} long-term memory")
+        return cast(Projection, kind.long_term(where, view.table, view.name))
+    if isinstance(view, Vector):
+        kind = registry.KINDS.get(memory.store)
+        if kind is None or kind.vectors is None:
+            stores = " or ".join(registry.offering("vectors"))
+            raise ConfigError("memory.store", f"a vector memory lives in {stores}, got {memory.store!r}")
+        vectors = kind.vectors(_located(memory, kind, f"store: {kind.name}"))
+        embedder = view.embedder if view.embedder is not None else view.embed.build()
+        return VectorProjection(view.name, embedder, vectors, top_k=view.top_k)
+    if not isinstance(view, View):
+        raise ConfigError("memory.type", f"{memory.type} has no projection of its own (its parts have)")
+    store = store or open_store(memory)
+    if isinstance(view, Summary):
+        return SummaryProjection(view, store, summariser=memory.summariser or ExtractiveSummariser())
+    return SessionProjection(view, store)

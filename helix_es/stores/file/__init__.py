@@ -1,0 +1,20 @@
+"""Files: `store: file` keeps its views in the process (over the embedded log on disk, exported as
+JSON by the client) and its data keys in one file per session."""
+
+from __future__ import annotations
+
+from helix_es.stores.file.keys import DEFAULT_DIRECTORY, FileKeyStore
+from helix_es.stores.memory.aliases import MemoryAliases
+from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.views import MemoryStore
+from helix_es.stores.ports import StoreKind
+
+KIND = StoreKind(
+    "file",
+    address=None,
+    in_process=True,
+    views=lambda _: MemoryStore(),
+    long_term=lambda _, table, name: MemoryLongTerm(name=name),
+    aliases=lambda _: MemoryAliases(),
+    keys=lambda directory: FileKeyStore(directory or DEFAULT_DIRECTORY),
+)
