@@ -37,7 +37,8 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from helix_es.log.codec import Codec
 from helix_es.log.kafka import KafkaLog, KafkaUnavailable
 from helix_es.model import names
-from helix_es.model.events import Position, Record
+from helix_es.model.events import Event, Position, Record
+from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.deadletter import Checker, DeadLetters
@@ -305,12 +306,11 @@ class Projector:
         highwater = self.consumer.highwater(tp)
         live = highwater is None or messages[-1].offset + 1 >= highwater
         where = f"{tp.topic}[{tp.partition}]@{messages[0].offset}-{messages[-1].offset}"
+        driver = Driver(self.projection, append=self._append_derived, retry=self.retrying)
+        applied = None
         for attempt in range(2):
             try:
-                applied = (
-                    await self.retrying(f"writing {where}", lambda: self.projection.apply(records, live=live))
-                    if records else None
-                )
+                applied = await driver.apply(records, live=live, where=where) if records else None
                 if not records or records[-1].position.offset < messages[-1].offset:
                     # The batch ended in dead letters: move past them, so a restart does not park them again.
                     await self.retrying(f"moving the checkpoint past {where}",
@@ -325,13 +325,6 @@ class Projector:
         self.written[tp] = messages[-1].offset
         self.handled[tp] = max(handled, messages[-1].offset)
         if applied is not None:
-            if applied.derived and self._log is None:
-                self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
-            derived = self._log
-            for event in applied.derived:
-                assert derived is not None
-                await self.retrying(f"appending what {where} derived",
-                                    lambda event=event: derived.append(event))  # type: ignore[misc]
             self.progress.events += applied.events
             self.progress.skipped += len(records) - applied.events
         self.progress.batches += 1
@@ -341,6 +334,12 @@ class Projector:
             await self.consumer.commit({tp: messages[-1].offset + 1})
         except KafkaError as exc:
             log.debug("%s: advisory commit of %s failed: %s", self.projection.name, where, exc)
+
+
+    async def _append_derived(self, event: Event) -> None:
+        if self._log is None:
+            self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
+        await self._log.append(event)
 
 
 class Runnable(Protocol):

@@ -16,6 +16,7 @@ from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.port import EventLog
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.aliases import AliasedProjection
+from helix_es.projection.driver import Append, Driver
 from helix_es.projection.factory import open_aliases, open_log, open_store, store_key
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, ViewStore
@@ -111,26 +112,8 @@ class Backend:
 
     async def _catch_up(self, projection: Projection, namespace: str) -> None:
         """Fold what the log holds past the checkpoint; only the last batch is live."""
-        checkpoint: int | None = None
-        held: list[Record] = []  # a full batch, applied once we know whether it is the last
-        batch: list[Record] = []
-        async for record in self.log.read(namespace):
-            if checkpoint is None:
-                checkpoint = await projection.checkpoint(record.position.topic, 0)
-                checkpoint = -1 if checkpoint is None else checkpoint
-            if record.position.offset > checkpoint:
-                batch.append(record)
-            if len(batch) >= 500:
-                if held:
-                    await projection.apply(held, live=False)  # history: its derived events are in it already
-                held, batch = batch, []
-        if held and batch:
-            await projection.apply(held, live=False)
-        last = batch or held
-        if last:
-            applied = await projection.apply(last, live=True)
-            for event in applied.derived:
-                await self._append_locked(event)
+        driver = Driver(projection, append=self._append_locked)
+        await driver.replay(self.log.read(namespace), live_tail=True, from_checkpoint=True)
 
     async def append(self, event: Event) -> Position:
         if not self.inline:
@@ -146,12 +129,12 @@ class Backend:
             self._behind.update((ident, event.namespace) for ident in self._attached.get(event.namespace, {}))
             raise
         record = Record(event, position)
-        derived: list[Event] = []
+        derived: list[Event] = []  # appended once every view has this event: the log order is the fold order
         for ident, projection in self._attached.get(event.namespace, {}).items():
             if (ident, event.namespace) in self._behind:
                 continue  # folded in order by the next catch-up
             try:
-                derived += (await projection.apply([record])).derived
+                await Driver(projection, append=_collect(derived)).apply([record], live=True)
             except Exception as exc:
                 # The event is on the log, so the write succeeded; the view catches up on the next read.
                 log.warning("view %s of %s is behind the log: %s", projection.name, event.namespace, exc)
@@ -168,6 +151,13 @@ class Backend:
         for aliases in self._aliases.values():
             await aliases.close()
         await self.log.close()
+
+
+def _collect(into: list[Event]) -> Append:
+    async def append(event: Event) -> None:
+        into.append(event)
+
+    return append
 
 
 _shared: dict[tuple[object, ...], Backend] = {}

@@ -1,0 +1,73 @@
+"""The code's shape, as README "Layout" tells it: checked from the imports themselves.
+
+The layer contracts are import-linter's (pyproject.toml, `lint-imports`, also run by scripts/test);
+these tests add what it cannot say: no module imports the package it belongs to, no lazy
+attributes in the package root, and modules of one concern stay small.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("helix_es", "projectors")
+MAX_LINES = 500  # "none over about 500 lines"
+
+
+def _graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*PACKAGES)
+
+
+def test_the_import_contracts_hold() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "BROKEN" not in done.stdout and "KEPT" in done.stdout
+
+
+def test_no_module_imports_the_package_it_belongs_to() -> None:
+    graph = _graph()
+    found = []
+    for module in sorted(graph.modules):
+        for imported in graph.find_modules_directly_imported_by(module):
+            if module.startswith(imported + "."):
+                found.append(f"{module} -> {imported}")
+    assert found == []
+
+
+def test_the_library_never_imports_projectors_and_projectors_never_the_cli() -> None:
+    graph = _graph()
+    library = [m for m in graph.modules if m.split(".")[0] == "helix_es" and not m.startswith("helix_es.cli")]
+    wrong = [(m, i) for m in library for i in graph.find_modules_directly_imported_by(m) if i.startswith("projectors")]
+    wrong += [(m, i) for m in graph.modules if m.startswith("projectors")
+              for i in graph.find_modules_directly_imported_by(m) if i.startswith("helix_es.cli")]
+    assert wrong == []
+
+
+def test_the_package_root_has_no_lazy_attributes() -> None:
+    tree = ast.parse((ROOT / "helix_es" / "__init__.py").read_text())
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    assert "__getattr__" not in functions
+    import helix_es
+
+    for name in helix_es.__all__:
+        assert name in vars(helix_es), f"helix_es.{name} is not bound when the package is imported"
+
+
+def test_modules_stay_small() -> None:
+    big = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            lines = len(path.read_text().splitlines())
+            if lines > MAX_LINES:
+                big[str(path.relative_to(ROOT))] = lines
+    assert big == {}
+
+
+def test_the_package_ships_its_type_information() -> None:
+    assert (ROOT / "helix_es" / "py.typed").is_file()
