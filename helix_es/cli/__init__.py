@@ -11,7 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from helix_es import __version__
+from helix_es._version import __version__
+from helix_es.cli.demo import run_demo
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 
 
@@ -81,8 +82,6 @@ async def _project(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from helix_es.cli.demo import run_demo
-
     await run_demo(args.path, as_json=args.json, config_path=args.config)
     return 0
 

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from helix_es.client.audit import audit
-from helix_es.client.memory import open_memory
+from helix_es.client.open import open_memory
 from helix_es.config import Config, load_config
 from helix_es.model.message import Message, ToolCall
 from projectors.rebuild import rebuild

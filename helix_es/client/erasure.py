@@ -30,7 +30,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from helix_es.client import backend as backends
 from helix_es.client.encryption import KeyProvider, envelope_key_id
+from helix_es.client.keys import ENV_STORE, close_shared_keys, provider_from_env, shreddable
+from helix_es.client.memory import JsonExport
+from helix_es.client.open import open_memory
 from helix_es.config import Config, load_config
 from helix_es.model import names
 from helix_es.model.errors import HelixError
@@ -97,8 +101,6 @@ def _sealed_by(message: Message, key_ids: set[str]) -> bool:
 
 
 def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:
-    from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
-
     if keys is None:
         if "encryption" not in cfg.middleware:
             raise NotShreddable(
@@ -136,8 +138,6 @@ async def forget(
     of the session since its last erasure are not sealed by its keys in the store, unless
     `allow_unshreddable` (then views still drop them, but the log keeps them readable).
     """
-    from helix_es.client import backend as backends
-
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
     ns = names.check_namespace(namespace or cfg.memory.namespace)
     sid = names.check_session_id(session_id)
@@ -181,8 +181,6 @@ async def forget(
 
 async def _export(cfg: Config, session_id: str) -> None:
     """store: file: rewrite the session's JSON export, which now holds nothing."""
-    from helix_es.client.memory import JsonExport, open_memory
-
     async with open_memory(dataclasses.replace(cfg, middleware=()), session_id=session_id) as mem:
         if isinstance(mem, JsonExport):
             await mem.export()
@@ -192,8 +190,6 @@ async def _export(cfg: Config, session_id: str) -> None:
 
 
 async def _forget_command(args: argparse.Namespace) -> int:
-    from helix_es.client.keys import close_shared_keys
-
     cfg = load_config(args.config, agent=args.agent)
     ns = names.check_namespace(args.namespace or cfg.memory.namespace, "--namespace")
     names.check_session_id(args.session, "--session")
