@@ -1,21 +1,23 @@
-"""`helix-es lag`: how far each view is behind the log, per partition, and the dead letters parked.
+"""How far each view is behind the log, per partition, and the dead letters parked.
 
 A view's lag on a partition is the log's end offset minus the next offset the view would
 apply (its checkpoint + 1). It is read from the views' own checkpoints, not from Kafka's
-consumer offsets, which are only advisory here.
+consumer offsets, which are only advisory here. `helix-es lag` prints it (helix_es.cli.lag).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from helix_es.model import names
+from helix_es.projection.aliases import current_target, target_projection
+from helix_es.projection.factory import open_store
+from helix_es.views import View
+from projectors.service import served_projections
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,6 @@ async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
 
 async def lag(source: str) -> LagReport:
     """The lag of every view a config's projectors serve (all agents, all parts)."""
-    from helix_es.cli import served_projections
-    from helix_es.projection.aliases import current_target, target_projection
-    from helix_es.projection.factory import open_store
-    from helix_es.views import View
-
     log_config, parts = served_projections(source)
     bootstrap, prefix = log_config.bootstrap_servers, log_config.topic_prefix
     ends = await _ends(bootstrap, names.topic_pattern(prefix))
@@ -89,37 +86,3 @@ async def lag(source: str) -> LagReport:
         ns = tp.topic[len(dlq_prefix) :]
         dead[ns] = dead.get(ns, 0) + end
     return LagReport(rows, dict(sorted(dead.items())))
-
-
-def _print(report: LagReport) -> None:
-    if not report.partitions:
-        print("no namespace topics yet: nothing to project")
-    width = max([len(f"{p.view} ({p.store})") for p in report.partitions] + [4])
-    print(f"{'view':<{width}}  {'topic[partition]':<48} {'end':>9} {'applied':>9} {'lag':>9}")
-    for p in report.partitions:
-        applied = "-" if p.applied is None else str(p.applied)
-        where = f"{p.topic}[{p.partition}]"
-        print(f"{p.view + ' (' + p.store + ')':<{width}}  {where:<48} {p.end:>9} {applied:>9} {p.lag:>9}")
-    for view in sorted({p.view for p in report.partitions}):
-        print(f"total lag of {view}: {report.total(view)}")
-    for ns, count in report.dead_letters.items():
-        print(f"dead letters in {ns}: {count} (see helix.dlq topics; headers name the source and error)")
-
-
-async def _run(args: argparse.Namespace) -> int:
-    report = await lag(args.config)
-    if args.json:
-        print(json.dumps({"partitions": [asdict(p) for p in report.partitions], "dead_letters": report.dead_letters,
-                          "total": report.total()}))
-    else:
-        _print(report)
-    return 1 if args.max is not None and report.total() > args.max else 0
-
-
-def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("lag", help="how far each view is behind the log, and the dead letters parked")
-    p.add_argument("--config", required=True, help="YAML file (log: kafka, memory or agents: ...)")
-    p.add_argument("--json", action="store_true", help="one JSON document")
-    p.add_argument("--max", type=int, help="exit 1 if the total lag is above this (for health checks)")
-    p.set_defaults(run=_run)
-

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import uuid
 from typing import Any
 
 from helix_es.client.audit import audit
-from helix_es.client.memory import open_memory
+from helix_es.client.open import open_memory
 from helix_es.config import Config, load_config
 from helix_es.model.message import Message, ToolCall
 from projectors.rebuild import rebuild
@@ -92,3 +93,16 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         out("rebuild", "\n" + f"rebuilt a token-window of 60 tokens from the log: {report.events} events into "
             f"{report.target}; alice's window there: {_short(got)}", target=report.target, events=report.events,
             get=[json.loads(m.to_json()) for m in got])
+
+
+async def _run(args: argparse.Namespace) -> int:
+    await run_demo(args.path, as_json=args.json, config_path=args.config)
+    return 0
+
+
+def add_command(sub: Any) -> None:
+    demo = sub.add_parser("demo", help="a scripted agent conversation on the embedded log")
+    demo.add_argument("--path", help="keep the log in this directory (default: a new temporary one)")
+    demo.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    demo.add_argument("--config", help="run against the log and store this YAML names (e.g. Kafka + Redis)")
+    demo.set_defaults(run=_run)

@@ -15,35 +15,31 @@ The cut:
   (long-term) also need the other partitions, which share no offsets with it: they are cut at
   the time of the last event at or below O in the session's partition.
 
-`helix-es audit` is the command line for it (see `add_command`).
+`helix-es audit` is the command line for it (`helix_es.cli.audit`). Events this version does not know
+are decoded by `helix_es.log.tolerant.AuditCodec`.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import io
 import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-import fastavro
 from aiokafka.errors import KafkaError
 
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
-from helix_es.log.codec import HEADER_LEN, MAGIC, Codec, record_to_event
 from helix_es.log.kafka import KafkaUnavailable
 from helix_es.log.port import EventLog
+from helix_es.log.tolerant import AuditCodec, UnknownPayload, jsonable
 from helix_es.model import names
-from helix_es.model.errors import ConfigError, HelixError, InvalidInput, UnknownSchema
+from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 from helix_es.model.events import (
     EmbeddingRecorded,
-    Event,
     MemoryCleared,
     MessageAdded,
     Payload,
@@ -60,15 +56,13 @@ from helix_es.views import View
 from helix_es.views.vector import Vector
 
 __all__ = [
-    "AuditCodec",
     "AuditError",
     "AuditReport",
     "AuditedEvent",
-    "UnknownPayload",
-    "add_command",
     "audit",
+    "describe_message",
     "parse_time",
-    "render",
+    "quote",
 ]
 
 BATCH = 1000  # records per apply: bounds a projection's work per step, not the result
@@ -78,121 +72,14 @@ class AuditError(HelixError):
     """The log cannot answer the audit as asked (e.g. the session spans several partitions)."""
 
 
-# --- events this version cannot interpret --------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class UnknownPayload:
-    """A payload this version of helix-es does not know: shown as it is, ignored by every fold.
-
-    Either its type is missing from `helix_es.codec` (then `fields` holds its decoded body), or it
-    was written with a schema missing from `schemas/` (then only the envelope could be read:
-    `fields` is empty, `schema` is the writer's fingerprint and `branch` its union index).
-    """
-
-    type: str  # the Avro name, e.g. helix.memory.NoteRecorded; "unknown" when the schema is unknown
-    fields: Mapping[str, Any]  # JSON-safe
-    schema: str | None = None
-    branch: int | None = None
-
-    @property
-    def short_type(self) -> str:
-        return self.type.rsplit(".", 1)[-1] if self.schema is None else "Unknown"
-
-
-# Every envelope version so far starts with these fields, then the payload union's branch index.
-# New fields go after the payload, so this prefix reads an event written with a newer schema.
-_ENVELOPE_PREFIX = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "EnvelopePrefix",
-        "namespace": "helix.audit",
-        "fields": [
-            {"name": "event_id", "type": {"type": "string", "logicalType": "uuid"}},
-            {"name": "namespace", "type": "string"},
-            {"name": "session_id", "type": "string"},
-            {"name": "timestamp", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-            {"name": "branch", "type": "long"},
-        ],
-    }
-)
-
-
-def _jsonable(value: Any, *, avro: bool = False) -> Any:
-    """Values as JSON: bytes as base64, times as ISO-8601, ids as text.
-
-    `avro`: `value` was decoded by fastavro, whose (name, record) tuples are named union branches.
-    """
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v, avro=avro) for k, v in value.items()}
-    if avro and isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        return {"type": value[0], "value": _jsonable(value[1], avro=avro)}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v, avro=avro) for v in value]
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
-
-
-class AuditCodec(Codec):
-    """The codec, except that an event it cannot interpret becomes an `UnknownPayload` event.
-
-    The projector must refuse such events (dead letters); an audit must show them, and the
-    folds pass over payload types they do not know.
-    """
-
-    def decode(self, data: bytes) -> Event:
-        try:
-            record = self.decode_record(data)
-        except UnknownSchema:
-            return self._envelope_only(data)
-        try:
-            return record_to_event(record)
-        except UnknownSchema:
-            name, body = record["payload"]
-            return _event(record, UnknownPayload(name, _jsonable(body, avro=True)))
-
-    def _envelope_only(self, data: bytes) -> Event:
-        if data[:2] != MAGIC or len(data) < HEADER_LEN:
-            raise UnknownSchema("not Avro single-object encoding (expected C3 01 and a fingerprint)")
-        try:
-            head = fastavro.schemaless_reader(io.BytesIO(data[HEADER_LEN:]), _ENVELOPE_PREFIX, None)
-            if not isinstance(head, dict):
-                raise TypeError("not a record")
-            names.check_namespace(head["namespace"])
-            names.check_session_id(head["session_id"])
-        except Exception:
-            raise UnknownSchema(
-                f"writer schema fingerprint {data[2:HEADER_LEN].hex()} is not in schemas/ and its envelope "
-                "does not read as one; upgrade helix-es to audit this log"
-            ) from None
-        unknown = UnknownPayload("unknown", {}, schema=data[2:HEADER_LEN].hex(), branch=head["branch"])
-        return _event(head, unknown)
-
-
-def _event(record: Mapping[str, Any], payload: UnknownPayload) -> Event:
-    # Event.payload is typed for the known payloads; the folds skip types they do not know.
-    return Event(
-        namespace=record["namespace"],
-        session_id=record["session_id"],
-        payload=cast(Payload, payload),
-        event_id=record["event_id"],
-        timestamp=record["timestamp"],
-    )
-
-
 # --- the report ------------------------------------------------------------------------------------
 
 
 def _fields(payload: object) -> dict[str, Any]:
     """A payload dataclass as JSON, for event types this module has no words for."""
     if is_dataclass(payload) and not isinstance(payload, type):
-        return {f.name: _jsonable(getattr(payload, f.name)) for f in fields(payload)}
-    return {"value": _jsonable(payload)}
+        return {f.name: jsonable(getattr(payload, f.name)) for f in fields(payload)}
+    return {"value": jsonable(payload)}
 
 
 def _message_json(message: Message) -> dict[str, Any]:
@@ -263,14 +150,14 @@ class AuditedEvent:
         if isinstance(p, MessageAdded) and self.erased:
             return f"{p.message.role}: content erased (its key was destroyed by forget)"
         if isinstance(p, MessageAdded):
-            return _describe_message(p.message)
+            return describe_message(p.message)
         if isinstance(p, MemoryCleared):
-            return "memory cleared" + (f", reason {_q(p.reason)}" if p.reason else "")
+            return "memory cleared" + (f", reason {quote(p.reason)}" if p.reason else "")
         if isinstance(p, SummaryRecorded):
-            model = f", model {_q(p.model)}" if p.model else ""
-            return f"summary for view {p.view} covering {p.covers} messages{model}: {_q(p.text)}"
+            model = f", model {quote(p.model)}" if p.model else ""
+            return f"summary for view {p.view} covering {p.covers} messages{model}: {quote(p.text)}"
         if isinstance(p, EmbeddingRecorded):
-            return f"embedding by {_q(p.model)}, {len(p.vector) // 4} dims, of text sha256 {p.content_sha256[:16]}…"
+            return f"embedding by {quote(p.model)}, {len(p.vector) // 4} dims, of text sha256 {p.content_sha256[:16]}…"
         if not isinstance(p, UnknownPayload):
             return json.dumps(_fields(p), ensure_ascii=False)
         if p.schema is not None:
@@ -538,7 +425,8 @@ async def audit(
 # --- text for people --------------------------------------------------------------------------------
 
 
-def _q(text: str) -> str:
+def quote(text: str) -> str:
+    """Text JSON-quoted (unicode kept): control characters and quotes stay inert on a terminal."""
     return json.dumps(text, ensure_ascii=False)
 
 
@@ -547,15 +435,16 @@ _PLAIN = re.compile(r"[\w.:/@+-]+")
 
 def _word(text: str) -> str:
     """A name or id as it is when it is one plain word, else JSON-quoted."""
-    return text if _PLAIN.fullmatch(text) else _q(text)
+    return text if _PLAIN.fullmatch(text) else quote(text)
 
 
-def _describe_message(m: Message) -> str:
+def describe_message(m: Message) -> str:
+    """A message on one line, for people; text is JSON-quoted so control characters stay inert."""
     out = m.role + (f" ({_word(m.name)})" if m.name else "") + ":"
     if m.content or not m.tool_calls:
-        out += f" {_q(m.content)}"
+        out += f" {quote(m.content)}"
     if m.tool_calls:
-        args = (c.arguments if c.arguments.isprintable() else _q(c.arguments) for c in m.tool_calls)
+        args = (c.arguments if c.arguments.isprintable() else quote(c.arguments) for c in m.tool_calls)
         out += " calls " + ", ".join(f"{_word(c.name)}({a}) id {_word(c.id)}" for c, a in zip(m.tool_calls, args,
                                                                                                strict=True))
     if m.tool_call_id:
@@ -563,90 +452,3 @@ def _describe_message(m: Message) -> str:
     if m.metadata:
         out += " " + json.dumps(dict(m.metadata), ensure_ascii=False)
     return out
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
-            for row in rows]
-
-
-def render(report: AuditReport) -> str:
-    """The report as aligned text: the events, then each view at the cut."""
-    lines = [f"session {report.session_id} of namespace {report.namespace}, from the log (topic {report.topic})"]
-    if report.erasure is not None:
-        why = f": {_q(report.erasure.reason)}" if report.erasure.reason else ""
-        lines.append(f"ERASED at {report.erasure.at.isoformat()} (offset {report.erasure.position.offset}){why}; "
-                     "the content of its earlier messages is crypto-shredded")
-    if report.offset is not None:
-        cut = f"events at or below offset {report.offset} of partition {report.partition}"
-        if report.cut_time is not None:
-            cut += f"; other partitions, for namespace-wide views, up to {report.cut_time.isoformat()}"
-        lines.append(f"cut: {cut}")
-    elif report.as_of is not None:
-        lines.append(f"cut: events at or before {report.as_of.isoformat()}")
-    lines.append(f"{len(report.events)} event{'s' if len(report.events) != 1 else ''}")
-    if report.events:
-        rows = [["TIME (UTC)", "PARTITION", "OFFSET", "EVENT ID", "TYPE", "EVENT"]]
-        for e in report.events:
-            rows.append([e.time.strftime("%Y-%m-%d %H:%M:%S.%f"), str(e.position.partition),
-                         str(e.position.offset), e.event_id, e.type, e.describe()])
-        lines += ["", *_table(rows)]
-    for name, messages in (report.views or {}).items():
-        count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
-        lines += ["", f"view {name} at the cut: get() returns {count}"]
-        if messages:
-            lines += _table([["", str(i), _describe_message(m)] for i, m in enumerate(messages, 1)])
-    return "\n".join(lines)
-
-
-# --- the command ------------------------------------------------------------------------------------
-
-_FLAGS = {"as_of": "--as-of", "offset": "--offset", "view": "--view", "namespace": "--namespace",
-          "session_id": "--session"}
-
-
-def _flags(text: str) -> str:
-    for name, flag in _FLAGS.items():
-        text = text.replace(f"`{name}`", flag)
-    return text
-
-
-async def _run(args: argparse.Namespace) -> int:
-    try:
-        report = await audit(load_config(args.config, agent=args.agent), session_id=args.session,
-                             namespace=args.namespace, as_of=args.as_of, offset=args.offset, view=args.view)
-    except InvalidInput as exc:  # name the flags the person typed, not the Python arguments
-        if exc.field not in _FLAGS:
-            raise
-        raise type(exc)(_FLAGS[exc.field], _flags(exc.problem)) from None
-    except AuditError as exc:
-        raise AuditError(_flags(str(exc))) from None
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(render(report))
-    return 0
-
-
-def add_command(subparsers: Any) -> None:
-    """Register `helix-es audit` (cli.COMMAND_MODULES)."""
-    p = subparsers.add_parser(
-        "audit",
-        aliases=["history"],
-        help="a session's events from the log, and what its views returned at a time or offset",
-        description="Print a session's event history read from the log (never from a view). With --as-of or "
-        "--offset, also print what each configured view would have returned at that point, folded from the "
-        "log without calling any model.",
-    )
-    p.add_argument("--config", required=True, help="YAML file naming the log, namespace and views")
-    p.add_argument("--session", required=True, help="the session id")
-    p.add_argument("--agent", metavar="ID", help="in an agents: document, this agent's memory (default: the first)")
-    p.add_argument("--namespace", help="override memory.namespace (an agent's id)")
-    cut = p.add_argument_group("cut (at most one)")
-    cut.add_argument("--as-of", metavar="TIME",
-                     help="events at or before TIME: ISO-8601 (no zone means UTC), now, or --as-of=-10m / '2h ago'")
-    cut.add_argument("--offset", type=int, metavar="O", help="events at or below offset O of the session's partition")
-    p.add_argument("--view", metavar="NAME", help="only this view (name or type, e.g. summary-4 or summary)")
-    p.add_argument("--json", action="store_true", help="one JSON document instead of text")
-    p.set_defaults(run=_run)

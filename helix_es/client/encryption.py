@@ -34,20 +34,18 @@ import re
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from helix_es.client.middleware import Middleware, register
+from helix_es.client.middleware import Middleware
+from helix_es.client.protocol import Memory
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput, InvalidMessage
+from helix_es.model.events import Position
 from helix_es.model.message import Message, ToolCall
-
-if TYPE_CHECKING:
-    from helix_es.client.memory import Memory
-    from helix_es.model.events import Position
 
 PREFIX = "helix-enc:v1:"
 KEY_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -425,14 +423,3 @@ def keys_from_env(environ: Mapping[str, str] | None = None) -> DerivedSessionKey
         if text.strip()
     ]
     return DerivedSessionKeys(KeyRing.of(master, *old, sizes=(32,)))
-
-
-def _from_env() -> Middleware:
-    if os.environ.get("HELIX_KEY_STORE"):  # data keys in a store that `helix-es forget` can destroy them in
-        from helix_es.client.keys import keys_from_store_env
-
-        return encryption_middleware(keys_from_store_env())
-    return encryption_middleware(keys_from_env())
-
-
-register("encryption", _from_env)

@@ -20,17 +20,18 @@ log; `erased_by(record, erasure)` tells whether a record's content was shredded 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from helix_es.client import backend as backends
 from helix_es.client.encryption import KeyProvider, envelope_key_id
+from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
+from helix_es.client.memory import JsonExport
+from helix_es.client.open import open_memory
 from helix_es.config import Config, load_config
 from helix_es.model import names
 from helix_es.model.errors import HelixError
@@ -97,8 +98,6 @@ def _sealed_by(message: Message, key_ids: set[str]) -> bool:
 
 
 def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:
-    from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
-
     if keys is None:
         if "encryption" not in cfg.middleware:
             raise NotShreddable(
@@ -136,8 +135,6 @@ async def forget(
     of the session since its last erasure are not sealed by its keys in the store, unless
     `allow_unshreddable` (then views still drop them, but the log keeps them readable).
     """
-    from helix_es.client import backend as backends
-
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
     ns = names.check_namespace(namespace or cfg.memory.namespace)
     sid = names.check_session_id(session_id)
@@ -181,66 +178,6 @@ async def forget(
 
 async def _export(cfg: Config, session_id: str) -> None:
     """store: file: rewrite the session's JSON export, which now holds nothing."""
-    from helix_es.client.memory import JsonExport, open_memory
-
     async with open_memory(dataclasses.replace(cfg, middleware=()), session_id=session_id) as mem:
         if isinstance(mem, JsonExport):
             await mem.export()
-
-
-# -- CLI -----------------------------------------------------------------------------------
-
-
-async def _forget_command(args: argparse.Namespace) -> int:
-    from helix_es.client.keys import close_shared_keys
-
-    cfg = load_config(args.config, agent=args.agent)
-    ns = names.check_namespace(args.namespace or cfg.memory.namespace, "--namespace")
-    names.check_session_id(args.session, "--session")
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print("helix-es: forget destroys keys for good; not a terminal, so pass --yes", file=sys.stderr)
-            return 2
-        answer = input(f"Forget session {args.session!r} of {ns!r}? Its content becomes unreadable for good. "
-                       "Type 'yes': ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("helix-es: nothing was changed", file=sys.stderr)
-            return 1
-    try:
-        result = await forget(cfg, session_id=args.session, namespace=ns, reason=args.reason,
-                              allow_unshreddable=args.allow_unshreddable)
-    except NotShreddable as exc:
-        print(f"helix-es: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        await close_shared_keys()
-    if args.json:
-        print(json.dumps(result.to_json()))
-    elif result.already_erased:
-        print(f"{ns}/{args.session} was already erased; nothing to do")
-    else:
-        assert result.position is not None
-        p = result.position
-        print(f"forgot {ns}/{args.session}: destroyed {len(result.erased_keys)} key(s), {result.events} event(s) "
-              f"stay on the log unreadable; SessionErased at {p.topic}[{p.partition}]@{p.offset}")
-        if result.unshreddable:
-            print(f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the "
-                  "log", file=sys.stderr)
-    return 0
-
-
-def add_command(subparsers: Any) -> None:
-    """`helix-es forget`: exit 0 erased (or already), 1 failed or declined, 2 bad usage or not shreddable."""
-    p = subparsers.add_parser(
-        "forget", help="erase a session: destroy its keys and drop it from every view (crypto-shredding)"
-    )
-    p.add_argument("--config", required=True, help="YAML file naming the log, memory and middleware")
-    p.add_argument("--session", required=True, help="the session id to forget")
-    p.add_argument("--namespace", help="override memory.namespace")
-    p.add_argument("--agent", help="with an agents: document, the agent whose namespace it is")
-    p.add_argument("--reason", help="recorded in the SessionErased event (no personal data)")
-    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--allow-unshreddable", action="store_true",
-                   help="go on even if some messages were written unencrypted (they stay readable on the log)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(run=_forget_command)

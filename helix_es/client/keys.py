@@ -54,8 +54,10 @@ from helix_es.client.encryption import (
     KeyNotFound,
     KeyProvider,
     KeyRing,
+    encryption_middleware,
     keys_from_env,
 )
+from helix_es.client.middleware import Middleware, register
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
 from helix_es.stores.file.keys import DEFAULT_DIRECTORY
@@ -322,3 +324,12 @@ async def close_shared_keys() -> None:
     loop = id(asyncio.get_running_loop())
     for ident in [i for i in _shared if i[0] == loop]:
         await _shared.pop(ident).close()
+
+
+def _from_env() -> Middleware:
+    """YAML `memory_middleware: [encryption]`: data keys in the store `HELIX_KEY_STORE` names (which
+    `helix-es forget` can destroy them in), else session keys derived from `HELIX_ENCRYPTION_KEY`."""
+    return encryption_middleware(provider_from_env())
+
+
+register("encryption", _from_env)

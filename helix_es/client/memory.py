@@ -6,15 +6,12 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
 
 from helix_es.client import backend as backends
-from helix_es.client.middleware import build_chain
-from helix_es.config import Config, load_config
+from helix_es.client.protocol import Memory
 from helix_es.model import names
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position
@@ -22,20 +19,6 @@ from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_siz
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import SessionKey
-
-
-@runtime_checkable
-class Memory(Protocol):
-    """The seed's Memory interface."""
-
-    async def add(self, message: Message) -> Position: ...
-
-    async def get(self) -> list[Message]: ...
-
-    async def search(self, query: str, limit: int = 10) -> list[Message]: ...
-
-    async def clear(self) -> Position: ...
-
 
 MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
 RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
@@ -218,35 +201,3 @@ class JsonExport:
         tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         os.replace(tmp, self.path)
         return self.path
-
-
-@asynccontextmanager
-async def open_memory(
-    config: Mapping[str, Any] | str | os.PathLike[str] | Config,
-    *,
-    session_id: str | None = None,
-    agent: str | None = None,
-) -> AsyncIterator[Memory]:
-    """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config)."""
-    cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
-    mem = cfg.memory
-    sid = session_id or mem.session_id
-    if sid is None:
-        raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
-    from helix_es.client.composite import CompositeMemory  # it builds on ViewMemory
-
-    chain = build_chain(cfg.middleware)
-    backend = await backends.acquire(cfg.log)
-    try:
-        parts = [
-            ViewMemory(backend, await backend.attach(part, mem.namespace), mem.namespace, sid,
-                       consistency=mem.consistency, read_timeout=mem.read_timeout,
-                       max_content_bytes=mem.max_content_bytes)
-            for part in mem.parts
-        ]
-        memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)
-        if mem.file_path is not None:
-            memory = JsonExport(memory, mem.file_path)
-        yield chain(memory)
-    finally:
-        await backends.release(cfg.log, backend)

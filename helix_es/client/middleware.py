@@ -5,16 +5,13 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
+from helix_es.client.protocol import Memory
 from helix_es.model.errors import ConfigError
+from helix_es.model.events import Position
+from helix_es.model.message import Message
 
-if TYPE_CHECKING:
-    from helix_es.client.memory import Memory
-    from helix_es.model.events import Position
-    from helix_es.model.message import Message
-
-Middleware = Callable[["Memory"], "Memory"]
+Middleware = Callable[[Memory], Memory]
 _registry: dict[str, Callable[[], Middleware]] = {}
 
 
@@ -34,8 +31,9 @@ def chain(*middleware: Middleware) -> Middleware:
     return wrap
 
 
-# Built-ins with heavier imports (cryptography) register themselves when first named.
-_BUILTIN_MODULES = {"encryption": "helix_es.client.encryption", "redaction": "helix_es.client.redaction"}
+# Built-ins that register themselves when their module is imported: imported when first named.
+# `encryption` is registered by the key store module, which picks the key provider from the environment.
+_BUILTIN_MODULES = {"encryption": "helix_es.client.keys", "redaction": "helix_es.client.redaction"}
 
 
 def build_chain(names: Iterable[str]) -> Middleware:

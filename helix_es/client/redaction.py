@@ -16,15 +16,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from helix_es.client.middleware import Middleware, register
+from helix_es.client.protocol import Memory
 from helix_es.model.errors import InvalidInput, InvalidMessage
+from helix_es.model.events import Position
 from helix_es.model.message import Message, ToolCall
-
-if TYPE_CHECKING:
-    from helix_es.client.memory import Memory
-    from helix_es.model.events import Position
 
 log = logging.getLogger(__name__)
 SEALED_PREFIX = "helix-enc:v1:"  # helix_es.encryption.PREFIX, without importing cryptography here

@@ -15,17 +15,16 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from helix_es.client.open import open_memory
+from helix_es.client.protocol import Memory
 from helix_es.config import Config, load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 
-if TYPE_CHECKING:
-    from helix_es.client.memory import Memory
-
 # `session_id -> Memory` (async), or `session_id -> async context manager of a Memory` (open_memory).
-MemoryFactory = Callable[[str], Awaitable["Memory"] | AbstractAsyncContextManager["Memory"]]
+MemoryFactory = Callable[[str], Awaitable[Memory] | AbstractAsyncContextManager[Memory]]
 Headers = Mapping[str, str] | Mapping[bytes, bytes] | Iterable[tuple[str | bytes, str | bytes]]
 
 
@@ -76,8 +75,6 @@ class SessionMemoryManager:
     ) -> SessionMemoryManager:
         """Sessions of the memory `config` describes, `open_memory(config, session_id=...)` each;
         the header comes from `memory.session_id_header` unless given here."""
-        from helix_es.client.memory import open_memory  # memory pulls in projectors, which import helix_es
-
         cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
         header = session_id_header or cfg.memory.session_id_header
         return cls(lambda session_id: open_memory(cfg, session_id=session_id), session_id_header=header)

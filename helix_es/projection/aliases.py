@@ -27,8 +27,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from helix_es.config import MemoryConfig
 from helix_es.model import names
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
@@ -38,9 +39,6 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, Applied, Change, SessionKey, Snapshot, ViewStore
 from helix_es.views import State, View
 from helix_es.views.long_term import LongTerm, target_table
-
-if TYPE_CHECKING:
-    from helix_es.config import MemoryConfig
 
 log = logging.getLogger(__name__)
 

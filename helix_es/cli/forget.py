@@ -1,0 +1,66 @@
+"""`helix-es forget`: erase a session by crypto-shredding (helix_es.client.erasure.forget)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from helix_es.client.erasure import NotShreddable, forget
+from helix_es.client.keys import close_shared_keys
+from helix_es.config import load_config
+from helix_es.model import names
+
+
+async def _run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, agent=args.agent)
+    ns = names.check_namespace(args.namespace or cfg.memory.namespace, "--namespace")
+    names.check_session_id(args.session, "--session")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("helix-es: forget destroys keys for good; not a terminal, so pass --yes", file=sys.stderr)
+            return 2
+        answer = input(f"Forget session {args.session!r} of {ns!r}? Its content becomes unreadable for good. "
+                       "Type 'yes': ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("helix-es: nothing was changed", file=sys.stderr)
+            return 1
+    try:
+        result = await forget(cfg, session_id=args.session, namespace=ns, reason=args.reason,
+                              allow_unshreddable=args.allow_unshreddable)
+    except NotShreddable as exc:
+        print(f"helix-es: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await close_shared_keys()
+    if args.json:
+        print(json.dumps(result.to_json()))
+    elif result.already_erased:
+        print(f"{ns}/{args.session} was already erased; nothing to do")
+    else:
+        assert result.position is not None
+        p = result.position
+        print(f"forgot {ns}/{args.session}: destroyed {len(result.erased_keys)} key(s), {result.events} event(s) "
+              f"stay on the log unreadable; SessionErased at {p.topic}[{p.partition}]@{p.offset}")
+        if result.unshreddable:
+            print(f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the "
+                  "log", file=sys.stderr)
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    """`helix-es forget`: exit 0 erased (or already), 1 failed or declined, 2 bad usage or not shreddable."""
+    p = subparsers.add_parser(
+        "forget", help="erase a session: destroy its keys and drop it from every view (crypto-shredding)"
+    )
+    p.add_argument("--config", required=True, help="YAML file naming the log, memory and middleware")
+    p.add_argument("--session", required=True, help="the session id to forget")
+    p.add_argument("--namespace", help="override memory.namespace")
+    p.add_argument("--agent", help="with an agents: document, the agent whose namespace it is")
+    p.add_argument("--reason", help="recorded in the SessionErased event (no personal data)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--allow-unshreddable", action="store_true",
+                   help="go on even if some messages were written unencrypted (they stay readable on the log)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=_run)

@@ -1,0 +1,46 @@
+"""`open_memory`: one session's memory as a config describes, its views, export and middleware composed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from helix_es.client import backend as backends
+from helix_es.client.composite import CompositeMemory
+from helix_es.client.memory import JsonExport, ViewMemory
+from helix_es.client.middleware import build_chain
+from helix_es.client.protocol import Memory
+from helix_es.config import Config, load_config
+from helix_es.model.errors import InvalidInput
+
+
+@asynccontextmanager
+async def open_memory(
+    config: Mapping[str, Any] | str | os.PathLike[str] | Config,
+    *,
+    session_id: str | None = None,
+    agent: str | None = None,
+) -> AsyncIterator[Memory]:
+    """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config)."""
+    cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
+    mem = cfg.memory
+    sid = session_id or mem.session_id
+    if sid is None:
+        raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
+    chain = build_chain(cfg.middleware)
+    backend = await backends.acquire(cfg.log)
+    try:
+        parts = [
+            ViewMemory(backend, await backend.attach(part, mem.namespace), mem.namespace, sid,
+                       consistency=mem.consistency, read_timeout=mem.read_timeout,
+                       max_content_bytes=mem.max_content_bytes)
+            for part in mem.parts
+        ]
+        memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)
+        if mem.file_path is not None:
+            memory = JsonExport(memory, mem.file_path)
+        yield chain(memory)
+    finally:
+        await backends.release(cfg.log, backend)

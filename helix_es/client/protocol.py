@@ -1,0 +1,21 @@
+"""The `Memory` protocol every client memory and middleware implements (the seed's interface)."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from helix_es.model.events import Position
+from helix_es.model.message import Message
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """The seed's Memory interface."""
+
+    async def add(self, message: Message) -> Position: ...
+
+    async def get(self) -> list[Message]: ...
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]: ...
+
+    async def clear(self) -> Position: ...

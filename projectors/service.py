@@ -1,0 +1,71 @@
+"""The projector service (`helix-es project`): every view a config serves, folded from the log until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from helix_es.config import LogConfig, MemoryConfig, load_configs
+from helix_es.model.errors import ConfigError
+from helix_es.projection.factory import open_store, store_key
+from helix_es.views import View
+from projectors.follow import TargetFollower
+from projectors.runner import run_projectors
+
+log = logging.getLogger("helix_es.project")
+
+
+def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
+    """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each."""
+    configs = load_configs(source)
+    log_config = configs[0].log
+    if log_config.type != "kafka":
+        raise ConfigError("log.type", "the embedded log is projected inside the client; this needs log: kafka")
+    seen: set[tuple[object, ...]] = set()
+    parts: list[MemoryConfig] = []
+    for cfg in configs:
+        for part in cfg.memory.parts:
+            ident = (part.view.name, *store_key(part))
+            if ident not in seen:
+                seen.add(ident)
+                parts.append(part)
+    return log_config, parts
+
+
+async def serve(source: str, stop: asyncio.Event, *, batch_size: int = 500, session_timeout: float = 10.0,
+                progress: float = 10.0) -> int:
+    """Run one projector (consumer group) per view of the config at `source` until `stop` is set; 0 when
+    they stopped cleanly. A progress line every `progress` seconds on the `helix_es.project` logger."""
+    say = log.info
+    log_config, parts = served_projections(source)
+    stores, projectors = [], []
+    for part in parts:  # one projector (consumer group) per view: several processes share its partitions
+        store = open_store(part) if isinstance(part.view, View) else None
+        stores += [store] if store else []
+        # A Projector of the target the view's alias names, moving with it when `helix-es rebuild` switches it.
+        projectors.append(TargetFollower(part, store, bootstrap_servers=log_config.bootstrap_servers,
+                                         topic_prefix=log_config.topic_prefix, batch_size=batch_size,
+                                         session_timeout=session_timeout))
+        say("projecting %s.* into view %s (%s store); SIGTERM stops", log_config.topic_prefix, part.view.name,
+            part.store)
+
+    async def report() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(progress)
+            for p in projectors:
+                say("%s: %d events applied, %d re-deliveries skipped, %d dead letters, %d partitions"
+                    "; %d writes retried, %d restarts, %d partitions refolded",
+                    p.projection.name, p.progress.events, p.progress.skipped, p.progress.dead_letters,
+                    len(p.progress.assigned), p.progress.retries, p.progress.restarts, p.progress.refolds)
+
+    reporter = asyncio.create_task(report())
+    try:
+        done = await run_projectors(projectors, stop)
+    finally:
+        reporter.cancel()
+        for p in projectors:
+            await p.projection.close()
+        for store in stores:
+            await store.close()
+    say("stopped cleanly after %d events", sum(p.events for p in done))
+    return 0
