@@ -303,6 +303,8 @@ class Projector:
                 continue
             records.append(Record(event, Position(tp.topic, tp.partition, m.offset)))
         assert self.consumer is not None
+        if tp not in self.consumer.assignment():
+            return  # revoked while this batch was decoded: its new owner folds it from the checkpoint
         highwater = self.consumer.highwater(tp)
         live = highwater is None or messages[-1].offset + 1 >= highwater
         where = f"{tp.topic}[{tp.partition}]@{messages[0].offset}-{messages[-1].offset}"

@@ -578,7 +578,7 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
 ) -> None:
     """No services: an fsync'd write of the embedded log goes on in its thread after the caller's
     timeout. The same add again gets that write's position; one never retried still reaches the view."""
-    from helix_es.log.port import embedded
+    from helix_es.log import embedded
 
     write = embedded.LogFile.append
 
