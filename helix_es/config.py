@@ -18,7 +18,7 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.stores import registry
-from helix_es.views import IndexView, View
+from helix_es.views.base import IndexView, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
 from helix_es.views.sliding_window import SlidingWindow

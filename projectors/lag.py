@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from helix_es.model import names
 from helix_es.projection.aliases import current_target, target_projection
 from helix_es.projection.factory import open_store
-from helix_es.views import View
+from helix_es.views.base import View
 from projectors.service import served_projections
 
 

@@ -61,7 +61,7 @@ from helix_es.projection.aliases import resolve_alias, target_projection, target
 from helix_es.projection.factory import open_aliases
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, Change, SessionKey, Snapshot, StaleWrite, ViewStore
-from helix_es.views import View
+from helix_es.views.base import View
 from helix_es.views.long_term import target_table
 from projectors.deadletter import Checker
 

@@ -8,7 +8,7 @@ import logging
 from helix_es.config import LogConfig, MemoryConfig, load_configs
 from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import open_store, store_key
-from helix_es.views import View
+from helix_es.views.base import View
 from projectors.follow import TargetFollower
 from projectors.runner import run_projectors
 

@@ -47,7 +47,7 @@ from helix_es.projection.fold import project
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
-from helix_es.views import View
+from helix_es.views.base import View
 from projectors.deadletter import Checker
 from projectors.lag import lag
 from tests import faults

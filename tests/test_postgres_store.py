@@ -14,7 +14,7 @@ from helix_es.model.message import Message, ToolCall
 from helix_es.projection.fold import project
 from helix_es.stores.ports import EMPTY, Change, ListEdit, SessionKey, Snapshot, StaleWrite, list_edit
 from helix_es.stores.postgres.views import PostgresStore
-from helix_es.views import State
+from helix_es.views.base import State
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from tests.conftest import copy_always, unique

@@ -31,7 +31,7 @@ from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres.aliases import PostgresAliases
 from helix_es.stores.redis.aliases import RedisAliases
 from helix_es.stores.redis.views import RedisStore
-from helix_es.views import View
+from helix_es.views.base import View
 from helix_es.views.long_term import target_table
 from projectors.rebuild import PARALLEL_MIN_EVENTS, Display, Status, drop, rebuild
 from tests.conftest import unique, wait_for

@@ -21,7 +21,7 @@ from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import open_log
 from helix_es.projection.fold import project
 from helix_es.stores.ports import SessionKey
-from helix_es.views import View
+from helix_es.views.base import View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.token_window import TokenWindow

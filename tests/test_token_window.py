@@ -19,7 +19,7 @@ from helix_es.model.tokens import message_tokens
 from helix_es.projection.fold import project
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.token_window import TokenWindow

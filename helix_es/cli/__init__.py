@@ -1,53 +1,9 @@
-"""`helix-es`: demo, project, lag, audit, forget, rebuild. Exit codes: 0 ok, 1 failure, 2 bad usage or config."""
+"""The command line, the one place that composes the library and the projector service.
 
-from __future__ import annotations
+One module per command (`demo`, `project`, `lag`, `audit`, `forget`, `rebuild`), each with
+`add_command(subparsers)`; `main` builds the parser from them.
+"""
 
-import argparse
-import asyncio
-import importlib
-import logging
-import sys
-from collections.abc import Sequence
+from helix_es.cli.main import main
 
-from helix_es._version import __version__
-from helix_es.model.errors import ConfigError, HelixError, InvalidInput
-
-# One module per command, each with add_command(subparsers); `--help` lists them in this order.
-COMMAND_MODULES: list[str] = [
-    "helix_es.cli.demo", "helix_es.cli.project", "helix_es.cli.lag", "helix_es.cli.audit", "helix_es.cli.forget",
-    "projectors.rebuild",
-]
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="helix-es", description="Event-sourced memory for LLM agents.")
-    p.add_argument("--version", action="version", version=f"helix-es {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).add_command(sub)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    try:
-        return asyncio.run(args.run(args))
-    except (ConfigError, InvalidInput) as exc:
-        print(f"helix-es: {exc}", file=sys.stderr)
-        return 2
-    except (HelixError, OSError) as exc:
-        print(f"helix-es: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["main"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from helix_es.cli import main
+from helix_es.cli.main import main
 
 sys.exit(main())

@@ -52,7 +52,7 @@ from helix_es.projection.factory import open_log, open_projection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
-from helix_es.views import View
+from helix_es.views.base import View
 from helix_es.views.vector import Vector
 
 __all__ = [

@@ -20,7 +20,7 @@ from helix_es.projection.driver import Append, Driver
 from helix_es.projection.factory import open_aliases, open_log, open_store, store_key
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, ViewStore
-from helix_es.views import View
+from helix_es.views.base import View
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from helix_es.model.names import alias_id, check_target
 from helix_es.projection.factory import open_aliases, open_projection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, Applied, Change, SessionKey, Snapshot, ViewStore
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 from helix_es.views.long_term import LongTerm, target_table
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from helix_es.projection.vector import VectorProjection
 from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, StoreKind, ViewStore
-from helix_es.views import View
+from helix_es.views.base import View
 from helix_es.views.long_term import LongTerm
 from helix_es.views.summary import Summary
 from helix_es.views.vector import Vector

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from helix_es.model.events import Record
 from helix_es.stores.ports import Change, SessionKey, StaleWrite, ViewStore
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
 from helix_es.projection.fold import project
 from helix_es.stores.ports import Applied, SessionKey, ViewStore
-from helix_es.views import View
+from helix_es.views.base import View
 
 
 @dataclass

@@ -18,7 +18,7 @@ from helix_es.projection.fold import Observer, fold_batch
 from helix_es.projection.session import SessionProjection
 from helix_es.providers.summarise import Summariser
 from helix_es.stores.ports import Applied, SessionKey
-from helix_es.views import State
+from helix_es.views.base import State
 from helix_es.views.summary import Summary, split
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, Position
 from helix_es.model.message import Message
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from helix_es.model.message import Message
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix
 
 

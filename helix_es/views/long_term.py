@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import MemoryCleared, MessageAdded, Record, SessionErased, micros
 from helix_es.model.message import Message
-from helix_es.views import IndexView
+from helix_es.views.base import IndexView
 
 DEFAULT_TABLE = "agent_memory"
 MAX_TABLE = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers without an error

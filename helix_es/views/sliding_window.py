@@ -7,7 +7,7 @@ from operator import attrgetter
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 
 _role = attrgetter("role")
 

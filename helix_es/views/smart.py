@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
 from helix_es.model.tokens import message_tokens
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 
 DEFAULT_TOKENS = 100_000
 ROLE = "helix.smart"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased, SummaryRecorded
 from helix_es.model.message import Message
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 
 EPOCH = "helix.summary.epoch"  # event id of the session's last clear (or erasure): older summaries are void
 COVERS = "helix.summary.covers"  # messages since that clear the summary stands for

@@ -16,7 +16,7 @@ from itertools import accumulate
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
 from helix_es.model.tokens import message_tokens
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix, pinned_index
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from helix_es.model.errors import ConfigError
 from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
-from helix_es.views import IndexView
+from helix_es.views.base import IndexView
 
 
 def model_slug(model: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite
-from helix_es.views import View
+from helix_es.views.base import View
 
 
 class MemoryStore:

@@ -18,7 +18,7 @@ import asyncpg
 from helix_es.model.message import decode_json
 from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
 from helix_es.stores.postgres.pool import CHECKPOINTS, Pg
-from helix_es.views import State, View
+from helix_es.views.base import State, View
 
 _SCHEMA = CHECKPOINTS + """
 CREATE TABLE IF NOT EXISTS helix_view_messages (

@@ -20,7 +20,7 @@ from helix_es.model import names
 from helix_es.model.message import decode_json
 from helix_es.stores.ports import Change, CheckpointLost, SessionKey, Snapshot, StaleWrite, list_edit
 from helix_es.stores.redis.pool import redis_client
-from helix_es.views import View
+from helix_es.views.base import View
 
 _APPLY = """
 local ttl = tonumber(ARGV[#ARGV - 1])

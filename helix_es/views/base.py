@@ -1,0 +1,68 @@
+"""The view base classes: a session view folds a tuple of messages; an index view is namespace-wide.
+
+A view's state is the tuple of messages it holds for one session. `fold` is pure and
+deterministic, so the embedded mode and the Kafka projectors reach the same state from
+the same events, and any view can be thrown away and rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased
+from helix_es.model.message import Message
+
+State = tuple[Message, ...]
+
+
+class View(ABC):
+    """One way of folding a session's events. Subclasses are frozen dataclasses of their options."""
+
+    kind: ClassVar[str]  # the seed's YAML `type`
+    # PostgreSQL tables (messages, session guards); checkpoints live in helix_checkpoints.
+    tables: ClassVar[tuple[str, str]] = ("helix_view_messages", "helix_view_sessions")
+
+    @property
+    def name(self) -> str:
+        """Unique per kind and options: names the consumer group, Redis key suffix and checkpoint."""
+        return self.kind
+
+    @property
+    def key_suffix(self) -> str:
+        return self.name
+
+    def fold(self, state: State, event: Event) -> State:
+        payload = event.payload
+        if isinstance(payload, (MemoryCleared, SessionErased)):  # a forgotten session is cleared too
+            return ()
+        if isinstance(payload, MessageAdded):
+            return self.added(state, payload.message)
+        return state  # event types this view does not use
+
+    @abstractmethod
+    def added(self, state: State, message: Message) -> State: ...
+
+    def render(self, state: State) -> list[Message]:
+        return list(state)
+
+    def search(self, state: State, query: str, limit: int) -> list[Message]:
+        """Case-insensitive substring match, oldest first, at most `limit`."""
+        needle = query.casefold()
+        hits = [m for m in self.render(state) if needle in m.content.casefold()]
+        return hits[:limit]
+
+
+class IndexView(ABC):
+    """A namespace-wide view whose store answers `get`/`search` itself (long-term, vector).
+
+    It has no per-session fold over a message list; `helix_es.projection.factory` opens its
+    projection, whose store answers queries.
+    Subclasses are frozen dataclasses of their options.
+    """
+
+    kind: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        return self.kind
