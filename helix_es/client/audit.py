@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,6 +48,7 @@ from helix_es.model.events import (
     SummaryRecorded,
 )
 from helix_es.model.message import Message
+from helix_es.projection.driver import Driver
 from helix_es.projection.factory import open_log, open_projection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.views import MemoryStore
@@ -268,17 +269,6 @@ async def _read(config: LogConfig, namespace: str, session_id: str | None) -> li
         await log.close()
 
 
-def _partitions(records: Sequence[Record]) -> Iterator[list[Record]]:
-    """Batches of one topic-partition each, in offset order, as a projector applies them."""
-    by_partition: dict[tuple[str, int], list[Record]] = {}
-    for r in records:
-        by_partition.setdefault((r.position.topic, r.position.partition), []).append(r)
-    for batch in by_partition.values():
-        batch.sort(key=lambda r: r.position.offset)
-        for start in range(0, len(batch), BATCH):
-            yield batch[start : start + BATCH]
-
-
 # --- views ------------------------------------------------------------------------------------------
 
 
@@ -311,8 +301,10 @@ async def _fold(part: MemoryConfig, records: Sequence[Record], key: SessionKey) 
         records = [r for r in records if r.event.session_id == key.session_id]
     projection = _fresh_projection(part)
     try:
-        for batch in _partitions(records):
-            await projection.apply(batch, live=False)  # history: derived events are on the log already
+        # One topic-partition after another, in offset order, as a projector applies them; never
+        # live: the history holds what was derived from it already.
+        ordered = sorted(records, key=lambda r: (r.position.topic, r.position.partition, r.position.offset))
+        await Driver(projection).replay(ordered, batch=BATCH)
         return await projection.get(key, None) or []
     finally:
         await projection.close()
