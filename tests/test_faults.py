@@ -51,9 +51,12 @@ from helix_es.views import View
 from projectors.deadletter import Checker
 from projectors.lag import lag
 from tests import faults
-from tests.conftest import REQUIRE, ROOT, unique, wait_for
+from tests.conftest import REQUIRE, ROOT, Deadline, unique, wait_for
 
 PARTITIONS = 4
+# Private services boot in the module fixture, counted in its first test; each test waits up to 120 s
+# several times over. More than the 300 s default.
+pytestmark = pytest.mark.timeout(900)
 WORDS = ("alpha", "beta", "gamma", "delta", "Oslo", "weather", "tool", "path/to/file.py")
 SEED = int(os.environ.get("HELIX_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
 
@@ -222,7 +225,9 @@ async def read_log(bootstrap: str, prefix: str, topic: str) -> tuple[list[Record
         ends = await consumer.end_offsets(tps)
         await consumer.seek_to_beginning(*tps)
         done = {tp for tp in tps if ends[tp] == 0}
+        deadline = Deadline(120, f"every record of {topic} up to {ends}")
         while len(done) < len(tps):
+            deadline.check(f"partitions read to their end: {sorted(tp.partition for tp in done)}")
             batches = await consumer.getmany(timeout_ms=1000, max_records=20_000)
             for tp, messages in batches.items():
                 for m in messages:

@@ -25,7 +25,7 @@ from helix_es.model import names
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views.conversation import Conversation
-from tests.conftest import unique, wait_for
+from tests.conftest import Deadline, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,9 +69,11 @@ async def test_plain_aiokafka_and_fastavro_decode_every_event(kafka_bootstrap: s
                                 enable_auto_commit=False)
     await consumer.start()
     decoded: list[tuple[bytes, dict[str, Any]]] = []
+    deadline = Deadline(60, f"{sent} records on {topic}")
     try:
         while len(decoded) < sent:
-            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+            deadline.check(f"{len(decoded)} so far")
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), deadline.left() + 1)
             for records in batch.values():
                 for r in records:
                     assert r.value[:2] == b"\xc3\x01"

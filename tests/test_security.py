@@ -54,7 +54,7 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.model.events import MessageAdded, SessionErased, SummaryRecorded
 from projectors.lag import lag
 from projectors.rebuild import rebuild
-from tests.conftest import start_projector, unique
+from tests.conftest import Deadline, start_projector, unique
 
 H = uuid.uuid4().hex[:8]  # the secrets are this run's own: finding one anywhere is a leak
 ALICE_SECRETS = [f"NO93-8601-{H}", f"hunter2-pw-{H}", f"Ünïcødé-Straße-{H}", f"1 Main St {H}"]
@@ -106,7 +106,9 @@ async def kafka_bytes(bootstrap: str, prefix: str) -> tuple[bytes, int]:
         ends = await consumer.end_offsets(tps)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        deadline = Deadline(120, f"every record of {len(tps)} partitions")
         while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            deadline.check(f"read {count} records")
             for records in (await consumer.getmany(timeout_ms=1000)).values():
                 for r in records:
                     count += 1
