@@ -57,7 +57,7 @@ def load_schemas(directory: Path | None = None) -> list[SchemaVersion]:
     """Every envelope version in `schemas/`, oldest first."""
     if directory is None:
         # A source checkout has schemas/ beside the package; an installed wheel carries a copy.
-        beside = Path(__file__).resolve().parent.parent / "schemas"
+        beside = Path(__file__).resolve().parents[2] / "schemas"  # helix_es/log/codec.py -> the checkout
         files: Iterable[Any] = (
             beside.iterdir() if beside.is_dir() else resources.files("helix_es.schemas").iterdir()
         )
