@@ -71,6 +71,20 @@ def _missing(what: str, var: str) -> None:
     pytest.skip(message)
 
 
+def require_module(module: str, why: str) -> None:
+    """Import `module` or skip, saying `why`; with HELIX_REQUIRE_SERVICES=1 fail instead: nothing skips
+    silently in CI. (Only the optional `local` embedder and tests/test_containers.py may skip there.)"""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{why}: cannot import {module} ({exc})"
+        if REQUIRE:
+            pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
+        pytest.skip(message)
+
+
 # Which path served each service ("env" or the image Testcontainers ran): tests/test_containers.py.
 SERVED: dict[str, str] = {}
 IMAGES = {  # service: (variable naming the image, default: the official image)
