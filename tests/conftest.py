@@ -354,8 +354,8 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
 
 def copy_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL stores write every append by COPY, as they do for big batches (rebuilds)."""
-    from helix_es.stores.ports import postgres
-    from helix_es.views.long_term_rules import postgres as long_term
+    from helix_es.stores.postgres import long_term
+    from helix_es.stores.postgres import views as postgres
 
     monkeypatch.setattr(postgres, "COPY_ROWS", 1)
     monkeypatch.setattr(long_term, "COPY_ROWS", 1)

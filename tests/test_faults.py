@@ -426,12 +426,15 @@ async def test_broker_killed_and_restarted_during_concurrent_adds(private: Priva
     with running(projector):
         writers = asyncio.gather(*(writer(s) for s in sessions))
         try:
-            await asyncio.sleep(3)
+            await wait_for(lambda: asyncio.sleep(0, all(len(returned[s]) >= 5 for s in sessions)), 60,
+                           "every writer to add through the broker")
             private.kafka.kill()
-            await asyncio.sleep(2)
+            await asyncio.sleep(2)  # the outage: adds time out meanwhile
             private.kafka.launch()  # from this thread: see tests.faults
             await asyncio.to_thread(private.kafka.wait_ready)
-            await asyncio.sleep(4)
+            back = {s: len(returned[s]) for s in sessions}
+            await wait_for(lambda: asyncio.sleep(0, all(len(returned[s]) >= back[s] + 3 for s in sessions)), 90,
+                           "every writer to add again after the restart")
         finally:
             stop_adding.set()
             await asyncio.wait_for(writers, 120)
@@ -583,7 +586,7 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
 ) -> None:
     """No services: an fsync'd write of the embedded log goes on in its thread after the caller's
     timeout. The same add again gets that write's position; one never retried still reaches the view."""
-    from helix_es.log.port import embedded
+    from helix_es.log import embedded
 
     write = embedded.LogFile.append
 
@@ -599,10 +602,13 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(mem.add(first), 0.05)
         retried = await mem.add(first)  # the retry: waits for the write under way
+        file = tmp_path / "log" / f"{names.topic('ns')}.log"
+        one = file.stat().st_size  # the first event
         lost = Message("user", "given up on")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(mem.add(lost), 0.05)
-        await asyncio.sleep(0.5)  # it lands meanwhile; nobody asks again
+        # It lands meanwhile, in its thread; nobody asks again.
+        await wait_for(lambda: asyncio.sleep(0, file.stat().st_size > one), 10, "the abandoned write to land")
         last = await mem.add(Message("user", "last"))
         assert (retried.offset, last.offset) == (0, 2)
         assert [m.content for m in await mem.get()] == ["first", "given up on", "last"]

@@ -112,7 +112,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Callable[[ListEdit], None]:
     """Make the store apply a given edit, to exercise each edit shape whatever `list_edit` picks."""
 
     def force(edit: ListEdit) -> None:
-        monkeypatch.setattr("projectors.stores.postgres.list_edit", lambda before, after: edit)
+        monkeypatch.setattr("helix_es.stores.postgres.views.list_edit", lambda before, after: edit)
 
     return force
 
