@@ -95,7 +95,7 @@ async def kafka_bytes(bootstrap: str, prefix: str) -> tuple[bytes, int]:
     """Every record (key, value, headers) of every topic whose name starts with `prefix`."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     chunks: list[bytes] = []
     count = 0
