@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
@@ -68,6 +69,20 @@ def _missing(what: str, var: str) -> None:
     if REQUIRE:
         pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
     pytest.skip(message)
+
+
+def require_module(module: str, why: str) -> None:
+    """Import `module` or skip, saying `why`; with HELIX_REQUIRE_SERVICES=1 fail instead: nothing skips
+    silently in CI. (Only the optional `local` embedder and tests/test_containers.py may skip there.)"""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{why}: cannot import {module} ({exc})"
+        if REQUIRE:
+            pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
+        pytest.skip(message)
 
 
 # Which path served each service ("env" or the image Testcontainers ran): tests/test_containers.py.
@@ -253,17 +268,56 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 30
         await asyncio.sleep(0.05)
 
 
-async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
-    """The first `count` record values of a topic, read as another program would (plain aiokafka)."""
+class Deadline:
+    """One overall bound for a polling loop: `check()` raises once `seconds` have passed since it was made."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what = seconds, what
+        self.at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def check(self, detail: str = "") -> None:
+        if time.monotonic() > self.at:
+            suffix = f": {detail}" if detail else ""
+            raise AssertionError(f"timed out after {self.seconds}s waiting for {self.what}{suffix}")
+
+
+async def topic_records(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[Any]:
+    """The first `count` records (aiokafka ConsumerRecords) of a topic, read as another program would
+    (plain aiokafka), within `timeout` seconds overall."""
     from aiokafka import AIOKafkaConsumer
 
+    deadline = Deadline(timeout, f"{count} records on {topic}")
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                 enable_auto_commit=False)
-    await consumer.start()
+    await asyncio.wait_for(consumer.start(), timeout)
+    records: list[Any] = []
+    try:
+        while len(records) < count:
+            deadline.check(f"{len(records)} so far")
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), deadline.left() + 1)
+            records += [r for rs in batch.values() for r in rs]
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
+    """The first `count` record values of a topic, read as another program would (plain aiokafka),
+    within `timeout` seconds overall (tombstones are left out, and do not count)."""
+    from aiokafka import AIOKafkaConsumer
+
+    deadline = Deadline(timeout, f"{count} record values on {topic}")
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await asyncio.wait_for(consumer.start(), timeout)
     values: list[bytes] = []
     try:
         while len(values) < count:
-            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), timeout)
+            deadline.check(f"{len(values)} so far")
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), deadline.left() + 1)
             values += [r.value for records in batch.values() for r in records if r.value is not None]
     finally:
         await consumer.stop()

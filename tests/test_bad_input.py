@@ -12,8 +12,12 @@ Unit checks of single fields stay in test_message.py and test_config.py; this is
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
+import re
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +26,8 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from helix_es import ConfigError, EventTooLarge, InvalidMessage, Message, ToolCall, open_memory
+import helix_es.config as configuration
+from helix_es import ConfigError, EventTooLarge, InvalidMessage, Memory, Message, ToolCall, open_memory
 from helix_es.log.kafka import KafkaLog
 from helix_es.model.errors import HelixError, InvalidInput
 from helix_es.model.events import MessageAdded
@@ -279,6 +284,13 @@ CASES = [
     Bad("key-unknown", opening({"windw_size": 3}), ConfigError, "memory.windw_size", "unknown key"),
     Bad("middleware-unknown", opening(memory_middleware=["encrypt"]), ConfigError, "memory_middleware[0]",
         "unknown middleware 'encrypt'"),
+    Bad("agents-not-a-list", yaml_doc("agents: chat\n"), ConfigError, "agents", "must be a non-empty list"),
+    Bad("agents-window-zero", yaml_doc("agents:\n  - id: chat\n    memory: {type: sliding-window, window_size: 0}\n"),
+        ConfigError, "agents[0].memory.window_size", ">= 1, got 0"),
+    Bad("composite-part-window-zero",
+        yaml_doc("memory:\n  type: composite\n  backends:\n    - {type: sliding-window, window_size: 0}\n"
+                 "    - {type: conversation}\n"),
+        ConfigError, "memory.backends[0].window_size", ">= 1, got 0"),
     Bad("redis-url-not-a-url", without_env("HELIX_REDIS_URL", opening({"store": "redis",
                                                                       "redis_url": "localhost:6379"})),
         ConfigError, "memory.redis_url", "must be a URL redis://"),
@@ -315,8 +327,50 @@ CASES = [
 ]
 
 
-def test_the_matrix_is_big_enough() -> None:
+def family(field: str) -> str:
+    """The key or argument a case's field names, without its path: `tool_calls[0].id` -> `tool_calls`."""
+    return re.split(r"[.\[ ]", field, maxsplit=1)[0]
+
+
+def test_the_matrix_covers_every_input_it_claims() -> None:
+    """Derived from the code where it can be: a new Message field, a new Memory method taking input,
+    or a new size key without a case here fails this test."""
     assert len(CASES) >= 30 and len({c.id for c in CASES}) == len(CASES)
+    fields = {c.field for c in CASES}
+    builders = Counter(c.run.__qualname__.split(".")[0] for c in CASES)  # message, adding, opening, ...
+    # Every field of a Message (as its constructor takes them) has a bad value, added as an agent adds.
+    message_fields = {f.name for f in dataclasses.fields(Message) if f.init}
+    assert message_fields == {"role", "content", "name", "tool_calls", "tool_call_id", "metadata"}
+    assert message_fields <= {family(c.field) for c in CASES if c.error is InvalidMessage}
+    # Every public entry point that takes input: the Memory methods with arguments (add, search) and
+    # open_memory (its session_id, the config as a mapping and as YAML text).
+    takes_input = {name for name, fn in inspect.getmembers(Memory, inspect.isfunction)
+                   if not name.startswith("_") and len(inspect.signature(fn).parameters) > 1}
+    assert takes_input == {"add", "search"}, "a new Memory method taking input needs cases here"
+    assert builders["message"] >= 20 and builders["adding"] >= 5  # add: each Message rule, the argument, sizes
+    assert {family(c.field) for c in CASES if c.run.__qualname__.startswith("searching")} == {"query", "limit"}
+    assert builders["opening"] >= 20 and builders["yaml_doc"] >= 5
+    assert {"session_id", "message", "event"} <= fields
+    # Every section of a config document, and every part a memory config nests.
+    sections = {family(c.field) for c in CASES if c.error is ConfigError}
+    assert {"log", "memory", "agents", "memory_middleware", "<yaml>"} <= sections
+    assert {"memory.type", "memory.store", "memory.namespace", "memory.table", "memory.redis_url",
+            "memory.session_id"} <= fields
+    assert any(f.startswith("agents[0].memory.") for f in fields)
+    assert any(f.startswith("memory.backends[") for f in fields)
+    # Every size or duration a config takes has a zero, negative or otherwise impossible value, and
+    # each names a key the config really knows (a misspelt key would only test "unknown key").
+    sizes = {"memory.window_size", "memory.max_tokens", "memory.max_length", "memory.max_content_bytes",
+             "memory.read_timeout", "memory.ttl", "memory.top_k", "memory.summariser.max_chars", "log.partitions"}
+    assert sizes <= fields
+    known = set(configuration.COMMON_KEYS | configuration.COMPOSITE_KEYS).union(*configuration.VIEW_KEYS.values())
+    for c in CASES:
+        if c.error is ConfigError and c.field.startswith("memory.") and c.words != "unknown key":
+            assert family(c.field[len("memory."):]) in known, c.id
+        if c.field.startswith("log."):
+            assert c.field[len("log."):] in configuration.LOG_KEYS, c.id
+        if c.field.startswith("memory.summariser."):
+            assert c.field.rsplit(".", 1)[1] in configuration.SUMMARISER_KEYS, c.id
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

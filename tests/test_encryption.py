@@ -299,9 +299,24 @@ async def test_a_missing_or_bad_env_key_is_a_config_error_naming_the_middleware(
 
 def test_old_keys_from_env_are_checked_too(env_key: bytes) -> None:
     env = {"HELIX_ENCRYPTION_KEY": base64.b64encode(env_key).decode(), "HELIX_ENCRYPTION_OLD_KEYS": "abc, "}
-    with pytest.raises(ConfigError, match=r"HELIX_ENCRYPTION_OLD_KEYS\[0\]"):
+    with pytest.raises(ConfigError, match=r"HELIX_ENCRYPTION_OLD_KEYS\[0\]") as err:
         keys_from_env(env)
-    old = os.urandom(32)
-    env["HELIX_ENCRYPTION_OLD_KEYS"] = base64.b64encode(old).decode()
+    assert str(err.value) == "HELIX_ENCRYPTION_OLD_KEYS[0]: is not valid base64"
+    env["HELIX_ENCRYPTION_OLD_KEYS"] = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=, YWJj"
+    with pytest.raises(ConfigError) as err:
+        keys_from_env(env)
+    assert str(err.value) == "HELIX_ENCRYPTION_OLD_KEYS[1]: must decode to 32 bytes, got 3"
+    # The old key 00 01 .. 1f; its id and the session key it gives, worked out by hand (not by helix-es):
+    # id = HMAC-SHA256(key, "helix-es key id v1")[:16 hex]; session key = HKDF-SHA256(key, salt none,
+    # info "helix-es session key v1" + u32 len + "ns" + u32 len + "s", 32 bytes), RFC 5869.
+    old = bytes(range(32))
+    env["HELIX_ENCRYPTION_OLD_KEYS"] = " AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8= "
     keys = keys_from_env(env)
+    assert key_id_of(old) == "e957670409a95b5b"
+    assert keys.key("ns", "s", "e957670409a95b5b") == bytes.fromhex(
+        "433e0e8a4f9f60d86d40a153dc7557e3b6aecd3d79799ae85cc29a74ced36168")
     assert keys.key("ns", "s", key_id_of(old)) == DerivedSessionKeys.derive(old, "ns", "s")
+    assert keys.key("ns", "other", "e957670409a95b5b") != keys.key("ns", "s", "e957670409a95b5b")
+    assert keys.ring.current == key_id_of(env_key) != "e957670409a95b5b"  # the old key only opens
+    assert keys.current_key("ns", "s")[0] == key_id_of(env_key)
+    assert keys.key("ns", "s", "0000000000000000") is None

@@ -51,9 +51,12 @@ from helix_es.views.base import View
 from projectors.deadletter import Checker
 from projectors.lag import lag
 from tests import faults
-from tests.conftest import REQUIRE, ROOT, unique, wait_for
+from tests.conftest import REQUIRE, ROOT, Deadline, unique, wait_for
 
 PARTITIONS = 4
+# Private services boot in the module fixture, counted in its first test; each test waits up to 120 s
+# several times over. More than the 300 s default.
+pytestmark = pytest.mark.timeout(900)
 WORDS = ("alpha", "beta", "gamma", "delta", "Oslo", "weather", "tool", "path/to/file.py")
 SEED = int(os.environ.get("HELIX_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
 
@@ -222,7 +225,9 @@ async def read_log(bootstrap: str, prefix: str, topic: str) -> tuple[list[Record
         ends = await consumer.end_offsets(tps)
         await consumer.seek_to_beginning(*tps)
         done = {tp for tp in tps if ends[tp] == 0}
+        deadline = Deadline(120, f"every record of {topic} up to {ends}")
         while len(done) < len(tps):
+            deadline.check(f"partitions read to their end: {sorted(tp.partition for tp in done)}")
             batches = await consumer.getmany(timeout_ms=1000, max_records=20_000)
             for tp, messages in batches.items():
                 for m in messages:
@@ -421,12 +426,15 @@ async def test_broker_killed_and_restarted_during_concurrent_adds(private: Priva
     with running(projector):
         writers = asyncio.gather(*(writer(s) for s in sessions))
         try:
-            await asyncio.sleep(3)
+            await wait_for(lambda: asyncio.sleep(0, all(len(returned[s]) >= 5 for s in sessions)), 60,
+                           "every writer to add through the broker")
             private.kafka.kill()
-            await asyncio.sleep(2)
+            await asyncio.sleep(2)  # the outage: adds time out meanwhile
             private.kafka.launch()  # from this thread: see tests.faults
             await asyncio.to_thread(private.kafka.wait_ready)
-            await asyncio.sleep(4)
+            back = {s: len(returned[s]) for s in sessions}
+            await wait_for(lambda: asyncio.sleep(0, all(len(returned[s]) >= back[s] + 3 for s in sessions)), 90,
+                           "every writer to add again after the restart")
         finally:
             stop_adding.set()
             await asyncio.wait_for(writers, 120)
@@ -594,10 +602,13 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(mem.add(first), 0.05)
         retried = await mem.add(first)  # the retry: waits for the write under way
+        file = tmp_path / "log" / f"{names.topic('ns')}.log"
+        one = file.stat().st_size  # the first event
         lost = Message("user", "given up on")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(mem.add(lost), 0.05)
-        await asyncio.sleep(0.5)  # it lands meanwhile; nobody asks again
+        # It lands meanwhile, in its thread; nobody asks again.
+        await wait_for(lambda: asyncio.sleep(0, file.stat().st_size > one), 10, "the abandoned write to land")
         last = await mem.add(Message("user", "last"))
         assert (retried.offset, last.offset) == (0, 2)
         assert [m.content for m in await mem.get()] == ["first", "given up on", "last"]

@@ -25,7 +25,8 @@ from helix_es.model import names
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views.conversation import Conversation
-from tests.conftest import unique, wait_for
+from projectors.lag import lag
+from tests.conftest import Deadline, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,9 +70,11 @@ async def test_plain_aiokafka_and_fastavro_decode_every_event(kafka_bootstrap: s
                                 enable_auto_commit=False)
     await consumer.start()
     decoded: list[tuple[bytes, dict[str, Any]]] = []
+    deadline = Deadline(60, f"{sent} records on {topic}")
     try:
         while len(decoded) < sent:
-            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+            deadline.check(f"{len(decoded)} so far")
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), deadline.left() + 1)
             for records in batch.values():
                 for r in records:
                     assert r.value[:2] == b"\xc3\x01"
@@ -128,10 +131,23 @@ def write_config(tmp_path: Path, bootstrap: str, redis_url: str, namespace: str,
     return path
 
 
-def start_projector(cfg: Path, batch: int = 10) -> subprocess.Popen[str]:
+def start_projector(cfg: Path, batch: int = 10, log: Path | None = None) -> subprocess.Popen[str]:
+    """`helix-es project`; its stderr (progress lines every 0.5 s) to a pipe, or to `log` to read as it runs."""
     cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(cfg), "--batch-size", str(batch),
            "--progress", "0.5"]
-    return subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    if log is None:
+        return subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    with log.open("w") as err:  # the child keeps its own copy open
+        return subprocess.Popen(cmd, cwd=ROOT, stderr=err, text=True, env={**os.environ})
+
+
+async def caught_up(cfg: Path, timeout: float = 60) -> None:
+    """The projector's own checkpoints (what `helix-es lag` reads) are at the log's end on every partition."""
+    async def done() -> bool:
+        report = await lag(str(cfg))
+        return bool(report.partitions) and report.total() == 0
+
+    await wait_for(done, timeout, "the view's checkpoints to reach the end of every partition")
 
 
 async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
@@ -174,7 +190,8 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
         await producing
         proc = start_projector(cfg_path)
         await wait_for(lambda: _at_least(applied, total), 90, "the restarted projector")
-        await asyncio.sleep(1.0)  # anything duplicated would land now
+        # Anything applied twice would be in the view once the checkpoints cover every record.
+        await caught_up(cfg_path)
         snaps = await store.load(view, [SessionKey(ns, s) for s in sessions])
         for s in sessions:
             assert [m.content for m in snaps[SessionKey(ns, s)].state] == [f"{s}-{i}" for i in range(per_session)]
@@ -208,13 +225,20 @@ async def test_redelivered_events_change_nothing(tmp_path: Path, kafka_bootstrap
         assert await r.hdel(names.checkpoint_key("conversation"), *fields) == 1  # as if it never landed
         await r.aclose()
         await mem.add(Message("user", "after"))
-        proc = start_projector(cfg_path)
+        log = tmp_path / "second-projector.log"
+        proc = start_projector(cfg_path, log=log)
         try:
             assert await mem.get() == [*before, Message("user", "after")]
+            # It did read the five again from the partition's start: each was at or below the guard.
+            await caught_up(cfg_path)
+            await wait_for(lambda: asyncio.sleep(0, "conversation: 1 events applied, 5 re-deliveries skipped"
+                                                 in log.read_text()), 30, "a progress line counting them")
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
+            proc.communicate(timeout=30)
+        err = log.read_text()
         assert proc.returncode == 0, err
+        assert "stopped cleanly after 1 events" in err
 
 
 async def _more_than(count: Any, n: int) -> bool:

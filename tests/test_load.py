@@ -32,6 +32,8 @@ SCALE = {  # store: (sessions, adds per session)
     "postgres": (10, 100),
 }
 WINDOW = 8
+# About 60 s on a quiet machine, several times that on a busy one: more than the 300 s default.
+pytestmark = pytest.mark.timeout(900)
 
 
 def text(ns: str, sid: str, i: int) -> str:

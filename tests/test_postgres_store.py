@@ -218,14 +218,42 @@ async def test_a_batch_may_change_a_session_once(store: PostgresStore, key: Sess
         await store.apply(CONVERSATION, "t", 0, [Change(key, EMPTY, user("a"), 1)] * 2, 1)
 
 
-async def test_concurrent_first_use_creates_the_schema_once(store: PostgresStore) -> None:
-    stores = [PostgresStore(store.dsn) for _ in range(4)]
+async def test_concurrent_first_use_creates_the_schema_once(postgres_dsn: str) -> None:
+    """Eight stores in new processes' shoes (nothing made yet) use a database without the tables at
+    the same time: none fails (CREATE TABLE IF NOT EXISTS alone races on the catalog), and each
+    table exists once. A PostgreSQL schema of its own, first on the search_path, starts empty."""
+    schema = unique("race").replace("-", "_")
+    admin = await asyncpg.connect(postgres_dsn)
     try:
-        await asyncio.gather(*(s.checkpoint(WINDOW, unique("t"), 0) for s in stores))
-        await asyncio.gather(*(s.ensure_schema() for s in stores))
+        await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        tables = ("helix_checkpoints", "helix_view_messages", "helix_view_sessions")
+
+        async def made() -> list[str]:
+            rows = await admin.fetch("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                                     " WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname", schema)
+            return [r["relname"] for r in rows]
+
+        assert await made() == []
+        dsn = postgres_dsn + ("&" if "?" in postgres_dsn else "?") + f"search_path={schema}"
+        stores = [PostgresStore(dsn) for _ in range(8)]
+        try:
+            firsts = await asyncio.gather(*(s.checkpoint(WINDOW, unique("t"), 0) for s in stores[:4]),
+                                          *(s.ensure_schema() for s in stores[4:]), return_exceptions=True)
+            assert [f for f in firsts if isinstance(f, BaseException)] == []
+            assert firsts[:4] == [None] * 4  # no checkpoint yet, read from the new tables
+            await asyncio.gather(*(s.ensure_schema() for s in stores))  # again: nothing to do, no error
+            assert await made() == sorted(tables)  # each once, in the new schema
+            key = SessionKey(unique("ns"), unique("s"))
+            await stores[0].apply(CONVERSATION, "t", 0, [Change(key, EMPTY, user("a"), 1)], 1)
+            assert texts((await stores[7].read(CONVERSATION, key)).state) == ["a"]
+            assert await admin.fetchval(f"SELECT count(*) FROM {schema}.helix_view_messages") == 1
+        finally:
+            for s in stores:
+                await s.close()
     finally:
-        for s in stores:
-            await s.close()
+        await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await admin.close()
 
 
 def test_nul_character_is_refused_before_it_reaches_any_store() -> None:

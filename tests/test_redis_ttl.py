@@ -6,7 +6,6 @@ every write; an expired session reads as empty. The memory and PostgreSQL stores
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from helix_es.views.base import View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.token_window import TokenWindow
-from tests.conftest import unique
+from tests.conftest import unique, wait_for
 from tests.seed_examples import MULTI_TENANT_REDIS
 
 VIEWS: dict[str, dict[str, Any]] = {
@@ -120,7 +119,7 @@ async def test_an_expired_session_reads_as_empty_and_starts_afresh(
     async with open_memory(cfg, session_id=session_id) as mem:
         await mem.add(Message("user", "soon forgotten"))
         assert [m.content for m in await mem.get()] == ["soon forgotten"]
-        await asyncio.sleep(0.6)
+        await wait_for(lambda: _gone(redis_client, data, guard), 10, "Redis to expire the session's keys")
         assert await redis_client.exists(data, guard) == 0
         assert await mem.get() == []
         assert await mem.search("forgotten") == []
@@ -147,7 +146,7 @@ async def test_a_session_that_expired_before_its_writer_read_it_reads_as_empty(
     cfg["memory"]["read_timeout"] = 2
     async with open_memory(cfg, session_id=session_id) as mem:
         await mem.add(Message("user", "written, then expired unread"))
-        await asyncio.sleep(0.5)
+        await wait_for(lambda: _gone(redis_client, *keys_of(cfg, session_id)), 10, "Redis to expire the keys")
         assert await redis_client.exists(*keys_of(cfg, session_id)) == 0
         assert await mem.get() == []  # not a ConsistencyTimeout
 
@@ -192,16 +191,32 @@ async def test_the_projectors_fold_sets_the_ttl_and_checkpoints_never_expire(
         await store.close()
 
 
-async def test_memory_store_ignores_ttl(tmp_path: Path, session_id: str) -> None:
-    """TTL is a Redis feature, as in the seed: in-process views keep the session."""
+async def test_memory_store_ignores_ttl(
+    tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, session_id: str
+) -> None:
+    """TTL is a Redis feature, as in the seed: in-process views keep the session. The control: the
+    same view and ttl in Redis, written at the same time, does expire; once it has, the in-process
+    one is past its ttl too, and still holds the session."""
+    ns = unique("ttl")
     cfg = {
         "log": {"type": "embedded", "path": str(tmp_path / "log")},
-        "memory": {"type": "sliding-window", "window_size": 5, "ttl": "50ms", "namespace": unique("ttl")},
+        "memory": {"type": "sliding-window", "window_size": 5, "ttl": "50ms", "namespace": ns},
     }
-    async with open_memory(cfg, session_id=session_id) as mem:
+    control = config(tmp_path / "control", redis_url, "sliding-window", ns, ttl="50ms")
+    async with open_memory(cfg, session_id=session_id) as mem, open_memory(control, session_id=session_id) as red:
+        assert load_config(cfg).memory.view.ttl == load_config(control).memory.view.ttl == 0.05
         await mem.add(Message("user", "kept"))
-        await asyncio.sleep(0.1)
-        assert [m.content for m in await mem.get()] == ["kept"]
+        await red.add(Message("user", "kept"))
+        await wait_for(lambda: _gone(redis_client, *keys_of(control, session_id)), 10,
+                       "the Redis control to expire (50 ms)")
+        assert await red.get() == []  # expired there
+        assert [m.content for m in await mem.get()] == ["kept"]  # not here
+        await mem.add(Message("user", "still"))
+        assert [m.content for m in await mem.get()] == ["kept", "still"]
+
+
+async def _gone(client: aioredis.Redis, *keys: str) -> bool:
+    return await client.exists(*keys) == 0
 
 
 def test_ttl_is_not_part_of_a_views_identity() -> None:

@@ -55,7 +55,7 @@ from helix_es.model.events import MessageAdded, SessionErased, SummaryRecorded
 from helix_es.stores.redis.keys import RedisKeyStore
 from projectors.lag import lag
 from projectors.rebuild import rebuild
-from tests.conftest import start_projector, unique
+from tests.conftest import Deadline, start_projector, unique
 
 H = uuid.uuid4().hex[:8]  # the secrets are this run's own: finding one anywhere is a leak
 ALICE_SECRETS = [f"NO93-8601-{H}", f"hunter2-pw-{H}", f"Ünïcødé-Straße-{H}", f"1 Main St {H}"]
@@ -96,7 +96,7 @@ async def kafka_bytes(bootstrap: str, prefix: str) -> tuple[bytes, int]:
     """Every record (key, value, headers) of every topic whose name starts with `prefix`."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     chunks: list[bytes] = []
     count = 0
@@ -107,7 +107,9 @@ async def kafka_bytes(bootstrap: str, prefix: str) -> tuple[bytes, int]:
         ends = await consumer.end_offsets(tps)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        deadline = Deadline(120, f"every record of {len(tps)} partitions")
         while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            deadline.check(f"read {count} records")
             for records in (await consumer.getmany(timeout_ms=1000)).values():
                 for r in records:
                     count += 1

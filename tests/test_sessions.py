@@ -244,10 +244,16 @@ async def test_sessions_are_isolated_through_kafka_and_redis(
 
 
 async def test_holder_swaps_never_tear_a_request(tmp_path: Path) -> None:
+    """300 requests each take the current memory from the holder (as an agent does, once per request)
+    while another task keeps swapping it; swaps land mid-request. Each request's two writes and two
+    reads all reach the one memory it took: never split across the two, whatever the holder says meanwhile."""
     cfg = load_config(embedded(tmp_path))
     async with open_memory(cfg, session_id="blue") as blue, open_memory(cfg, session_id="green") as green:
         holder = MemoryHolder(blue)
         stop = asyncio.Event()
+        took: dict[int, Memory] = {}
+        seen: dict[int, list[list[str]]] = {}
+        swapped_mid_request = 0
 
         async def swapper() -> int:
             swaps = 0
@@ -259,17 +265,39 @@ async def test_holder_swaps_never_tear_a_request(tmp_path: Path) -> None:
             return swaps
 
         async def request(n: int) -> None:
+            nonlocal swapped_mid_request
+            for _ in range(n % 11):  # requests arrive spread over the swaps, not all in one tick
+                await asyncio.sleep(0)
             mem = holder.get()  # once per request: a swap mid-request cannot split it across memories
-            await mem.add(Message("user", f"req-{n}"))
+            took[n] = mem
+            await mem.add(Message("user", f"req-{n}-a"))
             await asyncio.sleep(0)
-            assert f"req-{n}" in contents(await mem.get())
+            first = contents(await mem.get())
+            await asyncio.sleep(0)
+            if holder.peek() is not mem:
+                swapped_mid_request += 1
+            await mem.add(Message("user", f"req-{n}-b"))
+            await asyncio.sleep(0)
+            second = contents(await mem.get())
+            seen[n] = [first, second]
+            assert f"req-{n}-a" in first
+            assert second.index(f"req-{n}-a") < second.index(f"req-{n}-b")
 
         swapping = asyncio.create_task(swapper())
         await asyncio.gather(*(request(n) for n in range(300)))
         stop.set()
         assert await swapping > 10
         stored = contents(await blue.get()) + contents(await green.get())
-        assert sorted(stored) == sorted(f"req-{n}" for n in range(300))  # each request wrote to one memory
+        assert sorted(stored) == sorted(f"req-{n}-{x}" for n in range(300) for x in "ab")  # each once
+        # The requests read the holder while it moved: both memories served some, and swaps came mid-request.
+        assert {m.session_id for m in took.values()} == {"blue", "green"}
+        assert swapped_mid_request > 0, "no swap landed mid-request: the test tested nothing"
+        final = {"blue": set(contents(await blue.get())), "green": set(contents(await green.get()))}
+        for n, mem in took.items():
+            mine, other = final[mem.session_id], final["green" if mem is blue else "blue"]
+            assert {f"req-{n}-a", f"req-{n}-b"} <= mine, n  # both writes in the memory it took
+            for read in seen[n]:  # and every read showed that memory, nothing of the other
+                assert set(read) <= mine and not set(read) & other, n
 
 
 def test_holder_swap_is_atomic_across_threads() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ from helix_es.config import load_config
 from helix_es.model.events import SummaryRecorded
 from helix_es.projection.factory import open_log
 from helix_es.views.summary import Summary, split
+from projectors.lag import lag
 from tests.conftest import unique, wait_for
 from tests.model_server import ModelServer
 
@@ -138,11 +138,24 @@ async def test_kafka_projector_records_summaries_in_postgres_and_rebuilds_withou
         cfg["memory"]["consistency"] = "eventual"
         async with open_memory(cfg, session_id="s") as mem:
             await wait_for(lambda: _equals(mem, before), 60, "the rebuilt view")
-        await asyncio.sleep(0.5)
+        # Past the point where it would have asked the model: its checkpoints cover the whole log,
+        # the recorded summaries included (a summary it made now would be a new record, and lag).
+        await wait_for(lambda: _caught_up(path), 60, "the rebuilding projector to reach the log's end")
+        assert await mem_get(cfg) == before
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert model_server.count("/chat/completions") == calls
+
+
+async def _caught_up(path: Path) -> bool:
+    report = await lag(str(path))
+    return bool(report.partitions) and report.total() == 0
+
+
+async def mem_get(cfg: dict[str, Any]) -> list[Message]:
+    async with open_memory(cfg, session_id="s") as mem:
+        return await mem.get()
 
 
 async def _equals(mem: Any, expected: list[Message]) -> bool:

