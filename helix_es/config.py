@@ -236,7 +236,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges; the keys it brings may repeat
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) or key is None:
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
@@ -346,7 +346,8 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         if doc.get("log") is not None and log.type == "kafka":
             raise ConfigError("log.type", "store: file keeps memory in local files; it needs the embedded log")
         if len(files) > 1:
-            raise ConfigError(where, f"the parts of one memory must share one file_path, got {sorted(files)}")
+            found = sorted(str(f) for f in files)
+            raise ConfigError(where, f"the parts of one memory must share one file_path, got {found}")
         # The file store is the embedded log, kept in log/ beside its JSON exports.
         (path,) = files
         log = replace(log, type="embedded", path=str(Path(path).parent / "log"))  # type: ignore[arg-type]

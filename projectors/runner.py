@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -104,7 +104,7 @@ class Progress:
     refolds: int = 0  # partitions refolded from the start because their checkpoint vanished
 
 
-class _SeekToCheckpoint(ConsumerRebalanceListener):
+class _SeekToCheckpoint(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
     def __init__(self, projector: Projector) -> None:
         self.p = projector
 
@@ -376,7 +376,7 @@ async def supervise(projector: Runnable, stop: asyncio.Event) -> Progress:
             delay = min(delay * 2, RESTART_MAX)
 
 
-async def run_projectors(projectors: list[Runnable], stop: asyncio.Event) -> list[Progress]:
+async def run_projectors(projectors: Sequence[Runnable], stop: asyncio.Event) -> list[Progress]:
     """Run several views side by side until `stop`, each restarted after outages; a fault stops them all."""
     tasks = [asyncio.create_task(supervise(p, stop)) for p in projectors]
     try:

@@ -86,12 +86,14 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
                 f"({fifth.time.isoformat()[:23]}): {_short(messages)}", view=view, offset=fifth.position.offset,
                 messages=[json.loads(m.to_json()) for m in messages])
     if config_path is None:  # a second backend, built from the history alone (the embedded default)
+        assert isinstance(config, dict)  # the embedded demo's own config
         second = {"log": config["log"], "memory": {"type": "token-window", "max_tokens": 60, "namespace": "demo"}}
-        report = await rebuild(second)
+        rebuilt_report = await rebuild(second)
         async with open_memory(second, session_id=names["alice"]) as rebuilt:
             got = await rebuilt.get()
-        out("rebuild", "\n" + f"rebuilt a token-window of 60 tokens from the log: {report.events} events into "
-            f"{report.target}; alice's window there: {_short(got)}", target=report.target, events=report.events,
+        out("rebuild", "\n" + f"rebuilt a token-window of 60 tokens from the log: {rebuilt_report.events} events "
+            f"into {rebuilt_report.target}; alice's window there: {_short(got)}", target=rebuilt_report.target,
+            events=rebuilt_report.events,
             get=[json.loads(m.to_json()) for m in got])
 
 

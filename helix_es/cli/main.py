@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     try:
-        return asyncio.run(args.run(args))
+        code: int = asyncio.run(args.run(args))
+        return code
     except (ConfigError, InvalidInput) as exc:
         print(f"helix-es: {exc}", file=sys.stderr)
         return 2

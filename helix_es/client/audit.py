@@ -54,6 +54,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
+from helix_es.views.long_term import LongTerm
 from helix_es.views.vector import Vector
 
 __all__ = [
@@ -288,10 +289,9 @@ def _fresh_projection(part: MemoryConfig) -> Projection:
     memory = replace(part, store="memory")
     if isinstance(part.view, View):
         return open_projection(memory, MemoryStore())
-    view = part.view
-    if "store" in {f.name for f in fields(view)}:  # long-term picks its store from its own options
-        view = replace(view, store="memory")
-    return open_projection(replace(memory, view=view))
+    if isinstance(part.view, LongTerm):  # long-term picks its store from its own options
+        memory = replace(memory, view=replace(part.view, store="memory"))
+    return open_projection(memory)
 
 
 async def _fold(part: MemoryConfig, records: Sequence[Record], key: SessionKey) -> list[Message]:

@@ -54,7 +54,7 @@ class KeyPartitioner:
 
     def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
         if key is None:
-            return DefaultPartitioner()(key, all_partitions, available)
+            return int(DefaultPartitioner()(key, all_partitions, available))
         hashed = self._hashes.get(key)
         if hashed is None:
             if len(self._hashes) >= self.keep:

@@ -151,14 +151,11 @@ def target_projection(memory: MemoryConfig, target: str, store: ViewStore | None
     if isinstance(view, View):
         if store is None:
             raise ValueError(f"{view.name}: a session view's target projection needs the store it writes through")
-        projection = open_projection(memory, target_store(store, view, target))
-    else:
-        if isinstance(view, LongTerm) and view.store == "postgres":
-            # Long-term rows carry no view column: another target is another table.
-            memory = replace(memory, view=replace(view, table=target_table(view.table, view.name, target)))
-        projection = open_projection(memory)
-    projection.name = target  # names checkpoints, keys, rows and the consumer group
-    return projection
+        return open_projection(memory, target_store(store, view, target), name=target)
+    if isinstance(view, LongTerm) and view.store == "postgres":
+        # Long-term rows carry no view column: another target is another table.
+        memory = replace(memory, view=replace(view, table=target_table(view.table, view.name, target)))
+    return open_projection(memory, name=target)
 
 
 # --- the read side: follow the alias ---

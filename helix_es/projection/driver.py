@@ -27,6 +27,14 @@ async def once(what: str, call: Callable[[], Awaitable[T]]) -> T:
     return await call()
 
 
+def _call(append: Append, event: Event) -> Callable[[], Awaitable[Applied]]:
+    async def call() -> Applied:
+        await append(event)
+        return Applied(0)
+
+    return call
+
+
 @dataclass
 class Driver:
     """Applies batches to `projection` and hands what it derived to `append` (None: dropped).
@@ -46,7 +54,7 @@ class Driver:
         append = self.append
         if append is not None:
             for event in applied.derived:
-                await self.retry(f"appending what {where} derived", lambda event=event: append(event))  # type: ignore[misc]
+                await self.retry(f"appending what {where} derived", _call(append, event))
         return applied
 
     async def replay(

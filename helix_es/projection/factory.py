@@ -5,7 +5,7 @@ Store kinds are looked up in `helix_es.stores.registry`; nothing else decides be
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.codec import Codec
@@ -78,8 +78,19 @@ def open_aliases(memory: MemoryConfig) -> AliasStore:
     return kind.aliases(_located(memory, kind, f"store: {kind.name}"))
 
 
-def open_projection(memory: MemoryConfig, store: ViewStore | None = None) -> Projection:
-    """The projection a memory config describes; session views use `store` (else their own)."""
+def open_projection(memory: MemoryConfig, store: ViewStore | None = None, *, name: str | None = None) -> Projection:
+    """The projection a memory config describes; session views use `store` (else their own).
+
+    `name` (a rebuild target) names its checkpoints, keys, rows and consumer group in place of the
+    view's name; derived events keep the view's own name, so every target reuses what was recorded.
+    """
+    projection = _open(memory, store)
+    if name is not None:
+        projection.name = name
+    return projection
+
+
+def _open(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | VectorProjection | Any:
     view = memory.view
     if isinstance(view, LongTerm):
         # A new projection owning its connection (opened lazily, on first use).
@@ -87,7 +98,7 @@ def open_projection(memory: MemoryConfig, store: ViewStore | None = None) -> Pro
         if kind is None:
             raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {view.store!r}")
         where = _located(memory, kind, f"a {kind.name} long-term memory")
-        return cast(Projection, kind.long_term(where, view.table, view.name))
+        return kind.long_term(where, view.table, view.name)
     if isinstance(view, Vector):
         kind = registry.KINDS.get(memory.store)
         if kind is None or kind.vectors is None:

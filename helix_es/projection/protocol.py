@@ -19,8 +19,15 @@ from helix_es.stores.ports import Applied, SessionKey
 
 
 class Projection(Protocol):
-    name: str  # the view's name: consumer group, keys, checkpoints
-    kind: str  # the store's kind: memory | redis | postgres
+    @property
+    def name(self) -> str:
+        """The view's (or its target's) name: consumer group, keys, checkpoints."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The store's kind: memory | redis | postgres."""
+        ...
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         """Fold one topic-partition's records (offset order) and its checkpoint in one atomic step.

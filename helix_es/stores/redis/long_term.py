@@ -246,7 +246,7 @@ class RedisLongTerm:
             else:
                 rows.append(["-", offset, op.namespace, str(at), "", ""])  # other events: only the checkpoint moves
         ops_json = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-        args = [field, self.name, int(field in self._seen), ops_json]
+        args: list[str | int] = [field, self.name, int(field in self._seen), ops_json]
         applied = await self._run("apply", [names.checkpoint_key(self.name)], args)
         if applied == -1:
             self._seen.discard(field)
