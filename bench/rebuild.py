@@ -33,8 +33,8 @@ import fastavro
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helix_es import names  # noqa: E402
 from helix_es.log.codec import Codec, fingerprint  # noqa: E402
+from helix_es.model import names  # noqa: E402
 from helix_es.model.events import Event, MemoryCleared, MessageAdded  # noqa: E402
 from helix_es.model.message import Message, ToolCall  # noqa: E402
 from projectors.rebuild import rebuild  # noqa: E402

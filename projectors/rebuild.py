@@ -40,22 +40,19 @@ import json
 import logging
 import os
 import re
-import struct
 import sys
 import time
-import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from helix_es.config import Config, LogConfig, MemoryConfig
-from helix_es.log.codec import HEADER_LEN as HEADER
-from helix_es.log.codec import Codec
+from helix_es.log.replay import DEFAULT_BATCH, Checkpoint, EmbeddedSource, KafkaSource, Source
 from helix_es.model import names
-from helix_es.model.errors import ConfigError, HelixError, LogCorrupted
-from helix_es.model.events import Position, Record
+from helix_es.model.errors import ConfigError, HelixError
+from helix_es.model.events import Record
 from helix_es.model.names import alias_id, check_target, next_target
 from helix_es.projection.aliases import resolve_alias, target_projection, target_store
 from helix_es.projection.factory import open_aliases
@@ -67,15 +64,8 @@ from projectors.deadletter import Checker
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH = 5000  # events per atomic write: big enough that a write costs little per event
-FETCH_BYTES = 4 << 20  # per partition and fetch
-DECODE_SLICE = 1000  # records decoded between looks at the write in flight (~10 ms)
 HANDOVER_SECONDS = 30.0
 HANDOVER_GRACE = 2.0  # folding on after a service announced the target: it joins its group meanwhile
-# Caught up: read to the ends seen last, and a second look finds at most this many more. Under steady
-# writes "none more" may never come; the few left are folded after the switch (the hand-over, or the
-# serving process's own catch-up), never lost: the target's checkpoints say where it stands.
-CAUGHT_UP_LAG = 1000
 
 
 class RebuildError(HelixError):
@@ -245,365 +235,6 @@ class ProjectionSink:
         return (await self.projection.apply(records, live=False)).events if records else 0
 
 
-# --- where the events come from ---
-
-
-class Source(Protocol):
-    read_count: int
-    skipped: int
-
-    def lag(self) -> int: ...
-
-    def read(self, finished: Callable[[], Awaitable[bool]], *, at_end: bool) -> AsyncIterator[list[Record]]:
-        """Batches of one topic-partition each. With `at_end`, `finished` is asked once everything seen
-        is read; else about twice a second."""
-        ...
-
-    async def namespaces(self) -> list[str]: ...
-
-    async def close(self) -> None: ...
-
-
-Checkpoint = Callable[[str, int], Awaitable["int | None"]]
-
-
-class KafkaSource:
-    """Every `<prefix>.<namespace>` topic, every partition, from a checkpoint on: no consumer group."""
-
-    def __init__(self, log_config: LogConfig, checkpoint: Checkpoint, *, batch: int = DEFAULT_BATCH,
-                 codec: Codec | None = None, only: Sequence[tuple[str, int]] | None = None) -> None:
-        from aiokafka import AIOKafkaConsumer
-
-        self.only = None if only is None else {tuple(tp) for tp in only}  # a worker's share of the partitions
-        self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
-        self.prefix = log_config.topic_prefix
-        self.pattern = re.compile(names.topic_pattern(self.prefix))
-        self.checkpoint = checkpoint
-        self.batch = batch
-        self.codec = codec or Codec()
-        self.check = Checker(self.prefix)  # what the projector dead-letters, this skips
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=log_config.bootstrap_servers, enable_auto_commit=False,
-            auto_offset_reset="earliest", isolation_level="read_committed",
-            max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=16 * FETCH_BYTES, fetch_max_wait_ms=100,
-        )
-        self.bootstrap_servers = log_config.bootstrap_servers
-        self.admin: Any = None
-        self.positions: dict[Any, int] = {}  # TopicPartition -> next offset to read
-        self.ends: dict[Any, int] = {}
-        self.read_count = 0
-        self.skipped = 0
-        self._started = False
-
-    async def start(self) -> None:
-        await self.consumer.start()
-        self._started = True
-        await self._discover()
-        await self._refresh_ends()
-
-    async def _topics(self) -> dict[str, list[int]]:
-        """Every namespace topic of the deployment and its partitions."""
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        if self.admin is None:
-            self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-            await self.admin.start()
-        topics = sorted(t for t in await self.admin.list_topics() if self.pattern.fullmatch(t))
-        if not topics:
-            return {}
-        described = await self.admin.describe_topics(topics)
-        return {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described
-                if d["error_code"] == 0}
-
-    async def _discover(self) -> None:
-        """Assign every partition of every namespace topic; new ones start at their checkpoint + 1."""
-        from aiokafka import TopicPartition
-
-        found = [TopicPartition(t, p) for t, parts in (await self._topics()).items() for p in parts
-                 if self.only is None or (t, p) in self.only]
-        new = [tp for tp in found if tp not in self.positions]
-        if not new:
-            return
-        for tp in new:
-            done = await self.checkpoint(tp.topic, tp.partition)
-            self.positions[tp] = 0 if done is None else done + 1
-        self.consumer.assign(list(self.positions))
-        for tp, offset in self.positions.items():  # assign() forgets positions: set them all again
-            self.consumer.seek(tp, offset)
-
-    async def _refresh_ends(self) -> None:
-        if self.positions:
-            self.ends = dict(await self.consumer.end_offsets(list(self.positions)))
-
-    def _read_all(self) -> bool:
-        return all(self.positions[tp] >= end for tp, end in self.ends.items())
-
-    def lag(self) -> int:
-        return sum(max(0, end - self.positions.get(tp, 0)) for tp, end in self.ends.items()) // self.slice[1]
-
-    async def namespaces(self) -> list[str]:
-        return sorted(names.namespace_of(t, self.prefix) for t in await self._topics())
-
-    def _decode(self, topic: str, partition: int, messages: Sequence[Any]) -> list[Record]:
-        decode, check = self.codec.decode, self.check
-        k, n = self.slice
-        out = []
-        for m in messages:
-            if n > 1 and zlib.crc32(m.key or b"") % n != k:
-                continue  # another worker's session (the key is the session id)
-            self.read_count += 1
-            try:
-                event = decode(m.value)
-                check(event, topic, m.key)
-            except Exception:  # the projector dead-letters it: the view never had it
-                self.skipped += 1
-                continue
-            out.append(Record(event, Position(topic, partition, m.offset)))
-        return out
-
-    async def read(self, finished: Callable[[], Awaitable[bool]], *, at_end: bool) -> AsyncIterator[list[Record]]:
-        next_look = time.monotonic() + 0.5
-        quiet = 0
-        while True:
-            if at_end and self._read_all():
-                await self._discover()
-                await self._refresh_ends()
-                if self.lag() <= CAUGHT_UP_LAG and await finished():
-                    return
-                continue
-            if not at_end and time.monotonic() >= next_look:
-                next_look = time.monotonic() + 0.5
-                if await finished():
-                    return
-                await self._discover()
-                await self._refresh_ends()
-            if not self.positions:  # no topic yet: a consumer with nothing assigned would wait for ever
-                await asyncio.sleep(0.2)
-                continue
-            # Up to a batch per partition: getmany's limit is for all of them together.
-            limit = self.batch * min(len(self.positions), 16)
-            batches = await self.consumer.getmany(timeout_ms=200, max_records=limit)
-            quiet = 0 if batches else quiet + 1
-            for tp, messages in batches.items():
-                if not messages:
-                    continue
-                self.positions[tp] = messages[-1].offset + 1
-                records: list[Record] = []
-                for start in range(0, len(messages), DECODE_SLICE):
-                    records += self._decode(tp.topic, tp.partition, messages[start : start + DECODE_SLICE])
-                    await asyncio.sleep(0)  # the write in flight takes its next round trip meanwhile
-                if records:
-                    yield records
-            if quiet >= 5:  # nothing for a second: the fetcher may sit past gaps (control records)
-                for tp in self.positions:
-                    self.positions[tp] = max(self.positions[tp], await self.consumer.position(tp))
-                quiet = 0
-
-    async def close(self) -> None:
-        if self._started:
-            await self.consumer.stop()
-        if self.admin is not None:
-            await self.admin.close()
-
-
-_FRAME = struct.Struct(">II")
-
-
-def _session_of(data: bytes) -> bytes | None:
-    """The session id of an encoded event, read without decoding it (None if it cannot be read so).
-
-    Every envelope version starts with event_id, namespace and session_id, three Avro strings: a
-    zig-zag varint length, then the bytes. A worker uses it to skip other workers' sessions cheaply.
-    """
-    pos = HEADER
-    try:
-        for field_no in range(3):
-            length = shift = 0
-            while True:
-                byte = data[pos]
-                pos += 1
-                length |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-            length = (length >> 1) ^ -(length & 1)
-            if field_no == 2:
-                return data[pos : pos + length] if 0 <= length <= len(data) - pos else None
-            pos += length
-    except IndexError:
-        return None
-    return None
-
-
-class _LogReader:
-    """One embedded log file, read without its writer's lock: the serving process keeps appending."""
-
-    def __init__(self, path: Path, topic: str) -> None:
-        from helix_es.log.embedded import MAGIC
-
-        self.path = path
-        self.topic = topic
-        self.file = open(path, "rb", buffering=1 << 20)  # noqa: SIM115 (closed by close())
-        if self.file.read(len(MAGIC)) != MAGIC:
-            self.file.close()
-            raise LogCorrupted(f"{path} is not a helix-es log (bad magic)")
-        self.pos = len(MAGIC)  # byte position of the next frame
-        self.index = 0  # its offset
-        self.bad: int | None = None  # a complete frame whose checksum fails: corrupt unless it heals
-
-    def skip(self, start: int) -> None:
-        """Move past the frames before offset `start`, reading only their headers."""
-        f = self.file
-        f.seek(self.pos)
-        while self.index < start:
-            head = f.read(_FRAME.size)
-            if len(head) < _FRAME.size:
-                break
-            length = _FRAME.unpack(head)[0]
-            if self.pos + _FRAME.size + length > os.fstat(f.fileno()).st_size:
-                break
-            f.seek(length, os.SEEK_CUR)
-            self.pos += _FRAME.size + length
-            self.index += 1
-
-    def frames(self, limit: int) -> list[tuple[int, bytes]]:
-        f = self.file
-        f.seek(self.pos)
-        out: list[tuple[int, bytes]] = []
-        while len(out) < limit:
-            head = f.read(_FRAME.size)
-            if len(head) < _FRAME.size:
-                break
-            length, crc = _FRAME.unpack(head)
-            data = f.read(length)
-            if len(data) < length:
-                break  # still being appended
-            if zlib.crc32(data) != crc:
-                self.bad = self.pos
-                break
-            self.bad = None
-            out.append((self.index, data))
-            self.pos += _FRAME.size + length
-            self.index += 1
-        return out
-
-    def ready(self) -> bool:
-        """A whole frame waits at the read position (it is not consumed)."""
-        f = self.file
-        f.seek(self.pos)
-        head = f.read(_FRAME.size)
-        if len(head) < _FRAME.size or self.bad == self.pos:
-            return False
-        return self.pos + _FRAME.size + _FRAME.unpack(head)[0] <= os.fstat(f.fileno()).st_size
-
-    def remaining_bytes(self) -> int:
-        return max(0, os.fstat(self.file.fileno()).st_size - self.pos)
-
-    def close(self) -> None:
-        self.file.close()
-
-
-class EmbeddedSource:
-    """Every namespace file of an embedded log, from a checkpoint on, while its owner keeps appending."""
-
-    def __init__(self, log_config: LogConfig, checkpoint: Checkpoint, *, batch: int = DEFAULT_BATCH,
-                 codec: Codec | None = None, only: Sequence[tuple[str, int]] | None = None) -> None:
-        self.only = None if only is None else {topic for topic, _ in only}  # a worker's share of the files
-        self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
-        self.path = Path(log_config.path).resolve()
-        self.prefix = log_config.topic_prefix
-        self.checkpoint = checkpoint
-        self.batch = batch
-        self.codec = codec or Codec()
-        self.readers: dict[str, _LogReader] = {}
-        self.read_count = 0
-        self.skipped = 0
-        self._bytes = 0
-
-    async def namespaces(self) -> list[str]:
-        if not self.path.is_dir():
-            return []
-        head = self.prefix + "."
-        found = (p.name[len(head) : -len(".log")] for p in self.path.glob(f"{head}*.log"))
-        return sorted(ns for ns in found if names.NAMESPACE_RE.fullmatch(ns))
-
-    async def _discover(self) -> None:
-        for ns in await self.namespaces():
-            if ns not in self.readers and (self.only is None or names.topic(ns, self.prefix) in self.only):
-                topic = names.topic(ns, self.prefix)
-                reader = _LogReader(self.path / f"{topic}.log", topic)
-                done = await self.checkpoint(topic, 0)
-                reader.skip(0 if done is None else done + 1)
-                self.readers[ns] = reader
-
-    def lag(self) -> int:
-        left = sum(r.remaining_bytes() for r in self.readers.values())
-        per_event = self._bytes / self.read_count / self.slice[1] if self.read_count else 200
-        return round(left / max(per_event, 1) / self.slice[1])
-
-    async def read(self, finished: Callable[[], Awaitable[bool]], *, at_end: bool) -> AsyncIterator[list[Record]]:
-        decode = self.codec.decode
-        k, n = self.slice
-        next_look = time.monotonic() + 0.5
-        strikes = 0
-        while True:
-            await self._discover()
-            got_any = False
-            for reader in list(self.readers.values()):
-                frames = reader.frames(self.batch)
-                if not frames:
-                    continue
-                got_any = True
-                records = []
-                for i, (offset, data) in enumerate(frames, 1):
-                    if i % DECODE_SLICE == 0:
-                        await asyncio.sleep(0)  # the write in flight takes its next round trip meanwhile
-                    self._bytes += len(data) + _FRAME.size
-                    if n > 1:
-                        session = _session_of(data)
-                        if (zlib.crc32(session) % n if session is not None else 0) != k:
-                            continue  # another worker's session: not even decoded
-                    self.read_count += 1
-                    try:
-                        records.append(Record(decode(data), Position(reader.topic, 0, offset)))
-                    except Exception as exc:
-                        self.skipped += 1
-                        log.warning("%s@%d cannot be decoded (%s); skipped", reader.topic, offset, exc)
-                yield records
-                await asyncio.sleep(0)
-            if at_end and not got_any:
-                await asyncio.sleep(0.05)  # "then checked again": a frame may be landing right now
-                await self._discover()
-                if any(r.ready() for r in self.readers.values()) and self.lag() > CAUGHT_UP_LAG:
-                    continue
-                damaged = [r for r in self.readers.values() if r.bad is not None]
-                if damaged:
-                    # A frame being written can read torn for a moment; one that stays so is damage.
-                    strikes += 1
-                    r = damaged[0]
-                    if strikes >= 3:
-                        raise LogCorrupted(f"{r.path} is damaged at byte {r.bad} (frame {r.index}): "
-                                           "a checksum mismatch; its owner refuses to open it too")
-                    for r in damaged:
-                        r.bad = None
-                    await asyncio.sleep(0.2)
-                    continue
-                strikes = 0
-                if await finished():
-                    return
-            if not at_end and time.monotonic() >= next_look:
-                next_look = time.monotonic() + 0.5
-                if await finished():
-                    return
-            if not got_any:
-                await asyncio.sleep(0.05)
-
-    async def close(self) -> None:
-        for r in self.readers.values():
-            r.close()
-        self.readers.clear()
-
-
 # --- progress on stderr ---
 
 
@@ -706,10 +337,13 @@ async def _fold_all(source: Source, sink: Sink, status: Status, finished: Callab
 
 
 def _open_source(log_config: LogConfig, checkpoint: Checkpoint, batch: int,
-                 only: Sequence[tuple[str, int]] | None = None) -> KafkaSource | EmbeddedSource:
+                 only: Sequence[tuple[str, int]] | None = None) -> Source:
+    """Where a rebuild reads `log_config`'s log from: every namespace, from `checkpoint` on."""
     if log_config.type == "kafka":
-        return KafkaSource(log_config, checkpoint, batch=batch, only=only)
-    return EmbeddedSource(log_config, checkpoint, batch=batch, only=only)
+        # What the projector dead-letters, the rebuild skips.
+        return KafkaSource(log_config.bootstrap_servers, log_config.topic_prefix, checkpoint,
+                           check=Checker(log_config.topic_prefix), batch=batch, only=only)
+    return EmbeddedSource(log_config.path, log_config.topic_prefix, checkpoint, batch=batch, only=only)
 
 
 async def _always() -> bool:
@@ -748,7 +382,7 @@ async def rebuild(
     aliases = open_aliases(part)
     store = open_store(part) if isinstance(part.view, View) else None
     projection: Projection | None = None
-    source: KafkaSource | EmbeddedSource | None = None
+    source: Source | None = None
     try:
         old = await resolve_alias(aliases, alias, name)
         target = check_target(into) if into else next_target(name, sorted({*await aliases.targets(alias), old}))
@@ -765,8 +399,7 @@ async def rebuild(
             await _in_workers(config, part, target, shards, batch_size, status, on_progress)
         # What is left (all of it without workers, else what arrived meanwhile), in this process.
         source = _open_source(log_config, projection.checkpoint, batch_size)
-        if isinstance(source, KafkaSource):
-            await source.start()
+        await source.start()
         await _drain(source, sink, status, _always, at_end=True, on_progress=on_progress)
         build_seconds, build_read = status.seconds, status.read
         status.phase = "built"
@@ -1075,12 +708,8 @@ async def _shards(log_config: LogConfig, checkpoint: Checkpoint, workers: int,
         return []
     source = _open_source(log_config, checkpoint, DEFAULT_BATCH)
     try:
-        if isinstance(source, KafkaSource):
-            await source.start()
-            left = {(tp.topic, tp.partition): end - source.positions[tp] for tp, end in source.ends.items()}
-        else:
-            await source._discover()
-            left = {(r.topic, 0): r.remaining_bytes() // 200 for r in source.readers.values()}
+        await source.start()
+        left = source.remaining()
     finally:
         await source.close()
     left = {tp: n for tp, n in left.items() if n > 0}
@@ -1230,13 +859,12 @@ async def _worker(spec: Mapping[str, Any]) -> None:
             line: dict[str, Any] = {"read": status.read, "events": status.events, "skipped": status.skipped,
                                     "lag": status.lag}
             if final:
-                line["positions"] = _positions(source)
+                line["positions"] = source.reached()
             sys.stdout.write(json.dumps(line) + "\n")
             sys.stdout.flush()
 
     try:
-        if isinstance(source, KafkaSource):
-            await source.start()
+        await source.start()
         status = Status(part.view.name, target, "building")
         await _drain(source, sink, status, _always, at_end=True, on_progress=emit)
         emit(status, final=True)
@@ -1245,13 +873,6 @@ async def _worker(spec: Mapping[str, Any]) -> None:
         await projection.close()
         if store is not None:
             await store.close()
-
-
-def _positions(source: KafkaSource | EmbeddedSource) -> list[tuple[str, int, int]]:
-    """Where `source` got to: (topic, partition, next offset) for each partition it read."""
-    if isinstance(source, KafkaSource):
-        return [(tp.topic, tp.partition, offset) for tp, offset in source.positions.items()]
-    return [(r.topic, 0, r.index) for r in source.readers.values()]
 
 
 def _worker_main() -> int:
