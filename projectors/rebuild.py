@@ -39,7 +39,6 @@ import gc
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -54,12 +53,18 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError
 from helix_es.model.events import Record
 from helix_es.model.names import alias_id, check_target, next_target
-from helix_es.projection.aliases import resolve_alias, target_projection, target_store
+from helix_es.projection.aliases import (
+    drop_target_data,
+    resolve_alias,
+    target_projection,
+    target_store,
+)
 from helix_es.projection.factory import open_aliases
+from helix_es.projection.fold import fold_batch
 from helix_es.projection.protocol import Projection
-from helix_es.stores.ports import AliasStore, Change, SessionKey, Snapshot, StaleWrite, ViewStore
+from helix_es.stores import registry
+from helix_es.stores.ports import AliasStore, SessionKey, Snapshot, StaleWrite, ViewStore
 from helix_es.views import View
-from helix_es.views.long_term import target_table
 from projectors.deadletter import Checker
 
 log = logging.getLogger(__name__)
@@ -180,49 +185,16 @@ class SessionSink:
     async def apply(self, records: Sequence[Record]) -> int:
         if not records:
             return 0
-        topic, partition = records[0].position.topic, records[0].position.partition
-        groups: dict[tuple[str, str], list[Record]] = {}
-        for r in records:
-            e = r.event
-            key = (e.namespace, e.session_id)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [r]
-            else:
-                group.append(r)
-        keyed = [(SessionKey(ns, sid), recs) for (ns, sid), recs in groups.items()]
-        fold = self.view.fold
-        for _attempt in range(5):
-            missing = [k for k, _ in keyed if k not in self.states]
-            if missing:
-                self.states.update(await self.store.load(self.view, missing))
-            changes: list[Change] = []
-            applied = 0
-            for key, recs in keyed:
-                before = self.states[key]
-                state, last = before.state, before.applied
-                for r in recs:
-                    offset = r.position.offset
-                    if last is not None and offset <= last:
-                        continue  # a resumed target has it already
-                    state, last = fold(state, r.event), offset
-                    applied += 1
-                if last is not None and last != before.applied:
-                    changes.append(Change(key, before, state, last))
-            where = partition if self.checkpoint_partition is None else self.checkpoint_partition(partition)
-            try:
-                await self.store.apply(self.view, topic, where, changes, records[-1].position.offset)
-            except StaleWrite:
-                for key, _ in keyed:
-                    self.states.pop(key, None)
-                continue
-            for c in changes:
-                self.states.pop(c.key, None)  # re-inserted last: the dict's order is least recently written first
-                self.states[c.key] = Snapshot(c.after, c.applied)
-            while len(self.states) > self.max_sessions:
-                del self.states[next(iter(self.states))]
-            return applied
-        raise StaleWrite(f"{self.view.name}: sessions kept changing under the rebuild")
+        partition = records[0].position.partition
+        where = None if self.checkpoint_partition is None else self.checkpoint_partition(partition)
+        try:
+            folded = await fold_batch(self.view, self.store, records, retries=4, cache=self.states,
+                                      checkpoint_partition=where)
+        except StaleWrite as exc:
+            raise StaleWrite(f"{self.view.name}: sessions kept changing under the rebuild") from exc
+        while len(self.states) > self.max_sessions:
+            del self.states[next(iter(self.states))]
+        return folded.applied
 
 
 class ProjectionSink:
@@ -372,7 +344,7 @@ async def rebuild(
         raise ConfigError("--drop-old", "needs --switch: without it the old target is the one readers use")
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be >= 1, got {batch_size}")
-    if part.store in ("memory", "file"):
+    if registry.kind(part.store).in_process:
         return await _rebuild_in_process(log_config, part, into=into, switch=switch, drop_old=drop_old)
     from helix_es.projection.factory import open_store
 
@@ -480,80 +452,8 @@ async def _hand_over(source: Source, sink: Sink, status: Status, aliases: AliasS
 
 async def drop_target(part: MemoryConfig, log_config: LogConfig, target: str, namespaces: Sequence[str]) -> None:
     """Delete `target`'s data and checkpoints for `namespaces` (this deployment's), in `part`'s store."""
-    from helix_es.views.long_term import LongTerm
-    from helix_es.views.vector import Vector
-
     topics = [names.topic(ns, log_config.topic_prefix) for ns in namespaces]
-    view = part.view
-    if part.store == "redis":
-        from helix_es.stores.redis.pool import redis_client
-
-        client = redis_client(part.redis_url or getattr(view, "redis_url", None) or "")
-        try:
-            if isinstance(view, View):
-                suffix = target if target != view.name else view.key_suffix
-                for ns in namespaces:
-                    head = f"helix:memory:{ns}:"
-                    tail = f":{suffix}" if suffix else ""
-                    await _delete_matching(client, head + "{*}" + tail,
-                                           re.compile(re.escape(head) + r"\{[^{}]*\}" + re.escape(tail) + "$"))
-                    guard = f":{target}:applied"
-                    await _delete_matching(client, head + "{*}" + guard,
-                                           re.compile(re.escape(head) + r"\{[^{}]*\}" + re.escape(guard) + "$"))
-            elif isinstance(view, LongTerm):
-                for ns in namespaces:
-                    head = f"helix:memory:{ns}:{target}:"
-                    await _delete_matching(client, head + "*", re.compile(re.escape(head)))
-            key = names.checkpoint_key(target)
-            fields = [f for f in await client.hkeys(key) if f.decode().rpartition(":")[0] in topics]
-            if fields:
-                await client.hdel(key, *fields)
-        finally:
-            await client.aclose()
-        return
-    if part.store == "postgres":
-        import asyncpg
-
-        conn = await asyncpg.connect(part.postgres_dsn or getattr(view, "dsn", None))
-        try:
-            async with conn.transaction():
-                if isinstance(view, View):
-                    for table in view.tables:
-                        await _pg_delete(conn, table, "view = $1 AND namespace = ANY($2::text[])", target, namespaces)
-                elif isinstance(view, LongTerm):
-                    table = target_table(view.table, view.name, target)
-                    # Rows only: another deployment (topic prefix) may keep its namespaces in the same table.
-                    await _pg_delete(conn, table, "namespace = ANY($1::text[])", namespaces)
-                    await _pg_delete(conn, "helix_long_term_cleared", "view = $1 AND namespace = ANY($2::text[])",
-                                     target, namespaces)
-                elif isinstance(view, Vector):
-                    for table in ("helix_vectors", "helix_vector_namespaces"):
-                        await _pg_delete(conn, table, "view = $1 AND namespace = ANY($2::text[])", target, namespaces)
-                await _pg_delete(conn, "helix_checkpoints", "view = $1 AND topic = ANY($2::text[])", target, topics)
-        finally:
-            await conn.close()
-        return
-    raise ConfigError("memory.store", f"no targets to drop in a {part.store} store from outside its process")
-
-
-async def _delete_matching(client: Any, pattern: str, exact: re.Pattern[str]) -> int:
-    """Delete the keys SCAN finds for `pattern` that `exact` matches (a glob is looser than the key scheme)."""
-    batch: list[bytes] = []
-    gone = 0
-    async for key in client.scan_iter(match=pattern, count=1000):
-        if exact.match(key.decode()):
-            batch.append(key)
-        if len(batch) >= 500:
-            gone += await client.delete(*batch)
-            batch = []
-    if batch:
-        gone += await client.delete(*batch)
-    return gone
-
-
-async def _pg_delete(conn: Any, table: str, where: str, *args: Any) -> None:
-    if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{table}"'):
-        await conn.execute(f'DELETE FROM "{table}" WHERE {where}', *args)
+    await drop_target_data(part, target, namespaces, topics)
 
 
 async def _namespaces(log_config: LogConfig) -> list[str]:
@@ -584,7 +484,7 @@ async def drop(config: Mapping[str, Any] | str | os.PathLike[str] | Config, targ
     """Delete a target of `view` that readers do not use: its keys or rows, and its checkpoints."""
     log_config, part = select(config, view)
     check_target(target, "--drop")
-    if part.store in ("memory", "file"):
+    if registry.kind(part.store).in_process:
         raise ConfigError("memory.store", f"{part.store} views live in their process: nothing to drop from here")
     name = part.view.name
     alias = alias_id(name, log_config.topic_prefix)
@@ -629,7 +529,7 @@ async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into
         if found is not None:
             raise RebuildError(f"the alias of {name} moved to {found} meanwhile")
         events = 0
-        aliased = None
+        aliased: Any = None
         for ns in namespaces:
             projection = await backend.attach(part, ns)
             await backend.current(projection, ns)  # follows the alias: the new target, caught up from the log
@@ -638,7 +538,7 @@ async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into
             events += 0 if done is None else done + 1
         dropped = []
         if drop_old and aliased is not None:
-            await _drop_in_process(aliased, old)
+            await _drop_in_process(aliased, part, old, await backend.log.namespaces(), log_config.topic_prefix)
             await aliases.forget_target(alias, old)
             dropped.append(old)
         seconds = time.monotonic() - started
@@ -648,17 +548,14 @@ async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into
         await backends.release(log_config, backend)
 
 
-async def _drop_in_process(aliased: Any, target: str) -> None:
+async def _drop_in_process(aliased: Any, part: MemoryConfig, target: str, namespaces: Sequence[str],
+                           topic_prefix: str) -> None:
     """Forget an in-process target: its projection, and for session views its states in the shared store."""
     await aliased.forget(target)
-    store = getattr(aliased, "shared_store", None)
-    sessions = getattr(store, "_sessions", None)
-    checkpoints = getattr(store, "_checkpoints", None)
-    if isinstance(sessions, dict) and isinstance(checkpoints, dict):  # projectors.stores.memory.MemoryStore
-        for key in [k for k in sessions if k[0] == target]:
-            del sessions[key]
-        for key in [k for k in checkpoints if k[0] == target]:
-            del checkpoints[key]
+    store: ViewStore | None = getattr(aliased, "shared_store", None)
+    if store is not None and isinstance(part.view, View):
+        topics = [names.topic(ns, topic_prefix) for ns in namespaces]
+        await target_store(store, part.view, target).drop(part.view, namespaces, topics)
 
 
 # --- worker processes: the partitions shared out, one process per core ---
@@ -790,6 +687,7 @@ async def _join_slices(part: MemoryConfig, target: str, shards: list[Shard], lat
         for topic, partition, offset in worker.get("positions", ()):
             key = (topic, int(partition))
             reached[key] = min(reached.get(key, offset), offset)
+    scratch = {(t, p) for shard in shards for t, q in shard.partitions for p in [shard.scratch(q)]}
     store = open_store(part)
     try:
         into = target_store(store, part.view, target)
@@ -797,34 +695,9 @@ async def _join_slices(part: MemoryConfig, target: str, shards: list[Shard], lat
             done = await into.checkpoint(part.view, topic, partition)
             if offset - 1 > (-1 if done is None else done):
                 await into.apply(part.view, topic, partition, [], offset - 1)
+        await into.forget_checkpoints(part.view, scratch)
     finally:
         await store.close()
-    scratch = {(t, p) for shard in shards for t, q in shard.partitions for p in [shard.scratch(q)]}
-    await _forget_checkpoints(part, target, scratch)
-
-
-async def _forget_checkpoints(part: MemoryConfig, target: str, checkpoints: set[tuple[str, int]]) -> None:
-    """Delete these (topic, partition) checkpoints of `target` (the slices' scratch ones)."""
-    if not checkpoints:
-        return
-    if part.store == "redis":
-        from helix_es.stores.redis.pool import redis_client
-
-        client = redis_client(part.redis_url or "")
-        try:
-            await client.hdel(names.checkpoint_key(target), *(f"{t}:{p}" for t, p in sorted(checkpoints)))
-        finally:
-            await client.aclose()
-    elif part.store == "postgres":
-        import asyncpg
-
-        conn = await asyncpg.connect(part.postgres_dsn)
-        try:
-            await conn.execute("DELETE FROM helix_checkpoints WHERE view = $1 AND (topic, partition) IN "
-                               "(SELECT * FROM unnest($2::text[], $3::int[]))", target,
-                               [t for t, _ in checkpoints], [p for _, p in checkpoints])
-        finally:
-            await conn.close()
 
 
 async def _worker(spec: Mapping[str, Any]) -> None:
@@ -920,7 +793,7 @@ async def _run(args: argparse.Namespace) -> int:
               f"{dropped.namespaces} namespaces)", file=sys.stderr)
         return 0
     _, part = select(args.config, args.view)
-    if part.store in ("memory", "file"):
+    if registry.kind(part.store).in_process:
         raise ConfigError("memory.store", f"a {part.store} view lives in the process that serves it and is built "
                                           "from the log when it starts; rebuild it there: await rebuild(config)")
     display = Display(interval=args.progress)
