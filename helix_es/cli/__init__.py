@@ -89,7 +89,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 # Modules with add_command(subparsers).
 COMMAND_MODULES: list[str] = [
-    "projectors.lag", "helix_es.client.audit", "helix_es.client.erasure", "projectors.rebuild",
+    "projectors.lag", "helix_es.client.audit", "helix_es.client.erasure", "helix_es.cli.rebuild",
 ]
 
 

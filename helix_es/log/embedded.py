@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from helix_es.log import frames
+import helix_es.log.frames as frames
 from helix_es.log.codec import Codec
 from helix_es.log.frames import FRAME, MAGIC
 from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
