@@ -7,7 +7,7 @@ Needs HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN (eval "$(scr
 Writes `--events` chat events (the bytes `add` writes: user and assistant turns, tool calls and
 their results, a clear now and then) over `--sessions` sessions into one namespace, on a Kafka
 topic of 6 partitions and in an embedded log file, then rebuilds each view from it into a new
-target with `helix_es.rebuild.rebuild` (what the CLI runs) and reports events/s per view. The
+target with `projectors.rebuild.rebuild` (what the CLI runs) and reports events/s per view. The
 anchor, measured in the same run on the same bytes, is `fastavro.schemaless_reader` alone
 (schema parsed once, as any Avro program would). Everything it creates is deleted at the end.
 """
@@ -33,8 +33,8 @@ import fastavro
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helix_es import names  # noqa: E402
 from helix_es.log.codec import Codec, fingerprint  # noqa: E402
+from helix_es.model import names  # noqa: E402
 from helix_es.model.events import Event, MemoryCleared, MessageAdded  # noqa: E402
 from helix_es.model.message import Message, ToolCall  # noqa: E402
 from projectors.rebuild import rebuild  # noqa: E402

@@ -479,9 +479,9 @@ async def test_worker_processes_share_the_work_and_build_the_same_view(
     partitions: int,
 ) -> None:
     """Whole partitions per worker, or with fewer partitions than workers, slices of their sessions."""
-    from projectors import rebuild as rebuild_module
+    from projectors.rebuild import workers as rebuild_workers
 
-    monkeypatch.setattr(rebuild_module, "PARALLEL_MIN_EVENTS", 1)
+    monkeypatch.setattr(rebuild_workers, "PARALLEL_MIN_EVENTS", 1)
     assert PARALLEL_MIN_EVENTS > 1  # the default keeps small rebuilds in one process
     ns, prefix = unique("wrk"), unique("wrk")
     memory = {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": ns,

@@ -73,6 +73,33 @@ def load_schemas(directory: Path | None = None) -> list[SchemaVersion]:
     return sorted(found, key=lambda s: s.version)
 
 
+def session_id_of(data: bytes) -> bytes | None:
+    """The session id of an encoded event, read without decoding it (None if it cannot be read so).
+
+    Every envelope version starts with event_id, namespace and session_id, three Avro strings: a
+    zig-zag varint length, then the bytes. A rebuild worker uses it to skip other workers' sessions
+    cheaply.
+    """
+    pos = HEADER_LEN
+    try:
+        for field_no in range(3):
+            length = shift = 0
+            while True:
+                byte = data[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            length = (length >> 1) ^ -(length & 1)
+            if field_no == 2:
+                return data[pos : pos + length] if 0 <= length <= len(data) - pos else None
+            pos += length
+    except IndexError:
+        return None
+    return None
+
+
 class Codec:
     """Encodes with one writer version; decodes anything written with a known version."""
 

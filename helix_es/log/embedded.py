@@ -1,8 +1,8 @@
 """The embedded log: one append-only file per namespace, the same Avro bytes as Kafka.
 
-File layout: an 8-byte magic, then frames of `length (u32 BE) | crc32 (u32 BE) | event`.
-A frame is the event at offset N of partition 0. On open, a torn last frame (a crash
-mid-append) is cut off; damage anywhere before the tail raises `LogCorrupted`.
+File layout (`helix_es.log.frames`): an 8-byte magic, then frames of `length (u32 BE) | crc32
+(u32 BE) | event`. A frame is the event at offset N of partition 0. On open, a torn last frame
+(a crash mid-append) is cut off; damage anywhere before the tail raises `LogCorrupted`.
 """
 
 from __future__ import annotations
@@ -11,22 +11,19 @@ import asyncio
 import fcntl
 import logging
 import os
-import struct
 import threading
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import helix_es.log.frames as frames
 from helix_es.log.codec import Codec
+from helix_es.log.frames import FRAME, MAGIC
 from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
 from helix_es.model import names
 from helix_es.model.errors import EventTooLarge, HelixError, LogCorrupted
 from helix_es.model.events import Event, Position, Record
 
 log = logging.getLogger(__name__)
-
-MAGIC = b"HXLOG\x00\x01\n"
-FRAME = struct.Struct(">II")
 
 
 class LogFile:
@@ -66,11 +63,10 @@ class LogFile:
             raise LogCorrupted(f"{self.path} is not a helix-es log (bad magic)")
         pos = len(MAGIC)
         while pos < size:
-            problem = self._check_frame(pos, size)
+            problem = frames.problem(self._fd, pos, size)
             if problem is None:
-                length = FRAME.unpack(os.pread(self._fd, FRAME.size, pos))[0]
                 self.offsets.append(pos)
-                pos += FRAME.size + length
+                pos += FRAME.size + frames.length_at(self._fd, pos)
                 continue
             if self._is_tail(pos, size):
                 return self._cut(pos, size, problem)
@@ -80,19 +76,6 @@ class LogFile:
                 f"from a copy, or keep the {len(self.offsets)} good events with `truncate -s {pos}`."
             )
         return pos
-
-    def _check_frame(self, pos: int, size: int) -> str | None:
-        head = os.pread(self._fd, FRAME.size, pos)
-        if len(head) < FRAME.size:
-            return "a partial frame header"
-        length, crc = FRAME.unpack(head)
-        if length == 0 or length > MAX_EVENT_BYTES:
-            return f"an impossible frame length {length}"
-        if pos + FRAME.size + length > size:
-            return "a frame cut short"
-        if zlib.crc32(os.pread(self._fd, length, pos + FRAME.size)) != crc:
-            return "a checksum mismatch"
-        return None
 
     def _is_tail(self, pos: int, size: int) -> bool:
         """A torn append is the last frame: it reaches the end of the file or is zero fill."""
@@ -119,7 +102,7 @@ class LogFile:
 
     def append(self, data: bytes) -> int:
         """Write one frame; returns its offset. A failed write is rolled back, never left torn."""
-        frame = FRAME.pack(len(data), zlib.crc32(data)) + data
+        frame = frames.encode(data)
         with self._lock:
             start = self.end
             try:
@@ -136,9 +119,7 @@ class LogFile:
 
     def frames(self, start: int = 0) -> Iterator[tuple[int, bytes]]:
         for index in range(start, len(self.offsets)):
-            pos = self.offsets[index]
-            length = FRAME.unpack(os.pread(self._fd, FRAME.size, pos))[0]
-            yield index, os.pread(self._fd, length, pos + FRAME.size)
+            yield index, frames.read_at(self._fd, self.offsets[index])
 
     def close(self) -> None:
         os.close(self._fd)

@@ -25,20 +25,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from helix_es.config import MemoryConfig
 from helix_es.model import names
+from helix_es.model.errors import ConfigError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
 from helix_es.model.names import alias_id, check_target
-from helix_es.projection.factory import open_aliases, open_projection
+from helix_es.projection.factory import open_aliases, open_long_term, open_projection, open_store, open_vectors
 from helix_es.projection.protocol import Projection
+from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, Applied, Change, SessionKey, Snapshot, ViewStore
 from helix_es.views.base import State, View
 from helix_es.views.long_term import LongTerm, target_table
+from helix_es.views.vector import Vector
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,12 @@ class TargetStore:
     async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
         return await self.inner.read(self.stored(view), key, guard=guard)
 
+    async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
+        await self.inner.drop(self.stored(view), namespaces, topics)
+
+    async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
+        await self.inner.forget_checkpoints(self.stored(view), partitions)
+
     async def close(self) -> None:
         pass  # the inner store is shared; its owner closes it
 
@@ -152,10 +161,48 @@ def target_projection(memory: MemoryConfig, target: str, store: ViewStore | None
         if store is None:
             raise ValueError(f"{view.name}: a session view's target projection needs the store it writes through")
         return open_projection(memory, target_store(store, view, target), name=target)
+    return open_projection(_target_memory(memory, target), name=target)
+
+
+def _target_memory(memory: MemoryConfig, target: str) -> MemoryConfig:
+    """`memory` with what names a namespace-wide view's data moved to `target` (its checkpoints are by name)."""
+    view = memory.view
     if isinstance(view, LongTerm) and view.store == "postgres":
         # Long-term rows carry no view column: another target is another table.
-        memory = replace(memory, view=replace(view, table=target_table(view.table, view.name, target)))
-    return open_projection(memory, name=target)
+        return replace(memory, view=replace(view, table=target_table(view.table, view.name, target)))
+    return memory
+
+
+async def drop_target_data(memory: MemoryConfig, target: str, namespaces: Collection[str],
+                           topics: Collection[str]) -> None:
+    """Delete `target`'s data in `namespaces` and its checkpoints of `topics` (theirs), in `memory`'s store.
+
+    Each store deletes its own keys or rows (`ViewStore.drop`, `LongTermStore.drop`, `VectorStore.drop`).
+    Views kept in a process (memory and file stores) are dropped there, not from outside.
+    """
+    kind = registry.kind(memory.store)
+    if kind.in_process:
+        raise ConfigError("memory.store", f"no targets to drop in a {memory.store} store from outside its process")
+    view = memory.view
+    if isinstance(view, View):
+        store = open_store(memory)
+        try:
+            await target_store(store, view, target).drop(view, namespaces, topics)
+        finally:
+            await store.close()
+    elif isinstance(view, LongTerm):
+        long_term = open_long_term(_target_memory(memory, target))
+        long_term.name = target
+        try:
+            await long_term.drop(namespaces, topics)
+        finally:
+            await long_term.close()
+    elif isinstance(view, Vector):
+        vectors = open_vectors(memory)
+        try:
+            await vectors.drop(target, namespaces, topics)
+        finally:
+            await vectors.close()
 
 
 # --- the read side: follow the alias ---

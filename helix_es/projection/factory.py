@@ -19,7 +19,7 @@ from helix_es.projection.summary import SummaryProjection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores import registry
-from helix_es.stores.ports import AliasStore, StoreKind, ViewStore
+from helix_es.stores.ports import AliasStore, LongTermStore, StoreKind, VectorStore, ViewStore
 from helix_es.views.base import View
 from helix_es.views.long_term import LongTerm
 from helix_es.views.summary import Summary
@@ -78,6 +78,26 @@ def open_aliases(memory: MemoryConfig) -> AliasStore:
     return kind.aliases(_located(memory, kind, f"store: {kind.name}"))
 
 
+def open_long_term(memory: MemoryConfig) -> LongTermStore:
+    """The long-term store of `memory` (a `LongTerm` view), owning its connection (opened on first use)."""
+    view = memory.view
+    assert isinstance(view, LongTerm)
+    kind = registry.KINDS.get(view.store)
+    if kind is None:
+        raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {view.store!r}")
+    where = _located(memory, kind, f"a {kind.name} long-term memory")
+    return kind.long_term(where, view.table, view.name)
+
+
+def open_vectors(memory: MemoryConfig) -> VectorStore:
+    """The vector store of `memory` (a `Vector` view); its owner closes it."""
+    kind = registry.KINDS.get(memory.store)
+    if kind is None or kind.vectors is None:
+        stores = " or ".join(registry.offering("vectors"))
+        raise ConfigError("memory.store", f"a vector memory lives in {stores}, got {memory.store!r}")
+    return kind.vectors(_located(memory, kind, f"store: {kind.name}"))
+
+
 def open_projection(memory: MemoryConfig, store: ViewStore | None = None, *, name: str | None = None) -> Projection:
     """The projection a memory config describes; session views use `store` (else their own).
 
@@ -94,17 +114,9 @@ def _open(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | 
     view = memory.view
     if isinstance(view, LongTerm):
         # A new projection owning its connection (opened lazily, on first use).
-        kind = registry.KINDS.get(view.store)
-        if kind is None:
-            raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {view.store!r}")
-        where = _located(memory, kind, f"a {kind.name} long-term memory")
-        return kind.long_term(where, view.table, view.name)
+        return open_long_term(memory)
     if isinstance(view, Vector):
-        kind = registry.KINDS.get(memory.store)
-        if kind is None or kind.vectors is None:
-            stores = " or ".join(registry.offering("vectors"))
-            raise ConfigError("memory.store", f"a vector memory lives in {stores}, got {memory.store!r}")
-        vectors = kind.vectors(_located(memory, kind, f"store: {kind.name}"))
+        vectors = open_vectors(memory)
         embedder = view.embedder if view.embedder is not None else view.embed.build()
         return VectorProjection(view.name, embedder, vectors, top_k=view.top_k)
     if not isinstance(view, View):

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from helix_es.model.events import Record
-from helix_es.stores.ports import Change, SessionKey, StaleWrite, ViewStore
+from helix_es.stores.ports import Change, SessionKey, Snapshot, StaleWrite, ViewStore
 from helix_es.views.base import State, View
 
 
@@ -28,21 +28,45 @@ async def fold_batch(
     *,
     retries: int = 3,
     observer: Callable[[], Observer] | None = None,
+    cache: dict[SessionKey, Snapshot] | None = None,
+    checkpoint_partition: int | None = None,
 ) -> Folded:
     """Apply `records` (one topic-partition, in offset order) to `view` and write them atomically.
 
     Events at or below a session's guard are skipped, so a re-delivered batch changes nothing.
     `observer()` makes a fresh observer for each attempt, which sees the state after every
     event, so work that depends on the state at a point (a summary) does not depend on batching.
+
+    With a `cache` (a writer that knows no other writes the store, a rebuild), snapshots are taken
+    from it and only sessions missing from it are loaded; after the write it holds every session's
+    new snapshot, the ones written last at its end (dict order: least recently written first). A
+    `StaleWrite` drops the batch's sessions from it, so the next attempt loads them afresh.
+    `checkpoint_partition` writes the checkpoint under another partition number than the records'.
     """
     if not records:
         return Folded()
     topic, partition = records[0].position.topic, records[0].position.partition
-    by_session: dict[SessionKey, list[Record]] = {}
+    if checkpoint_partition is not None:
+        partition = checkpoint_partition
+    groups: dict[tuple[str, str], list[Record]] = {}
     for r in records:
-        by_session.setdefault(SessionKey(r.event.namespace, r.event.session_id), []).append(r)
+        e = r.event
+        ident = (e.namespace, e.session_id)
+        group = groups.get(ident)
+        if group is None:
+            groups[ident] = [r]
+        else:
+            group.append(r)
+    by_session = {SessionKey(ns, sid): recs for (ns, sid), recs in groups.items()}
+    fold = view.fold
     for attempt in range(retries + 1):
-        snapshots = await store.load(view, list(by_session))
+        if cache is None:
+            snapshots = await store.load(view, list(by_session))
+        else:
+            missing = [k for k in by_session if k not in cache]
+            if missing:
+                cache.update(await store.load(view, missing))
+            snapshots = cache
         changes = []
         states: dict[SessionKey, State] = {}
         observe = observer() if observer is not None else None
@@ -51,9 +75,10 @@ async def fold_batch(
             before = snapshots[key]
             state, last = before.state, before.applied
             for r in recs:
-                if last is not None and r.position.offset <= last:
+                offset = r.position.offset
+                if last is not None and offset <= last:
                     continue
-                state, last = view.fold(state, r.event), r.position.offset
+                state, last = fold(state, r.event), offset
                 applied += 1
                 if observe is not None:
                     observe(key, state)
@@ -62,10 +87,18 @@ async def fold_batch(
                 changes.append(Change(key, before, state, last))
         try:
             await store.apply(view, topic, partition, changes, records[-1].position.offset)
-            return Folded(applied, states)
         except StaleWrite:
+            if cache is not None:
+                for key in by_session:
+                    cache.pop(key, None)
             if attempt == retries:
                 raise
+            continue
+        if cache is not None:
+            for c in changes:
+                cache.pop(c.key, None)  # re-inserted last: the dict's order is least recently written first
+                cache[c.key] = Snapshot(c.after, c.applied)
+        return Folded(applied, states)
     raise AssertionError("unreachable")
 
 

@@ -92,6 +92,15 @@ class ViewStore(Protocol):
         state is read (`applied` is then None): enough once a reader has seen its writes land."""
         ...
 
+    async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
+        """Delete every session of `view` in `namespaces` (states and guards) and the view's
+        checkpoints of `topics`: a rebuild target readers left. Other namespaces' data stays."""
+        ...
+
+    async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
+        """Delete these (topic, partition) checkpoints of `view` (a rebuild's scratch ones)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -184,6 +193,10 @@ class VectorStore(Protocol):
         ...
 
     async def count(self, view: str, namespace: str) -> int: ...
+
+    async def drop(self, view: str, namespaces: Collection[str], topics: Collection[str]) -> None:
+        """Delete `view`'s entries and watermarks in `namespaces` and its checkpoints of `topics`."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -289,6 +302,10 @@ class LongTermStore(Protocol):
     kind: str
 
     async def checkpoint(self, topic: str, partition: int) -> int | None: ...
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        """Delete this view's (`name`'s) messages and watermarks in `namespaces` and its checkpoints of `topics`."""
+        ...
 
     async def close(self) -> None: ...
 

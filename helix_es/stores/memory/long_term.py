@@ -9,7 +9,7 @@ projection; the embedded backend rebuilds it from the log when it attaches the v
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from helix_es.model.events import Position, Record, micros
@@ -95,6 +95,13 @@ class MemoryLongTerm:
         """The session id of each message `get` returns, in the same order (for audit)."""
         ns = self._namespaces.get(namespace)
         return [] if ns is None else [ns.rows[key][0] for key in ns.order]
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        for namespace in namespaces:
+            self._namespaces.pop(namespace, None)
+        logs = set(topics)
+        for cp in [k for k in self._checkpoints if k[0] in logs]:
+            del self._checkpoints[cp]
 
     async def close(self) -> None:
         pass

@@ -236,5 +236,16 @@ class MemoryVectorStore:
         index = self._indexes.get((view, namespace))
         return len(index) if index is not None else 0
 
+    async def drop(self, view: str, namespaces: Collection[str], topics: Collection[str]) -> None:
+        for ns in namespaces:
+            index = self._indexes.pop((view, ns), None)
+            self._total -= len(index) if index is not None else 0
+            self._held.pop((view, ns), None)
+            self._writers.pop((view, ns), None)
+            self._cleared.pop((view, ns), None)
+        logs = set(topics)
+        for cp in [k for k in self._checkpoints if k[0] == view and k[1] in logs]:
+            del self._checkpoints[cp]
+
     async def close(self) -> None:
         pass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite
 from helix_es.views.base import View
@@ -33,6 +33,17 @@ class MemoryStore:
 
     async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
         return self._sessions.get((view.name, key), EMPTY)
+
+    async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
+        spaces, logs = set(namespaces), set(topics)
+        for key in [k for k in self._sessions if k[0] == view.name and k[1].namespace in spaces]:
+            del self._sessions[key]
+        for cp in [k for k in self._checkpoints if k[0] == view.name and k[1] in logs]:
+            del self._checkpoints[cp]
+
+    async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
+        for topic, partition in partitions:
+            self._checkpoints.pop((view.name, topic, partition), None)
 
     async def close(self) -> None:
         pass

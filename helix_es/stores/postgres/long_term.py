@@ -32,7 +32,7 @@ folding follows the database's collation. It scans the namespace's rows in order
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -42,7 +42,7 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, SessionKey
-from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg
+from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, check_table, escape_like, ops
 
 # The key helix_es.stores.postgres.views locks too: both create helix_checkpoints, and concurrent
@@ -283,6 +283,14 @@ class PostgresLongTerm:
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.checkpoint(want.topic, want.partition)
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        async with transaction(self.dsn) as conn:
+            # Rows only: another deployment (topic prefix) may keep its namespaces in the same table.
+            await delete_rows(conn, self.table, "namespace = ANY($1::text[])", list(namespaces))
+            await delete_rows(conn, "helix_long_term_cleared", "view = $1 AND namespace = ANY($2::text[])",
+                              self.name, list(namespaces))
+            await drop_checkpoints(conn, self.name, topics)
 
     async def close(self) -> None:
         await self.pg.close()

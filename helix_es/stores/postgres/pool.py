@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 
@@ -24,7 +26,40 @@ INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $2,
 ON CONFLICT (view, topic, partition) DO UPDATE SET "offset" = greatest(helix_checkpoints."offset", excluded."offset")
 """
 
+_FORGET = """
+DELETE FROM helix_checkpoints WHERE view = $1 AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
+"""
+
 Check = Callable[[asyncpg.Connection], Awaitable[None]]
+
+
+@asynccontextmanager
+async def transaction(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own, in one transaction, that makes no schema: for deletes of what exists."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            yield conn
+    finally:
+        await conn.close()
+
+
+async def delete_rows(conn: asyncpg.Connection, table: str, where: str, *args: Any) -> None:
+    """`DELETE FROM "table" WHERE where`, if the table exists (a target never written may have none)."""
+    if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{table}"'):
+        await conn.execute(f'DELETE FROM "{table}" WHERE {where}', *args)
+
+
+async def drop_checkpoints(conn: asyncpg.Connection, view: str, topics: Collection[str]) -> None:
+    """Delete `view`'s checkpoints of every partition of `topics` (other deployments' topics stay)."""
+    await delete_rows(conn, "helix_checkpoints", "view = $1 AND topic = ANY($2::text[])", view, list(topics))
+
+
+async def delete_checkpoints(conn: asyncpg.Connection | asyncpg.Pool, view: str,
+                             partitions: Collection[tuple[str, int]]) -> None:
+    """Delete these (topic, partition) checkpoints of `view`."""
+    if partitions:
+        await conn.execute(_FORGET, view, [t for t, _ in partitions], [p for _, p in partitions])
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -36,7 +36,7 @@ from helix_es.model.events import Position, micros
 from helix_es.model.message import Message
 from helix_es.stores.memory.vector import VectorIndex
 from helix_es.stores.ports import BatchState, Write
-from helix_es.stores.postgres.pool import CHECKPOINTS, Pg
+from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 
 _SCHEMA = CHECKPOINTS + """
 CREATE TABLE IF NOT EXISTS helix_vectors (
@@ -285,6 +285,14 @@ class PostgresVectorStore:
         pool = await self._pool_ready()
         n: int = await pool.fetchval(_COUNT, view, namespace)
         return n
+
+    async def drop(self, view: str, namespaces: Collection[str], topics: Collection[str]) -> None:
+        async with transaction(self.dsn) as conn:
+            for table in ("helix_vectors", "helix_vector_namespaces"):
+                await delete_rows(conn, table, "view = $1 AND namespace = ANY($2::text[])", view, list(namespaces))
+            await drop_checkpoints(conn, view, topics)
+        for ns in namespaces:
+            self._cached.pop((view, ns), None)
 
     async def close(self) -> None:
         await self.pg.close()

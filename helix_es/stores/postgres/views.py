@@ -10,14 +10,21 @@ off those sessions until commit.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
 from helix_es.model.message import decode_json
 from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
-from helix_es.stores.postgres.pool import CHECKPOINTS, Pg
+from helix_es.stores.postgres.pool import (
+    CHECKPOINTS,
+    Pg,
+    delete_checkpoints,
+    delete_rows,
+    drop_checkpoints,
+    transaction,
+)
 from helix_es.views.base import State, View
 
 _SCHEMA = CHECKPOINTS + """
@@ -224,6 +231,16 @@ class PostgresStore:
 
     async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
         return (await self.load(view, [key]))[key]
+
+    async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
+        async with transaction(self.dsn) as conn:
+            for table in view.tables:
+                await delete_rows(conn, table, "view = $1 AND namespace = ANY($2::text[])", view.name, list(namespaces))
+            await drop_checkpoints(conn, view.name, topics)
+
+    async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
+        pool, _ = await self._pool_ready(view)
+        await delete_checkpoints(pool, view.name, partitions)
 
     async def close(self) -> None:
         await self.pg.close()

@@ -32,7 +32,8 @@ Event times before 1970 count as 1970 here (the order key has no sign); helix-es
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -42,7 +43,7 @@ from helix_es.model.events import Position, Record, micros
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
 from helix_es.stores.redis.pool import redis_client
-from helix_es.stores.redis.views import advance_checkpoint
+from helix_es.stores.redis.views import advance_checkpoint, delete_matching, drop_checkpoints
 from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
 
 _APPLY = r"""
@@ -303,6 +304,13 @@ class RedisLongTerm:
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.checkpoint(want.topic, want.partition)
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        for ns in namespaces:
+            head = prefix(ns, self.name)
+            await delete_matching(self.redis, head + "*", re.compile(re.escape(head)))
+        await drop_checkpoints(self.redis, self.name, topics)
+        self._seen.difference_update([f for f in self._seen if f.rpartition(":")[0] in topics])
 
     async def close(self) -> None:
         client, self._redis = self._redis, None

@@ -12,7 +12,8 @@ are made persistent again. Only this store expires sessions; memory and PostgreS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 
 import redis.asyncio as aioredis
 
@@ -82,6 +83,34 @@ async def advance_checkpoint(
 ) -> None:
     if await client.eval(ADVANCE, 1, names.checkpoint_key(view), f"{topic}:{partition}", offset, int(seen)) == -1:
         raise CheckpointLost(f"{view}: the checkpoint of {topic}[{partition}] is gone from Redis")
+
+
+async def delete_matching(client: aioredis.Redis, pattern: str, exact: re.Pattern[str]) -> int:
+    """Delete the keys SCAN finds for `pattern` that `exact` matches (a glob is looser than the key scheme)."""
+    batch: list[bytes] = []
+    gone = 0
+    async for key in client.scan_iter(match=pattern, count=1000):
+        if exact.match(key.decode()):
+            batch.append(key)
+        if len(batch) >= 500:
+            gone += await client.delete(*batch)
+            batch = []
+    if batch:
+        gone += await client.delete(*batch)
+    return gone
+
+
+async def drop_checkpoints(client: aioredis.Redis, view: str, topics: Collection[str]) -> None:
+    """Delete `view`'s checkpoints of every partition of `topics` (other deployments' topics stay)."""
+    key = names.checkpoint_key(view)
+    fields = [f for f in await client.hkeys(key) if f.decode().rpartition(":")[0] in topics]
+    if fields:
+        await client.hdel(key, *fields)
+
+
+def _every_session(key: str) -> tuple[str, re.Pattern[str]]:
+    """A session key made with session id `*`: the SCAN glob of that key of every session, and its exact form."""
+    return key, re.compile(re.escape(key).replace(re.escape("{*}"), r"\{[^{}]*\}") + "$")
 
 
 _READ = """
@@ -156,6 +185,21 @@ class RedisStore:
             return Snapshot(tuple(map(decode_json, await self.redis.lrange(data, 0, -1))), None)
         applied, items = await self._read(keys=(data, applied_key))
         return _snapshot(applied, items)
+
+    async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
+        for ns in namespaces:
+            for key in (names.session_key(ns, "*", view.key_suffix), names.applied_key(ns, "*", view.name)):
+                await delete_matching(self.redis, *_every_session(key))
+        await drop_checkpoints(self.redis, view.name, topics)
+        key = names.checkpoint_key(view.name)
+        self._seen = {(k, f) for k, f in self._seen if k != key or f.rpartition(":")[0] not in topics}
+
+    async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
+        if partitions:
+            key = names.checkpoint_key(view.name)
+            fields = [f"{t}:{p}" for t, p in sorted(partitions)]
+            await self.redis.hdel(key, *fields)
+            self._seen.difference_update((key, f) for f in fields)
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -1,0 +1,258 @@
+"""The rebuild itself: build a target from the log, switch readers to it, hand over to a projector service, drop.
+
+The steps are in the package's doc (`projectors.rebuild`). Views kept in memory (memory and file
+stores) are rebuilt in the process that serves them (`_rebuild_in_process`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from helix_es.config import LogConfig, MemoryConfig
+from helix_es.log.replay import DEFAULT_BATCH, Source
+from helix_es.model import names
+from helix_es.model.errors import ConfigError
+from helix_es.model.names import alias_id, check_target, next_target
+from helix_es.projection.aliases import drop_target_data, resolve_alias, target_projection, target_store
+from helix_es.projection.factory import open_aliases, open_store
+from helix_es.projection.protocol import Projection
+from helix_es.stores import registry
+from helix_es.stores.ports import AliasStore, ViewStore
+from helix_es.views.base import View
+from projectors.rebuild.progress import Display
+from projectors.rebuild.pump import always, drain, open_source
+from projectors.rebuild.selection import ConfigSource, select
+from projectors.rebuild.sinks import ProjectionSink, SessionSink, Sink
+from projectors.rebuild.status import DropReport, ProgressCallback, RebuildError, RebuildReport, Status
+from projectors.rebuild.workers import plan_shards, run_workers, worker_count
+
+log = logging.getLogger(__name__)
+
+HANDOVER_SECONDS = 30.0
+HANDOVER_GRACE = 2.0  # folding on after a service announced the target: it joins its group meanwhile
+
+
+async def rebuild(
+    config: ConfigSource,
+    *,
+    view: str | None = None,
+    into: str | None = None,
+    switch: bool = True,
+    drop_old: bool = False,
+    batch_size: int = DEFAULT_BATCH,
+    handover: float = HANDOVER_SECONDS,
+    on_progress: ProgressCallback | None = None,
+    workers: int | None = None,
+) -> RebuildReport:
+    """Build `view` of `config` from the start of the log into a new target, then switch readers to it.
+
+    The config names the store to build in (a Postgres long-term memory for history that only
+    went to Redis: give a config with `store: postgres`). The steps are in `projectors.rebuild`'s doc.
+    """
+    log_config, part = select(config, view)
+    if drop_old and not switch:
+        raise ConfigError("--drop-old", "needs --switch: without it the old target is the one readers use")
+    if batch_size < 1:
+        raise ConfigError("--batch-size", f"must be >= 1, got {batch_size}")
+    if registry.kind(part.store).in_process:
+        return await _rebuild_in_process(log_config, part, into=into, switch=switch, drop_old=drop_old)
+    name = part.view.name
+    kafka = log_config.type == "kafka"
+    alias = alias_id(name, log_config.topic_prefix)
+    aliases = open_aliases(part)
+    store = open_store(part) if isinstance(part.view, View) else None
+    projection: Projection | None = None
+    source: Source | None = None
+    try:
+        old = await resolve_alias(aliases, alias, name)
+        target = check_target(into) if into else next_target(name, sorted({*await aliases.targets(alias), old}))
+        if target == old:
+            raise RebuildError(f"{target} is the target readers use now: rebuild into another one (--into NAME)")
+        await aliases.add_target(alias, target)
+        projection = target_projection(part, target, store)
+        sink: Sink = (SessionSink(part.view, target_store(store, part.view, target)) if store is not None
+                      else ProjectionSink(projection))
+        status = Status(name, target, "building")
+        log.info("rebuilding %s (%s) into %s; readers use %s", name, part.store, target, old)
+        shards = await plan_shards(log_config, projection.checkpoint, worker_count(workers), config, part)
+        if shards:  # the bulk, partitions shared out to worker processes (one core each)
+            await run_workers(config, part, target, shards, batch_size, status, on_progress)
+        # What is left (all of it without workers, else what arrived meanwhile), in this process.
+        source = open_source(log_config, projection.checkpoint, batch_size)
+        await source.start()
+        await drain(source, sink, status, always, at_end=True, on_progress=on_progress)
+        build_seconds, build_read = status.seconds, status.read
+        status.phase = "built"
+        if on_progress is not None:
+            on_progress(status)
+        if isinstance(on_progress, Display):
+            on_progress.finish()  # log lines that follow start on a line of their own
+        namespaces = await source.namespaces()
+        report = RebuildReport(name, part.store, old, target, status.events, build_read, status.skipped,
+                               round(build_seconds, 3), round(build_read / build_seconds if build_seconds else 0.0),
+                               len(namespaces), False, None, workers=len(shards))
+        if not switch:
+            return report
+        status.phase = "switching"
+        served_before = await aliases.served(alias) if kafka else set()
+        found = await aliases.switch(alias, target, expect=old, base=name)
+        if found is not None:
+            raise RebuildError(f"the alias of {name} moved to {found} while this rebuild ran: {target} is built "
+                               "but readers were not switched to it")
+        switched_at = time.monotonic()
+        report.switched = True
+        log.info("readers of %s switched from %s to %s", name, old, target)
+        if kafka and handover > 0:
+            if old in served_before:
+                report.handed_over = await _hand_over(source, sink, status, aliases, alias, target, handover,
+                                                      on_progress)
+            else:
+                log.warning("no projector service announces it projects %s: start `helix-es project` (it follows "
+                            "the alias) so that %s takes the events written from now on", old, target)
+        report.events, report.read, report.skipped = status.events, status.read, status.skipped
+        if drop_old:
+            # Readers still on the old target move within a second; only then is it taken away.
+            await asyncio.sleep(max(0.0, switched_at + 2 * _refresh_seconds() - time.monotonic()))
+            await drop_target(part, log_config, old, namespaces)
+            await aliases.forget_target(alias, old)
+            report.dropped.append(old)
+        return report
+    finally:
+        if source is not None:
+            await source.close()
+        if projection is not None:
+            await projection.close()
+        if store is not None:
+            await store.close()
+        await aliases.close()
+
+
+def _refresh_seconds() -> float:
+    from helix_es.projection import aliases
+
+    return aliases.REFRESH_SECONDS
+
+
+async def _hand_over(source: Source, sink: Sink, status: Status, aliases: AliasStore, alias: str, target: str,
+                     timeout: float, on_progress: ProgressCallback | None) -> bool:
+    """Fold the new target until a projector service announces it (then `HANDOVER_GRACE` more), or `timeout`."""
+    status.phase = "handover"
+    deadline = time.monotonic() + timeout
+    seen: list[float] = []
+
+    async def finished() -> bool:
+        if seen:
+            return time.monotonic() >= seen[0] + HANDOVER_GRACE
+        if target in await aliases.served(alias):
+            seen.append(time.monotonic())
+            return False
+        return time.monotonic() >= deadline
+
+    await drain(source, sink, status, finished, at_end=False, on_progress=on_progress)
+    if not seen:
+        log.warning("no projector service took %s over within %.0fs: start `helix-es project`, which follows "
+                    "the alias, or readers of it wait for their writes", target, timeout)
+    return bool(seen)
+
+
+# --- dropping a target ---
+
+
+async def drop_target(part: MemoryConfig, log_config: LogConfig, target: str, namespaces: Sequence[str]) -> None:
+    """Delete `target`'s data and checkpoints for `namespaces` (this deployment's), in `part`'s store."""
+    topics = [names.topic(ns, log_config.topic_prefix) for ns in namespaces]
+    await drop_target_data(part, target, namespaces, topics)
+
+
+async def _namespaces(log_config: LogConfig) -> list[str]:
+    source = open_source(log_config, _no_checkpoint, DEFAULT_BATCH)
+    try:
+        return await source.namespaces()
+    finally:
+        await source.close()
+
+
+async def _no_checkpoint(topic: str, partition: int) -> int | None:
+    return None
+
+
+async def drop(config: ConfigSource, target: str, *, view: str | None = None) -> DropReport:
+    """Delete a target of `view` that readers do not use: its keys or rows, and its checkpoints."""
+    log_config, part = select(config, view)
+    check_target(target, "--drop")
+    if registry.kind(part.store).in_process:
+        raise ConfigError("memory.store", f"{part.store} views live in their process: nothing to drop from here")
+    name = part.view.name
+    alias = alias_id(name, log_config.topic_prefix)
+    aliases = open_aliases(part)
+    try:
+        current = await resolve_alias(aliases, alias, name)
+        if target == current:
+            raise RebuildError(f"{target} is the target readers of {name} use: switch them to another one first")
+        known = await aliases.targets(alias) | {name}
+        if target not in known:
+            raise RebuildError(f"{target} is not a target of {name}; its targets: {sorted(known)}")
+        namespaces = await _namespaces(log_config)
+        await drop_target(part, log_config, target, namespaces)
+        await aliases.forget_target(alias, target)
+        return DropReport(name, part.store, target, len(namespaces))
+    finally:
+        await aliases.close()
+
+
+# --- views kept in memory: rebuilt in the process that serves them ---
+
+
+async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into: str | None, switch: bool,
+                              drop_old: bool) -> RebuildReport:
+    from helix_es.client import backend as backends
+
+    if not switch:
+        raise ConfigError("--no-switch", f"a {part.store} view lives in this process and only its readers could "
+                                         "use a new target: it is rebuilt by switching to it")
+    started = time.monotonic()
+    backend = await backends.acquire(log_config)
+    try:
+        name = part.view.name
+        aliases = backend.aliases(part)
+        alias = alias_id(name, log_config.topic_prefix)
+        old = await resolve_alias(aliases, alias, name)
+        target = check_target(into) if into else next_target(name, sorted({*await aliases.targets(alias), old}))
+        if target == old:
+            raise RebuildError(f"{target} is the target readers use now: rebuild into another one (into=...)")
+        namespaces = await backend.log.namespaces()
+        found = await aliases.switch(alias, target, expect=old, base=name)
+        if found is not None:
+            raise RebuildError(f"the alias of {name} moved to {found} meanwhile")
+        events = 0
+        aliased: Any = None
+        for ns in namespaces:
+            projection = await backend.attach(part, ns)
+            await backend.current(projection, ns)  # follows the alias: the new target, caught up from the log
+            aliased = projection
+            done = await projection.checkpoint(names.topic(ns, log_config.topic_prefix), 0)
+            events += 0 if done is None else done + 1
+        dropped = []
+        if drop_old and aliased is not None:
+            await _drop_in_process(aliased, part, old, await backend.log.namespaces(), log_config.topic_prefix)
+            await aliases.forget_target(alias, old)
+            dropped.append(old)
+        seconds = time.monotonic() - started
+        return RebuildReport(name, part.store, old, target, events, events, 0, round(seconds, 3),
+                             round(events / seconds if seconds else 0.0), len(namespaces), True, None, dropped)
+    finally:
+        await backends.release(log_config, backend)
+
+
+async def _drop_in_process(aliased: Any, part: MemoryConfig, target: str, namespaces: Sequence[str],
+                           topic_prefix: str) -> None:
+    """Forget an in-process target: its projection, and for session views its states in the shared store."""
+    await aliased.forget(target)
+    store: ViewStore | None = getattr(aliased, "shared_store", None)
+    if store is not None and isinstance(part.view, View):
+        topics = [names.topic(ns, topic_prefix) for ns in namespaces]
+        await target_store(store, part.view, target).drop(part.view, namespaces, topics)
