@@ -66,8 +66,8 @@ async def _run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json()))
     moved = (f"; readers switched from {report.old_target}" if report.switched
              else f"; readers still use {report.old_target} (--no-switch)")
-    dropped = f"; dropped {', '.join(report.dropped)}" if report.dropped else ""
+    old = f"; dropped {', '.join(report.dropped)}" if report.dropped else ""
     print(f"helix-es: rebuilt {report.view} into {report.target}: {report.read:,} events read, {report.events:,} "
           f"folded, {report.skipped} skipped, in {report.seconds:.1f}s ({report.events_per_second:,} events/s)"
-          f"{moved}{dropped}", file=sys.stderr)
+          f"{moved}{old}", file=sys.stderr)
     return 0

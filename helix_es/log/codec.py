@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import fastavro.schema
@@ -43,13 +43,13 @@ class SchemaVersion:
 
 
 def fingerprint(schema: Mapping[str, Any] | str) -> bytes:
-    canonical = fastavro.schema.to_parsing_canonical_form(schema)
+    canonical = fastavro.schema.to_parsing_canonical_form(cast(Any, schema))
     # fastavro prints the CRC-64-AVRO value little-endian, which is the wire order.
     return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
 
 
 def schema_version(version: int, schema: Mapping[str, Any]) -> SchemaVersion:
-    parsed = fastavro.parse_schema(dict(schema), _write_hint=False)
+    parsed: dict[str, Any] = cast(dict[str, Any], fastavro.parse_schema(dict(schema), _write_hint=False))
     return SchemaVersion(version, parsed, fingerprint(parsed))
 
 
@@ -165,7 +165,7 @@ class Codec:
             )
         reader = None if written is self.reader else self.reader.schema
         body = io.BytesIO(data[HEADER_LEN:])
-        return fastavro.schemaless_reader(body, written.schema, reader, return_record_name=True)
+        return cast(dict[str, Any], fastavro.schemaless_reader(body, written.schema, reader, return_record_name=True))
 
     # --- events ---
 
@@ -183,9 +183,11 @@ class Codec:
         if ts.tzinfo is None:
             raise ValueError("naive timestamp")
         delta = ts - _EPOCH
+        if type(event.event_id) is not _UUID:
+            raise TypeError("not a uuid.UUID event id")
         m = event.payload.message  # type: ignore[union-attr]
         out = [
-            self._added_prefix, _str(str(event.event_id) if type(event.event_id) is _UUID else None),
+            self._added_prefix, _str(str(event.event_id)),
             _str(event.namespace), _str(event.session_id),
             _micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds), self._added_branch,
             _str(m.role), _str(m.content), _NULL if m.name is None else _SOME + _str(m.name),
@@ -207,7 +209,8 @@ class Codec:
             return record_to_event(self.decode_record(data))
         body = io.BytesIO(data)
         body.seek(HEADER_LEN)
-        record = fastavro.schemaless_reader(body, schema, None, return_record_name=True)
+        record: dict[str, Any] = cast(dict[str, Any], fastavro.schemaless_reader(body, schema, None,
+                                                                                 return_record_name=True))
         name, fields = record["payload"]
         if name == _ADDED:  # nearly every event: built here, without the generic dispatch
             added = MessageAdded(Message.from_record(fields["message"]))
@@ -296,7 +299,7 @@ def _fast_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     for f in plain["fields"]:
         if f["name"] == "event_id":
             f["type"] = "string"
-    return fastavro.parse_schema(plain)
+    return cast(dict[str, Any], fastavro.parse_schema(plain))
 
 
 def _payload_names(schema: Mapping[str, Any]) -> list[str]:

@@ -114,7 +114,8 @@ class TailReader:
         head = f.read(FRAME.size)
         if len(head) < FRAME.size or self.bad == self.pos:
             return False
-        return self.pos + FRAME.size + FRAME.unpack(head)[0] <= os.fstat(f.fileno()).st_size
+        length: int = FRAME.unpack(head)[0]
+        return self.pos + FRAME.size + length <= os.fstat(f.fileno()).st_size
 
     def remaining_bytes(self) -> int:
         return max(0, os.fstat(self.file.fileno()).st_size - self.pos)

@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
 from helix_es.log.codec import Codec, session_id_of
 from helix_es.log.frames import FRAME, TailReader
 from helix_es.model import names
@@ -77,8 +80,6 @@ class KafkaSource:
     def __init__(self, bootstrap_servers: str, topic_prefix: str, checkpoint: Checkpoint, *, check: Check,
                  batch: int = DEFAULT_BATCH, codec: Codec | None = None,
                  only: Sequence[tuple[str, int]] | None = None) -> None:
-        from aiokafka import AIOKafkaConsumer
-
         self.only = None if only is None else {tuple(tp) for tp in only}  # a worker's share of the partitions
         self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
         self.prefix = topic_prefix
@@ -108,8 +109,6 @@ class KafkaSource:
 
     async def _topics(self) -> dict[str, list[int]]:
         """Every namespace topic of the deployment and its partitions."""
-        from aiokafka.admin import AIOKafkaAdminClient
-
         if self.admin is None:
             self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
             await self.admin.start()
@@ -122,8 +121,6 @@ class KafkaSource:
 
     async def _discover(self) -> None:
         """Assign every partition of every namespace topic; new ones start at their checkpoint + 1."""
-        from aiokafka import TopicPartition
-
         found = [TopicPartition(t, p) for t, parts in (await self._topics()).items() for p in parts
                  if self.only is None or (t, p) in self.only]
         new = [tp for tp in found if tp not in self.positions]

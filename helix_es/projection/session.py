@@ -2,31 +2,49 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
-from helix_es.projection.fold import project
-from helix_es.stores.ports import Applied, SessionKey, ViewStore
+from helix_es.projection.fold import fold_batch
+from helix_es.stores.ports import Applied, SessionKey, Snapshot, ViewStore
 from helix_es.views.base import View
 
 
 @dataclass
 class SessionProjection:
-    """A session view (one pure fold) over a shared `ViewStore`; the store's owner closes it."""
+    """A session view (one pure fold) over a shared `ViewStore`; the store's owner closes it.
+
+    A writer that knows nobody else writes the target (a rebuild) keeps a `cache` of its sessions'
+    snapshots between batches, so a batch is one write and no read (at most `max_cached` sessions,
+    the least recently written forgotten first); `checkpoint_partition` maps a batch's partition to
+    the one its checkpoint is kept under (a rebuild worker folding a slice of a partition).
+    """
 
     view: View
     store: ViewStore
     name: str = field(init=False)
     kind: str = field(init=False)
+    cache: dict[SessionKey, Snapshot] | None = field(default=None, kw_only=True)
+    max_cached: int = field(default=200_000, kw_only=True)
+    checkpoint_partition: Callable[[int], int] | None = field(default=None, kw_only=True)
+    retries: int = field(default=3, kw_only=True)
 
     def __post_init__(self) -> None:
         self.name = self.view.name
         self.kind = self.store.kind
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
-        return Applied(await project(self.view, self.store, records))
+        where = self.checkpoint_partition
+        folded = await fold_batch(
+            self.view, self.store, records, retries=self.retries, cache=self.cache,
+            checkpoint_partition=where(records[0].position.partition) if where is not None and records else None,
+        )
+        if self.cache is not None:
+            while len(self.cache) > self.max_cached:
+                del self.cache[next(iter(self.cache))]
+        return Applied(folded.applied)
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         return await self.store.checkpoint(self.view, topic, partition)

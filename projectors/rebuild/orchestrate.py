@@ -12,11 +12,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from helix_es.client import backend as backends
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.replay import DEFAULT_BATCH, Source
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.names import alias_id, check_target, next_target
+from helix_es.projection import aliases as alias_names
 from helix_es.projection.aliases import drop_target_data, resolve_alias, target_projection, target_store
 from helix_es.projection.factory import open_aliases, open_store
 from helix_es.projection.protocol import Projection
@@ -74,8 +76,8 @@ async def rebuild(
             raise RebuildError(f"{target} is the target readers use now: rebuild into another one (--into NAME)")
         await aliases.add_target(alias, target)
         projection = target_projection(part, target, store)
-        sink: Sink = (SessionSink(part.view, target_store(store, part.view, target)) if store is not None
-                      else ProjectionSink(projection))
+        sink: Sink = (SessionSink(part.view, target_store(store, part.view, target))
+                      if store is not None and isinstance(part.view, View) else ProjectionSink(projection))
         status = Status(name, target, "building")
         log.info("rebuilding %s (%s) into %s; readers use %s", name, part.store, target, old)
         shards = await plan_shards(log_config, projection.checkpoint, worker_count(workers), config, part)
@@ -132,9 +134,7 @@ async def rebuild(
 
 
 def _refresh_seconds() -> float:
-    from helix_es.projection import aliases
-
-    return aliases.REFRESH_SECONDS
+    return alias_names.REFRESH_SECONDS
 
 
 async def _hand_over(source: Source, sink: Sink, status: Status, aliases: AliasStore, alias: str, target: str,
@@ -209,8 +209,6 @@ async def drop(config: ConfigSource, target: str, *, view: str | None = None) ->
 
 async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into: str | None, switch: bool,
                               drop_old: bool) -> RebuildReport:
-    from helix_es.client import backend as backends
-
     if not switch:
         raise ConfigError("--no-switch", f"a {part.store} view lives in this process and only its readers could "
                                          "use a new target: it is rebuilt by switching to it")

@@ -176,6 +176,7 @@ async def _worker(spec: Mapping[str, Any]) -> None:
     store = open_store(part) if isinstance(part.view, View) else None
     projection = target_projection(part, target, store)
     if store is not None:
+        assert isinstance(part.view, View)
         sink: Sink = SessionSink(part.view, target_store(store, part.view, target),
                                  checkpoint_partition=shard.scratch if shard.n > 1 else None)
         # A slice resumes from its own scratch checkpoint, else from the partition's.

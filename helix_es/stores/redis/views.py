@@ -103,7 +103,7 @@ async def delete_matching(client: aioredis.Redis, pattern: str, exact: re.Patter
 async def drop_checkpoints(client: aioredis.Redis, view: str, topics: Collection[str]) -> None:
     """Delete `view`'s checkpoints of every partition of `topics` (other deployments' topics stay)."""
     key = names.checkpoint_key(view)
-    fields = [f for f in await client.hkeys(key) if f.decode().rpartition(":")[0] in topics]
+    fields = [f for f in await client.hkeys(key) if bytes(f).decode().rpartition(":")[0] in topics]
     if fields:
         await client.hdel(key, *fields)
 
