@@ -7,7 +7,7 @@ import time
 import redis.asyncio as aioredis
 
 from helix_es.model.names import alias_key, served_key, targets_key
-from helix_es.stores.redis.pool import redis_client
+from helix_es.stores.redis.pool import redis_client, text
 
 _SWITCH = """
 local current = redis.call('GET', KEYS[1]) or ARGV[3]
@@ -16,10 +16,6 @@ redis.call('SET', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[2])
 return false
 """
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class RedisAliases:
@@ -38,14 +34,14 @@ class RedisAliases:
 
     async def get(self, alias: str) -> str | None:
         value = await self.redis.get(alias_key(alias))
-        return None if value is None else _text(value)
+        return None if value is None else text(value)
 
     async def switch(self, alias: str, target: str, *, expect: str, base: str) -> str | None:
         found = await self.redis.eval(_SWITCH, 2, alias_key(alias), targets_key(alias), expect, target, base)
-        return None if found is None else _text(found)
+        return None if found is None else text(found)
 
     async def targets(self, alias: str) -> set[str]:
-        return {_text(t) for t in await self.redis.smembers(targets_key(alias))}
+        return {text(t) for t in await self.redis.smembers(targets_key(alias))}
 
     async def add_target(self, alias: str, target: str) -> None:
         await self.redis.sadd(targets_key(alias), target)
@@ -62,7 +58,7 @@ class RedisAliases:
 
     async def served(self, alias: str) -> set[str]:
         found = await self.redis.zrangebyscore(served_key(alias), time.time() * 1000, "+inf")
-        return {_text(t) for t in found}
+        return {text(t) for t in found}
 
     async def close(self) -> None:
         if self._redis is not None:

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from helix_es.model import names
 from helix_es.model.message import decode_json
 from helix_es.stores.ports import Change, CheckpointLost, SessionKey, Snapshot, StaleWrite, list_edit
-from helix_es.stores.redis.pool import redis_client
+from helix_es.stores.redis.pool import redis_client, text
 from helix_es.views.base import View
 
 _APPLY = """
@@ -103,7 +103,7 @@ async def delete_matching(client: aioredis.Redis, pattern: str, exact: re.Patter
 async def drop_checkpoints(client: aioredis.Redis, view: str, topics: Collection[str]) -> None:
     """Delete `view`'s checkpoints of every partition of `topics` (other deployments' topics stay)."""
     key = names.checkpoint_key(view)
-    fields = [f for f in await client.hkeys(key) if bytes(f).decode().rpartition(":")[0] in topics]
+    fields = [f for f in await client.hkeys(key) if text(f).rpartition(":")[0] in topics]
     if fields:
         await client.hdel(key, *fields)
 
