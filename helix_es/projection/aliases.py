@@ -85,8 +85,8 @@ class StoredView(View):
         return self.target
 
     @property
-    def tables(self) -> tuple[str, str]:  # type: ignore[override]
-        return self.view.tables
+    def family(self) -> str:  # type: ignore[override]
+        return self.view.family
 
     @property
     def ttl(self) -> float | None:
@@ -134,6 +134,9 @@ class TargetStore:
 
     async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
         await self.inner.drop(self.stored(view), namespaces, topics)
+
+    async def sessions(self, view: View, namespace: str) -> list[str]:
+        return await self.inner.sessions(self.stored(view), namespace)
 
     async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
         await self.inner.forget_checkpoints(self.stored(view), partitions)

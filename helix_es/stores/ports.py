@@ -97,6 +97,10 @@ class ViewStore(Protocol):
         checkpoints of `topics`: a rebuild target readers left. Other namespaces' data stays."""
         ...
 
+    async def sessions(self, view: View, namespace: str) -> list[str]:
+        """The sessions of `namespace` the view holds (has applied an event of), sorted."""
+        ...
+
     async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
         """Delete these (topic, partition) checkpoints of `view` (a rebuild's scratch ones)."""
         ...

@@ -20,8 +20,8 @@ class View(ABC):
     """One way of folding a session's events. Subclasses are frozen dataclasses of their options."""
 
     kind: ClassVar[str]  # the seed's YAML `type`
-    # PostgreSQL tables (messages, session guards); checkpoints live in helix_checkpoints.
-    tables: ClassVar[tuple[str, str]] = ("helix_view_messages", "helix_view_sessions")
+    # Stores keep the views of one family together (PostgreSQL: in one pair of tables).
+    family: ClassVar[str] = "view"
 
     @property
     def name(self) -> str:

@@ -40,7 +40,7 @@ def split(state: State) -> tuple[Header, State]:
 @dataclass(frozen=True)
 class Summary(View):
     kind = "summary"
-    tables = ("helix_summary", "helix_summary_sessions")
+    family = "summary"
     max_messages: int = 20
 
     def __post_init__(self) -> None:

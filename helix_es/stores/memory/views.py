@@ -41,6 +41,9 @@ class MemoryStore:
         for cp in [k for k in self._checkpoints if k[0] == view.name and k[1] in logs]:
             del self._checkpoints[cp]
 
+    async def sessions(self, view: View, namespace: str) -> list[str]:
+        return sorted(k.session_id for name, k in self._sessions if name == view.name and k.namespace == namespace)
+
     async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
         for topic, partition in partitions:
             self._checkpoints.pop((view.name, topic, partition), None)

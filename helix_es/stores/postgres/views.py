@@ -126,14 +126,22 @@ _COLUMNS = ("view", "namespace", "session_id", "seq", "message")
 COPY_ROWS = 200  # from this many rows on, COPY beats one INSERT despite its extra round trip
 
 
+# Each family of views (`View.family`) in its own pair of tables: messages, session guards.
+TABLES: dict[str, tuple[str, str]] = {
+    "view": ("helix_view_messages", "helix_view_sessions"),
+    "summary": ("helix_summary", "helix_summary_sessions"),
+}
+
+
 @dataclass(frozen=True)
 class _Sql:
-    """The statements above for one view's pair of tables (`View.tables`)."""
+    """The statements above for one family's pair of tables (`TABLES`)."""
 
     schema: str
     load: str
     claim: str
     append: str
+    sessions: str
     messages: str  # the table COPY writes to
 
 
@@ -142,8 +150,12 @@ def _sql(messages: str, sessions: str) -> _Sql:
     def named(sql: str) -> str:
         return sql.replace("helix_view_messages", messages).replace("helix_view_sessions", sessions)
 
-    return _Sql(named(_SCHEMA), named(_LOAD), named(_CLAIM), named(_APPEND), messages)
+    return _Sql(named(_SCHEMA), named(_LOAD), named(_CLAIM), named(_APPEND), named(_SESSIONS), messages)
 
+
+_SESSIONS = """
+SELECT session_id FROM helix_view_sessions WHERE view = $1 AND namespace = $2 ORDER BY session_id
+"""
 
 _CHECKPOINT = """
 SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3
@@ -163,12 +175,12 @@ class PostgresStore:
         self.dsn = dsn
         self.pg = Pg(dsn)
 
-    async def ensure_schema(self, tables: tuple[str, str] = View.tables) -> None:
+    async def ensure_schema(self, tables: tuple[str, str] = TABLES["view"]) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
         await self.pg.pool(_sql(*tables).schema)
 
     async def _pool_ready(self, view: View) -> tuple[asyncpg.Pool, _Sql]:
-        sql = _sql(*view.tables)
+        sql = _sql(*TABLES[view.family])
         return await self.pg.pool(sql.schema), sql
 
     async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
@@ -234,9 +246,14 @@ class PostgresStore:
 
     async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
         async with transaction(self.dsn) as conn:
-            for table in view.tables:
+            for table in TABLES[view.family]:
                 await delete_rows(conn, table, "view = $1 AND namespace = ANY($2::text[])", view.name, list(namespaces))
             await drop_checkpoints(conn, view.name, topics)
+
+    async def sessions(self, view: View, namespace: str) -> list[str]:
+        pool, sql = await self._pool_ready(view)
+        rows = await pool.fetch(sql.sessions, view.name, namespace)
+        return [r["session_id"] for r in rows]
 
     async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
         pool, _ = await self._pool_ready(view)

@@ -194,6 +194,16 @@ class RedisStore:
         key = names.checkpoint_key(view.name)
         self._seen = {(k, f) for k, f in self._seen if k != key or f.rpartition(":")[0] not in topics}
 
+    async def sessions(self, view: View, namespace: str) -> list[str]:
+        # Every session the view has applied an event of keeps a guard beside its data (one SCAN, no Lua).
+        glob, exact = _every_session(names.applied_key(namespace, "*", view.name))
+        found = set()
+        async for key in self.redis.scan_iter(match=glob, count=1000):
+            name = text(key)
+            if exact.match(name):
+                found.add(name[name.index("{") + 1 : name.index("}")])
+        return sorted(found)
+
     async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
         if partitions:
             key = names.checkpoint_key(view.name)
