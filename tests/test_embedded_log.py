@@ -1,16 +1,22 @@
-"""The embedded log file: framing, crash recovery, corruption, one writer."""
+"""The embedded log file: framing, crash recovery, corruption, one writer.
+
+What every log does is `tests.contracts.event_log.EventLogContract`, run here by `TestEmbeddedLog`.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from helix_es import Event, LogCorrupted, Message, MessageAdded, open_memory
 from helix_es.log.embedded import FRAME, MAGIC, EmbeddedLog
+from helix_es.log.port import EventLog
+from tests.contracts.event_log import EventLogContract, NewLog
 
 
 def event(i: int, session: str = "s") -> Event:
@@ -24,6 +30,20 @@ async def write(path: Path, n: int) -> Path:
     assert {(p.topic, p.partition) for p in positions} == {("helix.memory.ns", 0)}
     await log.close()
     return path / "helix.memory.ns.log"
+
+
+class TestEmbeddedLog(EventLogContract):
+    @pytest.fixture
+    async def new_log(self, tmp_path: Path) -> AsyncIterator[NewLog]:
+        made: list[EmbeddedLog] = []
+
+        def new() -> EventLog:
+            made.append(EmbeddedLog(tmp_path / "log"))  # fsync on: appends run in a thread
+            return made[-1]
+
+        yield new
+        for log in made:
+            await log.close()
 
 
 async def read_all(path: Path) -> list[str]:
@@ -40,11 +60,6 @@ def frame_starts(file: Path) -> list[int]:
         starts.append(pos)
         pos += FRAME.size + FRAME.unpack_from(data, pos)[0]
     return starts
-
-
-async def test_appends_read_back_in_order(tmp_path: Path) -> None:
-    await write(tmp_path, 5)
-    assert await read_all(tmp_path) == [f"message {i}" for i in range(5)]
 
 
 @pytest.mark.parametrize("cut", ["mid-header", "mid-body", "zero-fill"])
@@ -102,14 +117,6 @@ async def test_a_second_process_cannot_write_the_same_log(tmp_path: Path) -> Non
     assert "in use by another process" in proc.stderr
     await log.close()
     assert await read_all(tmp_path) == ["message 0"]
-
-
-async def test_event_too_large_writes_nothing(tmp_path: Path) -> None:
-    log = EmbeddedLog(tmp_path)
-    with pytest.raises(ValueError, match="limit"):
-        await log.append(Event("ns", "s", MessageAdded(Message("user", "x" * 1_000_000))))
-    await log.close()
-    assert await read_all(tmp_path) == []
 
 
 async def test_memory_survives_a_restart_of_the_process(tmp_path: Path) -> None:

@@ -1,4 +1,7 @@
-"""The Kafka path end to end: the wire as other programs see it, and projectors that crash."""
+"""The Kafka path end to end: the wire as other programs see it, and projectors that crash.
+
+What every log does is `tests.contracts.event_log.EventLogContract`, run here by `TestKafkaLog`.
+"""
 
 from __future__ import annotations
 
@@ -21,12 +24,14 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from helix_es import ConsistencyTimeout, InvalidInput, Message, ToolCall, open_memory
 from helix_es.log.kafka import KafkaLog
+from helix_es.log.port import EventLog
 from helix_es.model import names
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views.conversation import Conversation
 from projectors.lag import lag
 from tests.conftest import Deadline, unique, wait_for
+from tests.contracts.event_log import EventLogContract, NewLog
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +41,22 @@ async def kafka_log(kafka_bootstrap: str) -> AsyncIterator[KafkaLog]:
     log = KafkaLog(kafka_bootstrap, partitions=3)
     yield log
     await log.close()
+
+
+class TestKafkaLog(EventLogContract):
+    @pytest.fixture
+    async def new_log(self, kafka_bootstrap: str) -> AsyncIterator[NewLog]:
+        # A prefix of its own: no projector of another test subscribes to these topics (RUN: deleted after).
+        prefix = unique("logtest")
+        made: list[KafkaLog] = []
+
+        def new() -> EventLog:
+            made.append(KafkaLog(kafka_bootstrap, topic_prefix=prefix, partitions=3))
+            return made[-1]
+
+        yield new
+        for log in made:
+            await log.close()
 
 
 def config(bootstrap: str, redis_url: str, namespace: str, prefix: str = "helix.memory", **memory: Any) -> dict:

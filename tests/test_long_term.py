@@ -2,6 +2,7 @@
 
 The view is namespace-wide: every session of a namespace reads the same messages, in event-time
 order, and a clear from any session empties it. The stores are the real services of conftest.
+The store-level suite is `tests.contracts.long_term.LongTermContract`, run here on each store.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,19 +24,17 @@ from helix_es.client.memory import ViewMemory
 from helix_es.config import load_config
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
 from helix_es.projection.factory import open_projection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.long_term import MemoryLongTerm
-from helix_es.stores.ports import CheckpointLost, SessionKey
 from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
 from helix_es.stores.redis.long_term import RedisLongTerm, prefix
 from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table, escape_like
 from projectors.runner import Projector
 from tests.conftest import RUN, copy_always, unique, wait_for
+from tests.contracts.long_term import T0, LongTermContract, cleared, contents, said
 
 STORES = ["memory", "redis", "postgres", "postgres-copy"]
-T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(params=STORES)
@@ -56,35 +55,9 @@ def embedded(tmp_path: Path, store: dict[str, Any], namespace: str, **extra: Any
     return {"log": {"type": "embedded", "path": str(tmp_path / "log")}, "memory": memory}
 
 
-def contents(messages: list[Message]) -> list[str]:
-    return [m.content for m in messages]
-
-
 def projection_of(mem: object) -> Projection:
     assert isinstance(mem, ViewMemory)
     return mem.projection
-
-
-@pytest.fixture
-async def projection(store: dict[str, Any]) -> AsyncIterator[Projection]:
-    """A projection opened straight from the config, as the Kafka projector does."""
-    memory = load_config({"memory": {"type": "long-term", **store}}).memory
-    assert isinstance(memory.view, LongTerm)
-    opened = open_projection(memory)
-    yield opened
-    await opened.close()
-
-
-def record(namespace: str, session_id: str, payload: Any, at: datetime, position: Position) -> Record:
-    return Record(Event(namespace, session_id, payload, timestamp=at), position)
-
-
-def said(namespace: str, topic: str, partition: int, offset: int, text: str, at: datetime, sid: str = "s") -> Record:
-    return record(namespace, sid, MessageAdded(Message("user", text)), at, Position(topic, partition, offset))
-
-
-def cleared(namespace: str, topic: str, partition: int, offset: int, at: datetime, sid: str = "s") -> Record:
-    return record(namespace, sid, MemoryCleared(), at, Position(topic, partition, offset))
 
 
 async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
@@ -110,23 +83,72 @@ async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
     return [r["session_id"] for r in rows]
 
 
-async def forget_checkpoint(projection: Projection, topic: str, partition: int) -> None:
-    """Lose the checkpoint, as a restored backup would: the next delivery is applied again."""
-    if isinstance(projection, MemoryLongTerm):
-        projection._checkpoints.pop((topic, partition))
-    elif isinstance(projection, RedisLongTerm):
-        await projection.redis.hdel(names.checkpoint_key(projection.name), f"{topic}:{partition}")
-    else:
-        assert isinstance(projection, PostgresLongTerm)
-        conn = await asyncpg.connect(projection.dsn)
+# --- the store itself: the contract, on each store ---------------------------------------------
+
+
+class TestMemoryLongTerm(LongTermContract):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[Projection]:
+        s = MemoryLongTerm()
+        yield s
+        await s.close()
+
+    async def stored_sessions(self, store: Projection, namespace: str) -> list[str]:
+        return await stored_sessions(store, namespace)
+
+    async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
+        assert isinstance(store, MemoryLongTerm)
+        store._checkpoints.pop((topic, partition))
+
+
+class TestRedisLongTerm(LongTermContract):
+    refuses_after_a_lost_checkpoint = True
+
+    @pytest.fixture
+    async def store(self, redis_url: str) -> AsyncIterator[Projection]:
+        s = RedisLongTerm(redis_url)
+        yield s
+        await s.close()
+
+    async def stored_sessions(self, store: Projection, namespace: str) -> list[str]:
+        return await stored_sessions(store, namespace)
+
+    async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
+        assert isinstance(store, RedisLongTerm)
+        await store.redis.hdel(names.checkpoint_key(store.name), f"{topic}:{partition}")
+
+
+class TestPostgresLongTerm(LongTermContract):
+    @pytest.fixture
+    async def store(self, postgres_dsn: str) -> AsyncIterator[Projection]:
+        s = PostgresLongTerm(postgres_dsn)
+        yield s
+        await s.close()
+
+    async def stored_sessions(self, store: Projection, namespace: str) -> list[str]:
+        return await stored_sessions(store, namespace)
+
+    async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
+        assert isinstance(store, PostgresLongTerm)
+        conn = await asyncpg.connect(store.dsn)
         try:
             await conn.execute(
                 "DELETE FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3",
-                projection.name, topic, partition,
+                store.name, topic, partition,
             )
         finally:
             await conn.close()
-    assert await projection.checkpoint(topic, partition) is None
+
+
+class TestPostgresCopyLongTerm(TestPostgresLongTerm):
+    """Every append by COPY, as big batches (rebuilds) write them."""
+
+    @pytest.fixture
+    async def store(self, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Projection]:
+        copy_always(monkeypatch)
+        s = PostgresLongTerm(postgres_dsn)
+        yield s
+        await s.close()
 
 
 # --- through open_memory on the embedded log ---------------------------------------------------
@@ -243,108 +265,6 @@ async def test_store_file_keeps_the_namespace_across_restarts(tmp_path: Path) ->
     assert path.exists()
     async with open_memory(cfg, session_id="s3") as s3:  # a new process would rebuild it the same way
         assert contents(await s3.search("DISK")) == ["kept on disk"]
-
-
-# --- the projection itself --------------------------------------------------------------------
-
-
-async def test_a_redelivered_batch_changes_nothing(projection: Projection) -> None:
-    ns = unique("lt")
-    topic = names.topic(ns)
-    batch = [
-        said(ns, topic, 0, 0, "one", T0, sid="a"),
-        said(ns, topic, 0, 1, "two", T0 + timedelta(seconds=1), sid="b"),
-        cleared(ns, topic, 0, 2, T0 + timedelta(seconds=2)),
-        said(ns, topic, 0, 3, "three", T0 + timedelta(seconds=3), sid="a"),
-        said(ns, topic, 0, 4, "four", T0 + timedelta(seconds=4), sid="b"),
-    ]
-    key = SessionKey(ns, "a")
-    assert (await projection.apply(batch)).events == 5
-    assert await projection.checkpoint(topic, 0) == 4
-    assert contents(await projection.get(key, None) or []) == ["three", "four"]
-    assert (await projection.apply(batch)).events == 0  # at or below the checkpoint: skipped
-    assert (await projection.apply(batch[3:])).events == 0
-    assert contents(await projection.get(key, None) or []) == ["three", "four"]
-    # Past a lost checkpoint the events apply again, and the row keys keep them single. Redis, which
-    # loses checkpoints with their data (FLUSHALL), first refuses once: the projector refolds then.
-    await forget_checkpoint(projection, topic, 0)
-    if projection.kind == "redis":
-        with pytest.raises(CheckpointLost):
-            await projection.apply(batch)
-    assert (await projection.apply(batch)).events == 5
-    assert contents(await projection.get(key, None) or []) == ["three", "four"]
-    assert await stored_sessions(projection, ns) == ["a", "b"]
-    assert await projection.checkpoint(topic, 0) == 4
-
-
-async def test_order_and_clears_do_not_depend_on_which_partition_is_applied_first(projection: Projection) -> None:
-    def batches(ns: str) -> tuple[list[Record], list[Record]]:
-        topic = names.topic(ns)
-        at = [T0 + timedelta(milliseconds=i) for i in range(8)]
-        p0 = [said(ns, topic, 0, 0, "p0 t0", at[0]), said(ns, topic, 0, 1, "p0 t3", at[3]),
-              said(ns, topic, 0, 2, "p0 t5", at[5]), said(ns, topic, 0, 3, "p0 t7", at[7])]
-        p1 = [said(ns, topic, 1, 0, "p1 t1", at[1]), cleared(ns, topic, 1, 1, at[4]),
-              said(ns, topic, 1, 2, "p1 t6", at[6]), said(ns, topic, 1, 3, "p1 t6 too", at[6])]
-        return p0, p1
-
-    expected = ["p0 t5", "p1 t6", "p1 t6 too", "p0 t7"]
-    ns_a, ns_b, ns_c = unique("lt-a"), unique("lt-b"), unique("lt-c")
-    a0, a1 = batches(ns_a)
-    await projection.apply(a0)
-    await projection.apply(a1)
-    b0, b1 = batches(ns_b)
-    await projection.apply(b1)
-    await projection.apply(b0)
-    c0, c1 = batches(ns_c)  # interleaved, one record at a time
-    for r in (c1[0], c0[0], c0[1], c1[1], c0[2], c1[2], c0[3], c1[3]):
-        await projection.apply([r])
-    for ns in (ns_a, ns_b, ns_c):
-        assert contents(await projection.get(SessionKey(ns, "s"), None) or []) == expected, ns
-        assert contents(await projection.search(SessionKey(ns, "s"), "T6", 10, None) or []) == expected[1:3]
-
-
-async def test_partitions_applied_concurrently_agree(projection: Projection) -> None:
-    """Projectors of two partitions racing on one namespace: a clear never misses an older message."""
-    namespaces = [unique("lt-race") for _ in range(8)]
-    runs = []
-    for ns in namespaces:
-        topic = names.topic(ns)
-        at = [T0 + timedelta(milliseconds=i) for i in range(6)]
-        p0 = [said(ns, topic, 0, 0, "old", at[0]), said(ns, topic, 0, 1, "older than the clear", at[2]),
-              said(ns, topic, 0, 2, "kept", at[5])]
-        p1 = [said(ns, topic, 1, 0, "also old", at[1]), cleared(ns, topic, 1, 1, at[3]),
-              said(ns, topic, 1, 2, "kept too", at[4])]
-        runs += [projection.apply(p0), projection.apply(p1)]
-    await asyncio.gather(*runs)
-    for ns in namespaces:
-        assert contents(await projection.get(SessionKey(ns, "s"), None) or []) == ["kept too", "kept"]
-
-
-async def test_reads_wait_for_the_checkpoint_of_the_callers_write(projection: Projection) -> None:
-    ns = unique("lt")
-    topic = names.topic(ns)
-    key = SessionKey(ns, "s")
-    records = [said(ns, topic, 0, i, f"m{i}", T0 + timedelta(seconds=i)) for i in range(4)]
-    await projection.apply(records[:2])
-    want = Position(topic, 0, 3)
-    assert await projection.get(key, want) is None
-    assert await projection.search(key, "m", 10, want) is None
-    assert await projection.applied(key, want) == 1
-    assert await projection.get(key, Position(topic, 1, 0)) is None  # nothing applied there yet
-    assert await projection.applied(key, Position(topic, 1, 0)) is None
-    assert contents(await projection.get(key, Position(topic, 0, 1)) or []) == ["m0", "m1"]
-    await projection.apply(records[2:])
-    assert contents(await projection.get(key, want) or []) == ["m0", "m1", "m2", "m3"]
-    assert contents(await projection.search(key, "M3", 10, want) or []) == ["m3"]
-    assert await projection.applied(key, want) == 3
-
-
-async def test_a_batch_is_one_topic_partition(projection: Projection) -> None:
-    ns = unique("lt")
-    topic = names.topic(ns)
-    with pytest.raises(ValueError, match="one topic-partition"):
-        await projection.apply([said(ns, topic, 0, 0, "a", T0), said(ns, topic, 1, 0, "b", T0)])
-    assert await projection.checkpoint(topic, 0) is None
 
 
 async def test_redis_layout(redis_url: str) -> None:

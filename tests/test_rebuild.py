@@ -26,10 +26,7 @@ from helix_es.config import load_config
 from helix_es.model.names import alias_id, next_target, version_of
 from helix_es.projection import aliases as aliases_module
 from helix_es.projection.aliases import TargetStore
-from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.ports import SessionKey
-from helix_es.stores.postgres.aliases import PostgresAliases
-from helix_es.stores.redis.aliases import RedisAliases
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views.base import View
 from helix_es.views.long_term import target_table
@@ -115,27 +112,6 @@ def test_targets_are_versioned_and_long_term_tables_follow_them() -> None:
     assert target_table("notes", "long-term-notes", "Fresh.Copy") == "notes_fresh_copy"
     long = target_table("agent_memory", "long-term", "long-term@" + "x" * 80)
     assert len(long) <= 63 and long.startswith("agent_memory_x")
-
-
-@pytest.mark.parametrize("kind", ["memory", "redis", "postgres"])
-async def test_the_switch_is_a_compare_and_set(kind: str, redis_url: str, postgres_dsn: str) -> None:
-    aliases = {"memory": MemoryAliases, "redis": lambda: RedisAliases(redis_url),
-               "postgres": lambda: PostgresAliases(postgres_dsn)}[kind]()
-    alias = alias_id("w", unique("cas"))
-    try:
-        assert await aliases.get(alias) is None
-        assert await aliases.switch(alias, "w@v2", expect="w", base="w") is None
-        assert await aliases.get(alias) == "w@v2"
-        # A second rebuild that started before that switch expects the old target: it loses.
-        assert await aliases.switch(alias, "w@v3", expect="w", base="w") == "w@v2"
-        assert await aliases.get(alias) == "w@v2"
-        assert await aliases.targets(alias) == {"w@v2"}
-        await aliases.announce(alias, "w@v2", 5)
-        assert await aliases.served(alias) == {"w@v2"}
-        await aliases.announce(alias, "w@v2", 0)
-        assert await aliases.served(alias) == set()
-    finally:
-        await aliases.close()
 
 
 def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere() -> None:

@@ -2,47 +2,36 @@
 
 Postgres and Kafka are the real services of tests/conftest.py; the paid model is a local
 OpenAI-compatible HTTP server (tests/test_embed.py) that counts what it is asked to embed.
+The store-level suite is `tests.contracts.vector_store.VectorStoreContract`, run here on each store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import asyncpg
-import numpy as np
 import pytest
 
 from helix_es import Message, ToolCall, ViewMemory, load_config, open_memory
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
-from helix_es.model import names
-from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, Position, Record
 from helix_es.projection.factory import open_projection
-from helix_es.projection.vector import VectorProjection, content_sha256
-from helix_es.providers.embed import Embedder, HashEmbedder, OpenAIEmbedder, embedder_from_func
+from helix_es.projection.vector import VectorProjection
+from helix_es.providers.embed import HashEmbedder, OpenAIEmbedder
 from helix_es.stores.memory.vector import MemoryVectorStore
-from helix_es.stores.ports import SessionKey, VectorStore
+from helix_es.stores.ports import VectorStore
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.views.vector import Vector
 from projectors.runner import Projector
 from tests.conftest import unique, wait_for
+from tests.contracts.vector_store import TRAVEL, NewStore, VectorStoreContract, contents, record, said, search
 from tests.test_embed import EmbeddingServer
 
 STORES = ["memory", "postgres"]
-T0 = datetime(2030, 1, 1, tzinfo=UTC)
-
-TRAVEL = [
-    "The flight to Oslo leaves at nine from gate 4",
-    "Book a hotel near the harbour in Bergen",
-    "My cat is called Miso and likes salmon",
-    "Remember that I prefer green tea to coffee",
-    "The meeting with the finance team moved to Thursday",
-]
 
 
 @pytest.fixture
@@ -66,31 +55,6 @@ def memory_config(request: pytest.FixtureRequest, tmp_path: Path, store: str, na
 
 def projection_of(mem: Any) -> VectorProjection:
     return cast(VectorProjection, cast(ViewMemory, mem).projection)
-
-
-def contents(messages: Sequence[Message] | None) -> list[str]:
-    assert messages is not None
-    return [m.content for m in messages]
-
-
-def new_store(request: pytest.FixtureRequest, kind: str, **options: Any) -> VectorStore:
-    if kind == "postgres":
-        return PostgresVectorStore(request.getfixturevalue("postgres_dsn"))
-    return MemoryVectorStore(**options)
-
-
-def record(ns: str, partition: int, offset: int, seconds: float, payload: Payload, session: str = "s") -> Record:
-    event = Event(ns, session, payload, timestamp=T0 + timedelta(seconds=seconds))
-    return Record(event, Position(names.topic(ns), partition, offset))
-
-
-def said(text: str) -> MessageAdded:
-    return MessageAdded(Message("user", text))
-
-
-async def search(p: VectorProjection, ns: str, query: str, limit: int = 10,
-                 want: Position | None = None) -> list[Message] | None:
-    return await p.search(SessionKey(ns, "s"), query, limit, want)
 
 
 # --- through open_memory on the embedded log ---------------------------------------------------
@@ -173,70 +137,56 @@ async def test_the_view_is_rebuilt_from_the_log(
         assert contents(await mem.search("flight hotel cat tea meeting")) == before == [TRAVEL[0]]
 
 
-# --- the fold, batch by batch ------------------------------------------------------------------
+# --- the fold, batch by batch: the contract, on each store ---------------------------------------
 
 
-async def test_a_clear_is_decided_by_event_time_whatever_the_partition_order(
-    request: pytest.FixtureRequest, store_kind: str
-) -> None:
-    for order in ("clear-first", "clear-last"):
-        ns = unique("vec")
-        clear = [record(ns, 0, 0, 10, MemoryCleared())]
-        messages = [record(ns, 1, 0, 5, said("written before the clear")),
-                    record(ns, 1, 1, 15, said("written after the clear"))]
-        p = VectorProjection(unique("vector-test"), HashEmbedder(64), new_store(request, store_kind), top_k=10)
+class TestMemoryVectorStore(VectorStoreContract):
+    @pytest.fixture
+    def new_store(self) -> Iterator[NewStore]:
+        made: list[VectorStore] = []
+
+        def new() -> VectorStore:
+            made.append(MemoryVectorStore())
+            return made[-1]
+
+        yield new
+
+    async def forget_embeddings(self, model: str) -> None:
+        pass  # it keeps none: the log does
+
+    async def lose_checkpoints(self, view: str) -> bool:
+        return False  # in the process: checkpoints and entries go together
+
+
+class TestPostgresVectorStore(VectorStoreContract):
+    caches_embeddings = True
+
+    @pytest.fixture
+    async def new_store(self, postgres_dsn: str) -> AsyncIterator[NewStore]:
+        self.dsn = postgres_dsn
+        made: list[VectorStore] = []
+
+        def new() -> VectorStore:
+            made.append(PostgresVectorStore(postgres_dsn))
+            return made[-1]
+
+        yield new
+        for store in made:
+            await store.close()
+
+    async def _execute(self, sql: str, *args: str) -> None:
+        conn = await asyncpg.connect(self.dsn)
         try:
-            for batch in ([clear, messages] if order == "clear-first" else [messages, clear]):
-                await p.apply(batch)
-            assert contents(await search(p, ns, "written clear")) == ["written after the clear"], order
-            assert await p.store.count(p.name, ns) == 1
+            await conn.execute(sql, *args)
         finally:
-            await p.close()
-
-
-async def test_redelivery_adds_nothing(request: pytest.FixtureRequest, store_kind: str) -> None:
-    ns = unique("vec")
-    batch = [record(ns, 0, i, i, said(text)) for i, text in enumerate(TRAVEL)]
-    store = new_store(request, store_kind)
-    name = unique("vector-test")
-    p = VectorProjection(name, HashEmbedder(64), store)
-    try:
-        assert (await p.apply(batch)).events == len(TRAVEL)
-        assert (await p.apply(batch)).events == 0
-        assert (await p.apply(batch[2:])).events == 0
-        assert await store.count(name, ns) == len(TRAVEL)
-        if isinstance(store, PostgresVectorStore):
-            # Another process, and the checkpoint lost: every event comes again and is folded again.
-            conn = await asyncpg.connect(request.getfixturevalue("postgres_dsn"))
-            await conn.execute("DELETE FROM helix_checkpoints WHERE view = $1", name)
             await conn.close()
-            again = VectorProjection(name, HashEmbedder(64), PostgresVectorStore(store.dsn))
-            assert (await again.apply(batch)).events == len(TRAVEL)
-            await again.close()
-        assert await store.count(name, ns) == len(TRAVEL)
-        assert contents(await search(p, ns, "green tea", 1)) == [TRAVEL[3]]
-        assert await p.checkpoint(names.topic(ns), 0) == len(TRAVEL) - 1
-    finally:
-        await p.close()
 
+    async def forget_embeddings(self, model: str) -> None:
+        await self._execute("DELETE FROM helix_embeddings WHERE model = $1", model)
 
-async def test_reads_wait_for_the_callers_write(request: pytest.FixtureRequest, store_kind: str) -> None:
-    ns = unique("vec")
-    p = VectorProjection(unique("vector-test"), HashEmbedder(64), new_store(request, store_kind))
-    try:
-        topic = names.topic(ns)
-        await p.apply([record(ns, 0, 0, 0, said("first"))])
-        ahead = Position(topic, 0, 1)
-        key = SessionKey(ns, "s")
-        assert await p.get(key, ahead) is None
-        assert await p.search(key, "first", 5, ahead) is None
-        assert await p.applied(key, ahead) == 0
-        assert await p.search(key, "first", 5, Position(topic, 1, 0)) is None  # another partition: nothing yet
-        await p.apply([record(ns, 0, 1, 1, said("second"))])
-        assert await p.get(key, ahead) == []
-        assert contents(await p.search(key, "second", 1, ahead)) == ["second"]
-    finally:
-        await p.close()
+    async def lose_checkpoints(self, view: str) -> bool:
+        await self._execute("DELETE FROM helix_checkpoints WHERE view = $1", view)
+        return True
 
 
 async def test_the_memory_store_evicts_the_oldest_entries_at_its_cap(caplog: pytest.LogCaptureFixture) -> None:
@@ -260,74 +210,6 @@ async def test_the_memory_store_evicts_the_oldest_entries_at_its_cap(caplog: pyt
 
 
 # --- paid embeddings: recorded on the log, never paid twice -----------------------------------
-
-
-def paid_counter(dims: int = 64) -> tuple[Embedder, list[list[str]]]:
-    calls: list[list[str]] = []
-    hashed = HashEmbedder(dims)
-
-    async def embed(texts: Sequence[str]) -> np.ndarray:
-        calls.append(list(texts))
-        return hashed.embed_sync(texts)
-
-    return embedder_from_func(embed, unique("paid"), dims, paid=True), calls
-
-
-def recorded(derived: Sequence[Event]) -> dict[str, EmbeddingRecorded]:
-    return {e.payload.content_sha256: e.payload for e in derived if isinstance(e.payload, EmbeddingRecorded)}
-
-
-async def test_replay_holds_messages_until_their_recorded_embedding_arrives(
-    request: pytest.FixtureRequest, store_kind: str
-) -> None:
-    embedder, calls = paid_counter()
-    ns = unique("vec")
-    p = VectorProjection(unique("vector-test"), embedder, new_store(request, store_kind))
-    try:
-        # Live: the model is called once per new text and its vectors come back as derived events.
-        first = await p.apply([record(ns, 0, 0, 0, said("alpha")), record(ns, 0, 1, 1, said("beta")),
-                               record(ns, 0, 2, 2, said("alpha"))])
-        assert calls == [["alpha", "beta"]]
-        made = recorded(first.derived)
-        assert len(made) == 2 and {r.model for r in made.values()} == {embedder.model}
-        assert {e.namespace for e in first.derived} == {ns}
-
-        # A rebuild replays history: no calls, messages wait for their EmbeddingRecorded.
-        if store_kind == "postgres":  # else helix_embeddings would answer: drop it, only the log may
-            conn = await asyncpg.connect(request.getfixturevalue("postgres_dsn"))
-            await conn.execute("DELETE FROM helix_embeddings WHERE model = $1", embedder.model)
-            await conn.close()
-        ns2 = unique("vec")
-        q = VectorProjection(unique("vector-test"), embedder, new_store(request, store_kind))
-        try:
-            rec = [r for r in first.derived if isinstance(r.payload, EmbeddingRecorded)]
-            await q.apply([record(ns2, 0, 0, 0, said("alpha")), record(ns2, 0, 1, 1, said("beta"))], live=False)
-            assert (q.pending, await q.checkpoint(names.topic(ns2), 0)) == (2, -1)
-            assert await search(q, ns2, "alpha", want=Position(names.topic(ns2), 0, 0)) is None  # not there yet
-            await q.apply([record(ns2, 0, 2, 2, rec[0].payload)], live=False)
-            assert (q.pending, await q.checkpoint(names.topic(ns2), 0)) == (1, 0)  # stays below "beta"
-            assert contents(await search(q, ns2, "alpha", 1)) == ["alpha"]
-            # The last, live batch pays for what history never recorded, and records it.
-            last = await q.apply([record(ns2, 0, 3, 3, said("gamma"))], live=True)
-            assert calls[1:] == [["alpha"], ["beta", "gamma"]]  # the query, then the two texts
-            assert q.embedded == 2
-            assert q.pending == 0 and await q.checkpoint(names.topic(ns2), 0) == 3
-            assert sorted(recorded(last.derived)) == sorted(content_sha256(t) for t in ("beta", "gamma"))
-            assert sorted(contents(await search(q, ns2, "alpha beta gamma"))) == ["alpha", "beta", "gamma"]
-        finally:
-            await q.close()
-    finally:
-        await p.close()
-
-
-async def test_a_clear_drops_pending_messages_without_paying_for_them(request: pytest.FixtureRequest) -> None:
-    embedder, calls = paid_counter()
-    ns = unique("vec")
-    p = VectorProjection(unique("vector-test"), embedder, new_store(request, "memory"))
-    await p.apply([record(ns, 0, 0, 0, said("old news"))], live=False)
-    assert p.pending == 1
-    await p.apply([record(ns, 0, 1, 5, MemoryCleared()), record(ns, 0, 2, 6, said("fresh"))], live=True)
-    assert calls == [["fresh"]] and p.pending == 0
 
 
 async def test_a_new_postgres_view_reuses_stored_embeddings(

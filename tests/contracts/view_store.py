@@ -1,0 +1,92 @@
+"""`ViewStore`: states, session guards and partition checkpoints, written atomically."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Record
+from helix_es.projection.fold import project
+from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite, ViewStore
+from helix_es.views.conversation import Conversation
+from helix_es.views.sliding_window import SlidingWindow
+from tests.conftest import unique
+
+
+def records(ns: str, topic: str, items: list[tuple[str, Any]], start: int = 0) -> list[Record]:
+    out = []
+    for i, (session, what) in enumerate(items, start):
+        payload = MemoryCleared() if what is None else MessageAdded(Message("user", what))
+        out.append(Record(Event(ns, session, payload), Position(topic, 0, i)))
+    return out
+
+
+def texts(snapshot: Snapshot) -> list[str]:
+    return [m.content for m in snapshot.state]
+
+
+class ViewStoreContract:
+    """Subclasses override `store`: a fresh adapter over its real service, closed after the test."""
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[ViewStore]:
+        raise NotImplementedError("a ViewStoreContract subclass provides the `store` fixture")
+        yield  # pragma: no cover
+
+    async def test_an_unknown_session_is_empty(self, store: ViewStore) -> None:
+        key = SessionKey(unique("ns"), "nobody")
+        assert await store.read(Conversation(), key) == EMPTY
+        assert await store.load(Conversation(), [key]) == {key: EMPTY}
+        assert await store.checkpoint(Conversation(), "helix.memory.nothing", 0) is None
+
+    async def test_project_writes_state_guard_and_checkpoint(self, store: ViewStore) -> None:
+        ns = unique("ns")
+        topic = f"helix.memory.{ns}"
+        view = SlidingWindow(2)
+        batch = records(ns, topic, [("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a3"), ("b", None), ("b", "b2")])
+        assert await project(view, store, batch) == 6
+        a, b = SessionKey(ns, "a"), SessionKey(ns, "b")
+        assert texts(await store.read(view, a)) == ["a2", "a3"]
+        assert (await store.read(view, a)).applied == 3
+        assert texts(await store.read(view, b)) == ["b2"]
+        assert (await store.read(view, b)).applied == 5
+        assert await store.checkpoint(view, topic, 0) == 5
+        # The same view kept under another name is a separate view.
+        assert await store.read(SlidingWindow(3), a) == EMPTY
+
+    async def test_redelivered_records_change_nothing(self, store: ViewStore) -> None:
+        ns = unique("ns")
+        topic = f"helix.memory.{ns}"
+        view = Conversation()
+        batch = records(ns, topic, [("s", f"m{i}") for i in range(5)])
+        await project(view, store, batch[:3])
+        assert await project(view, store, batch) == 2  # overlapping re-delivery: only the new two
+        assert await project(view, store, batch) == 0
+        assert texts(await store.read(view, SessionKey(ns, "s"))) == ["m0", "m1", "m2", "m3", "m4"]
+
+    async def test_a_moved_guard_refuses_the_whole_batch(self, store: ViewStore) -> None:
+        ns = unique("ns")
+        view = Conversation()
+        a, b = SessionKey(ns, "a"), SessionKey(ns, "b")
+        one = (Message("user", "one"),)
+        await store.apply(view, "t", 0, [Change(a, EMPTY, one, 0)], 0)
+        stale = [Change(b, EMPTY, one, 1), Change(a, EMPTY, (*one, Message("user", "two")), 2)]
+        with pytest.raises(StaleWrite):
+            await store.apply(view, "t", 0, stale, 2)
+        assert await store.read(view, b) == EMPTY  # nothing of the refused batch landed
+        assert texts(await store.read(view, a)) == ["one"]
+        assert await store.checkpoint(view, "t", 0) == 0
+
+    async def test_large_states_and_rewrites_round_trip(self, store: ViewStore) -> None:
+        ns = unique("ns")
+        view = Conversation()
+        key = SessionKey(ns, "big")
+        big = tuple(Message("user", f"m{i}", metadata={"i": str(i)}) for i in range(3000))
+        await store.apply(view, "t", 0, [Change(key, EMPTY, big, 0)], 0)
+        loaded = await store.read(view, key)
+        assert loaded.state == big
+        rewritten = (Message("system", "fresh"), *big[::-2])  # no cheap edit: a full rewrite
+        await store.apply(view, "t", 0, [Change(key, loaded, rewritten, 1)], 1)
+        assert (await store.read(view, key)).state == rewritten
