@@ -133,7 +133,10 @@ num.io.threads=2
             "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
         )
         # A KRaft cluster id is a random UUID in URL-safe base64: no JVM start to make one.
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # One that starts with "-" would read as an option (1 in 64): draw again.
+        cluster = "-"
+        while cluster.startswith("-"):
+            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._java(["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.config)], wait=True)
 
     def _java(self, args: list[str], *, wait: bool = False, heap: str = "") -> subprocess.Popen[bytes]:
