@@ -45,12 +45,6 @@ class TestRedisKeyStore(KeyStoreContract):
         for store in made:
             await store.close()
 
-    # Its insert checks only the `~live` field, so a row whose id is a tombstone's replaces the tombstone
-    # (the file and PostgreSQL stores keep it). Key ids are random, so it takes a caller reusing one.
-    @pytest.mark.xfail(strict=True, reason="RedisKeyStore.insert overwrites a tombstone of the same key id")
-    async def test_an_erased_key_id_is_never_live_again(self, keys: KeyStore) -> None:
-        await super().test_an_erased_key_id_is_never_live_again(keys)
-
 
 class TestPostgresKeyStore(KeyStoreContract):
     kind = "postgres"

@@ -14,6 +14,7 @@ _LIVE = "~live"  # the hash field naming the live key; key ids never contain "~"
 
 _REDIS_INSERT = """
 if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then return 0 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end  -- a tombstone keeps its id
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[1])
 return 1
 """
