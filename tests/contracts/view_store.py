@@ -56,6 +56,42 @@ class ViewStoreContract:
         # The same view kept under another name is a separate view.
         assert await store.read(SlidingWindow(3), a) == EMPTY
 
+    async def test_sessions_lists_what_the_view_holds_of_one_namespace(self, store: ViewStore) -> None:
+        ns, other = unique("ns"), unique("ns")
+        topic = f"helix.memory.{ns}"
+        view = SlidingWindow(2)
+        assert await store.sessions(view, ns) == []
+        await project(view, store, records(ns, topic, [("b", "b1"), ("a:1", "a1"), ("c", None)]))
+        await project(view, store, records(other, f"helix.memory.{other}", [("z", "z1")]))
+        assert await store.sessions(view, ns) == ["a:1", "b", "c"]  # a cleared session is still held
+        assert await store.sessions(SlidingWindow(3), ns) == []  # another view holds none of them
+        assert await store.sessions(view, other) == ["z"]
+
+    async def test_drop_removes_the_views_namespaces_and_checkpoints_only(self, store: ViewStore) -> None:
+        ns, kept = unique("ns"), unique("ns")
+        topic, kept_topic = f"helix.memory.{ns}", f"helix.memory.{kept}"
+        view, other_view = SlidingWindow(2), Conversation()
+        await project(view, store, records(ns, topic, [("a", "a1"), ("b", "b1")]))
+        await project(view, store, records(kept, kept_topic, [("a", "k1")]))
+        await project(other_view, store, records(ns, topic, [("a", "o1")]))
+        await store.drop(view, [ns], [topic])
+        assert await store.read(view, SessionKey(ns, "a")) == EMPTY
+        assert await store.sessions(view, ns) == []
+        assert await store.checkpoint(view, topic, 0) is None
+        assert texts(await store.read(view, SessionKey(kept, "a"))) == ["k1"]
+        assert await store.checkpoint(view, kept_topic, 0) == 0
+        assert texts(await store.read(other_view, SessionKey(ns, "a"))) == ["o1"]
+        assert await store.checkpoint(other_view, topic, 0) == 0
+
+    async def test_forget_checkpoints_leaves_the_data(self, store: ViewStore) -> None:
+        ns = unique("ns")
+        topic = f"helix.memory.{ns}"
+        view = SlidingWindow(2)
+        await project(view, store, records(ns, topic, [("a", "a1")]))
+        await store.forget_checkpoints(view, [(topic, 0)])
+        assert await store.checkpoint(view, topic, 0) is None
+        assert texts(await store.read(view, SessionKey(ns, "a"))) == ["a1"]
+
     async def test_redelivered_records_change_nothing(self, store: ViewStore) -> None:
         ns = unique("ns")
         topic = f"helix.memory.{ns}"
