@@ -137,8 +137,9 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:g} {unit}".strip()
 
 
-async def interleaved(ops: list[tuple[str, Callable[[int], Awaitable[Any]]]], n: int,
-                      warmup: int = 20) -> dict[str, list[float]]:
+async def interleaved(
+    ops: list[tuple[str, Callable[[int], Awaitable[Any]]]], n: int, warmup: int = 20
+) -> dict[str, list[float]]:
     """Time each op `n` times, one call of each in turn (order reversed every other turn), so the
     machine's drift and other processes' bursts hit value and anchor alike. Ops get 0 .. warmup + n - 1."""
     out: dict[str, list[float]] = {name: [] for name, _ in ops}
@@ -160,8 +161,9 @@ async def seed_history(run: Run, topic: str, sessions: dict[str, int]) -> float:
     from aiokafka import AIOKafkaProducer
 
     codec = Codec()
-    producer = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
-                                max_batch_size=1 << 19)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=20, max_batch_size=1 << 19
+    )
     await producer.start()
     total = sum(sessions.values())
     started = time.perf_counter()
@@ -187,8 +189,12 @@ async def anchor_visible(run: Run, topic: str, n: int) -> list[float]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     producer = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=0)
-    consumer = AIOKafkaConsumer(bootstrap_servers=run.bootstrap, enable_auto_commit=False,
-                                isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=run.bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
     await producer.start()
     await consumer.start()
     tp = TopicPartition(topic, 0)
@@ -237,8 +243,14 @@ async def run_spine(run: Run) -> None:
     ns = f"spine-{run.run_id}"
     cfg = {
         "log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "partitions": 6, "topic_prefix": run.prefix},
-        "memory": {"type": "sliding-window", "window_size": WINDOW, "store": "redis", "redis_url": run.redis_url,
-                   "namespace": ns, "read_timeout": 300},
+        "memory": {
+            "type": "sliding-window",
+            "window_size": WINDOW,
+            "store": "redis",
+            "redis_url": run.redis_url,
+            "namespace": ns,
+            "read_timeout": 300,
+        },
     }
     log = KafkaLog(run.bootstrap, partitions=6, topic_prefix=run.prefix)
     topic = await log.ensure_topic(ns)  # exists before the projector subscribes
@@ -253,8 +265,10 @@ async def run_spine(run: Run) -> None:
         histories = {f"h{n}": n for n in size.histories}
         say(f"spine: seeding histories {', '.join(f'{n:,}' for n in size.histories)} with a batching producer")
         rate = await seed_history(run, topic, {sid: n - 1 for sid, n in histories.items()})
-        run.details.append(f"History seeded at {rate:,.0f} events/s (pre-encoded, one batching producer); the last "
-                           "message of each history went through `add`, and `get` waited until it was visible.")
+        run.details.append(
+            f"History seeded at {rate:,.0f} events/s (pre-encoded, one batching producer); the last "
+            "message of each history went through `add`, and `get` waited until it was visible."
+        )
         async with AsyncExitStack() as stack:
             mems = {sid: await stack.enter_async_context(open_memory(cfg, session_id=sid)) for sid in histories}
             t = time.perf_counter()
@@ -263,8 +277,10 @@ async def run_spine(run: Run) -> None:
                 await mem.add(spine.message(n - 1))
                 got = await mem.get()  # read-your-writes: waits until the projector folded the whole history
                 assert len(got) == min(n, WINDOW) and got[-1].content == spine.message(n - 1).content
-            say(f"spine: projector caught up with {sum(histories.values()):,} events "
-                f"({time.perf_counter() - t:.1f}s after seeding)")
+            say(
+                f"spine: projector caught up with {sum(histories.values()):,} events "
+                f"({time.perf_counter() - t:.1f}s after seeding)"
+            )
             keys = {sid: names.session_key(ns, sid, f"sliding-window-{WINDOW}") for sid in histories}
             for sid, key in keys.items():
                 assert await client.llen(key) == min(histories[sid], WINDOW), f"{key} is not the view's list"
@@ -279,10 +295,13 @@ async def run_spine(run: Run) -> None:
             await raw.start()
             payload = os.urandom(len(Codec().encode(Event(ns, "bench", MessageAdded(spine.message(0))))))
             try:
-                got = await interleaved([
-                    ("raw produce", lambda i: raw.send_and_wait(anchor_topic, payload, key=b"raw-anchor")),
-                    ("add", lambda i: mem.add(spine.message(i))),
-                ], size.samples)
+                got = await interleaved(
+                    [
+                        ("raw produce", lambda i: raw.send_and_wait(anchor_topic, payload, key=b"raw-anchor")),
+                        ("add", lambda i: mem.add(spine.message(i))),
+                    ],
+                    size.samples,
+                )
             finally:
                 await raw.stop()
             run.series.update(got)
@@ -311,32 +330,64 @@ async def run_spine(run: Run) -> None:
             raw_visible = await anchor_visible(run, anchor_topic, visible_n)
             run.series["add-to-visible"], run.series["raw produce-to-consume"] = visible, raw_visible
             for q, label, target in ((0.5, "p50", 10.0), (0.99, "p99", 50.0)):
-                run.rows.append(Row(
-                    f"Add-to-visible {label} (add, then read-your-writes get; projector in its own process)",
-                    pct(visible, q), "ms", f"raw aiokafka produce-to-consume {label}", pct(raw_visible, q),
-                    f"<= {target:g} ms", pct(visible, q) <= target))
+                run.rows.append(
+                    Row(
+                        f"Add-to-visible {label} (add, then read-your-writes get; projector in its own process)",
+                        pct(visible, q),
+                        "ms",
+                        f"raw aiokafka produce-to-consume {label}",
+                        pct(raw_visible, q),
+                        f"<= {target:g} ms",
+                        pct(visible, q) <= target,
+                    )
+                )
     finally:
         await client.aclose()
         spine.stop_projector(projector)
 
 
 def row_add(run: Run, add: list[float], raw: list[float]) -> None:
-    run.rows.append(Row("Add through Kafka p50", pct(add, 0.5), "ms", "raw aiokafka send_and_wait p50 (acks=all, "
-                        "idempotent)", pct(raw, 0.5), "<= 2 ms", pct(add, 0.5) <= 2))
-    run.rows.append(Row("Add through Kafka p99", pct(add, 0.99), "ms", "raw aiokafka send_and_wait p99",
-                        pct(raw, 0.99)))
+    run.rows.append(
+        Row(
+            "Add through Kafka p50",
+            pct(add, 0.5),
+            "ms",
+            "raw aiokafka send_and_wait p50 (acks=all, idempotent)",
+            pct(raw, 0.5),
+            "<= 2 ms",
+            pct(add, 0.5) <= 2,
+        )
+    )
+    run.rows.append(
+        Row("Add through Kafka p99", pct(add, 0.99), "ms", "raw aiokafka send_and_wait p99", pct(raw, 0.99))
+    )
 
 
 def row_get(run: Run, histories: dict[str, int], got: dict[str, list[float]]) -> None:
     for n in histories.values():
         get, lrange = pct(got[f"get {n:,}"], 0.5), pct(got[f"raw LRANGE {n:,}"], 0.5)
-        run.rows.append(Row(f"Window get p50, history of {n:,} messages (window {WINDOW})", get, "ms",
-                            f"raw redis-py LRANGE of the same {min(n, WINDOW)} entries", lrange, "<= 1.2x anchor",
-                            get <= 1.2 * lrange))
+        run.rows.append(
+            Row(
+                f"Window get p50, history of {n:,} messages (window {WINDOW})",
+                get,
+                "ms",
+                f"raw redis-py LRANGE of the same {min(n, WINDOW)} entries",
+                lrange,
+                "<= 1.2x anchor",
+                get <= 1.2 * lrange,
+            )
+        )
     first, last = min(histories.values()), max(histories.values())
     flat = pct(got[f"get {last:,}"], 0.5) / pct(got[f"get {first:,}"], 0.5)
-    run.rows.append(Row(f"Window get p50 at {last:,} / at {first:,} messages of history", flat, "x",
-                        target="flat: <= 1.2x", met=flat <= 1.2))
+    run.rows.append(
+        Row(
+            f"Window get p50 at {last:,} / at {first:,} messages of history",
+            flat,
+            "x",
+            target="flat: <= 1.2x",
+            met=flat <= 1.2,
+        )
+    )
 
 
 # --- throughput: adds/s from one process ---
@@ -350,9 +401,16 @@ async def run_throughput(run: Run) -> None:
     size = run.size
     ns = f"adds-{run.run_id}"
     prefix = run.prefix + "-adds"  # no projector subscribes to it: the write path alone
-    cfg = {"log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "partitions": 6, "topic_prefix": prefix},
-           "memory": {"type": "sliding-window", "window_size": WINDOW, "store": "redis", "redis_url": run.redis_url,
-                      "namespace": ns}}
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "partitions": 6, "topic_prefix": prefix},
+        "memory": {
+            "type": "sliding-window",
+            "window_size": WINDOW,
+            "store": "redis",
+            "redis_url": run.redis_url,
+            "namespace": ns,
+        },
+    }
     log = KafkaLog(run.bootstrap, partitions=6, topic_prefix=prefix)
     await log.ensure_topic(ns)
     await log.close()
@@ -363,20 +421,23 @@ async def run_throughput(run: Run) -> None:
     msg = spine.message(7)
     payload = os.urandom(len(Codec().encode(Event(ns, "s0", MessageAdded(msg)))))
     total = size.sessions * size.adds_per_session
-    say(f"throughput: {size.rounds} rounds of {size.sessions} sessions x {size.adds_per_session} adds, "
-        f"and raw aiokafka from {size.sessions} tasks")
+    say(
+        f"throughput: {size.rounds} rounds of {size.sessions} sessions x {size.adds_per_session} adds, "
+        f"and raw aiokafka from {size.sessions} tasks"
+    )
     # The anchor uses what KafkaLog gives its producer, so it differs from add only by helix-es.
-    raw = AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=0,
-                           max_batch_size=256 * 1024)
+    raw = AIOKafkaProducer(
+        bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True, linger_ms=0, max_batch_size=256 * 1024
+    )
     await raw.start()
     helix_rates, raw_rates, cpu, raw_cpu = [], [], [], []
     try:
         async with AsyncExitStack() as stack:
-            mems = [await stack.enter_async_context(open_memory(cfg, session_id=f"s{i}"))
-                    for i in range(size.sessions)]
+            mems = [await stack.enter_async_context(open_memory(cfg, session_id=f"s{i}")) for i in range(size.sessions)]
             await asyncio.gather(*(m.add(msg) for m in mems))  # warm: producer started, metadata known
-            await asyncio.gather(*(raw.send_and_wait(anchor_topic, payload, key=f"s{i}".encode())
-                                   for i in range(size.sessions)))
+            await asyncio.gather(
+                *(raw.send_and_wait(anchor_topic, payload, key=f"s{i}".encode()) for i in range(size.sessions))
+            )
 
             async def session(m: Any) -> None:
                 for _ in range(size.adds_per_session):
@@ -395,19 +456,30 @@ async def run_throughput(run: Run) -> None:
                 await asyncio.gather(*(session(m) for m in mems))
                 helix_rates.append(total / (time.perf_counter() - t))
                 cpu.append((time.process_time() - c) / total * 1e6)
-                say(f"throughput: round {r + 1}: add {helix_rates[-1]:,.0f}/s ({cpu[-1]:.1f} us CPU per add), "
-                    f"raw {raw_rates[-1]:,.0f}/s ({raw_cpu[-1]:.1f} us)")
+                say(
+                    f"throughput: round {r + 1}: add {helix_rates[-1]:,.0f}/s ({cpu[-1]:.1f} us CPU per add), "
+                    f"raw {raw_rates[-1]:,.0f}/s ({raw_cpu[-1]:.1f} us)"
+                )
     finally:
         await raw.stop()
     value, anchor = statistics.median(helix_rates), statistics.median(raw_rates)
-    run.rows.append(Row(f"Adds/s, one process, {size.sessions} concurrent sessions (median of {size.rounds} rounds)",
-                        value, "/s", f"raw aiokafka send_and_wait from {size.sessions} tasks, same producer settings",
-                        anchor, ">= 20,000/s", value >= 20_000))
+    run.rows.append(
+        Row(
+            f"Adds/s, one process, {size.sessions} concurrent sessions (median of {size.rounds} rounds)",
+            value,
+            "/s",
+            f"raw aiokafka send_and_wait from {size.sessions} tasks, same producer settings",
+            anchor,
+            ">= 20,000/s",
+            value >= 20_000,
+        )
+    )
     run.details.append(
         f"Adds/s: {size.sessions} sessions x {size.adds_per_session} sequential adds each, all at once, on a topic of "
         f"6 partitions no projector reads; rounds {', '.join(f'{r:,.0f}' for r in helix_rates)} adds/s "
         f"(raw {', '.join(f'{r:,.0f}' for r in raw_rates)}); this process spent {statistics.median(cpu):.1f} us of CPU "
-        f"per add, {statistics.median(raw_cpu):.1f} us per raw send (medians; the broker shares the cores).")
+        f"per add, {statistics.median(raw_cpu):.1f} us per raw send (medians; the broker shares the cores)."
+    )
 
 
 # --- long-term search over rows in Postgres ---
@@ -432,43 +504,70 @@ async def run_long_term(run: Run) -> None:
 
     def row(i: int) -> tuple[Any, ...]:
         role = "user" if i % 2 else "assistant"
-        m = Message(role, f"turn {i}: about the {words[i % len(words)]}, " + "words of a typical chat message " * 2
-                    + f"ref-{i:06d}")
-        return (ns, topic, i % 6, i // 6, f"s{i % 500}", t0 + timedelta(microseconds=i), role, m.content,
-                m.to_json())
+        m = Message(
+            role,
+            f"turn {i}: about the {words[i % len(words)]}, " + "words of a typical chat message " * 2 + f"ref-{i:06d}",
+        )
+        return (ns, topic, i % 6, i // 6, f"s{i % 500}", t0 + timedelta(microseconds=i), role, m.content, m.to_json())
 
     say(f"long-term: COPY {size.long_term_rows:,} rows into {table}")
     conn = await asyncpg.connect(run.dsn)
     try:
         t = time.perf_counter()
         await conn.copy_records_to_table(
-            table, records=[row(i) for i in range(size.long_term_rows)],
-            columns=["namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content",
-                     "message"])
+            table,
+            records=[row(i) for i in range(size.long_term_rows)],
+            columns=[
+                "namespace",
+                "topic",
+                "partition",
+                "offset",
+                "session_id",
+                "created_at",
+                "role",
+                "content",
+                "message",
+            ],
+        )
         await conn.execute(f'ANALYZE "{table}"')
         seeded = time.perf_counter() - t
-        cfg = {"log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "topic_prefix": run.prefix},
-               "memory": {"type": "long-term", "store": "postgres", "dsn": run.dsn, "table": table, "namespace": ns}}
-        raw_sql = (f'SELECT message::text FROM "{table}" WHERE namespace = $1 AND content ILIKE $2 ESCAPE E\'\\\\\' '
-                   'ORDER BY created_at, topic, partition, "offset" LIMIT 5')
+        cfg = {
+            "log": {"type": "kafka", "bootstrap_servers": run.bootstrap, "topic_prefix": run.prefix},
+            "memory": {"type": "long-term", "store": "postgres", "dsn": run.dsn, "table": table, "namespace": ns},
+        }
+        raw_sql = (
+            f"SELECT message::text FROM \"{table}\" WHERE namespace = $1 AND content ILIKE $2 ESCAPE E'\\\\' "
+            'ORDER BY created_at, topic, partition, "offset" LIMIT 5'
+        )
         # A term in one row at a random place: the scan in time order reads half the namespace on average.
         terms = [f"ref-{rng.randrange(size.long_term_rows):06d}" for _ in range(size.queries * 3 + 100)]
         async with open_memory(cfg, session_id="reader") as mem:
             assert [m.content[-10:] for m in await mem.search(terms[0], 5)] == [terms[0]]
             say(f"long-term: search vs raw SQL, {size.queries} queries each")
-            got = await interleaved([
-                ("raw SQL long-term", lambda i: conn.fetch(raw_sql, ns, f"%{terms[i]}%")),
-                ("long-term search", lambda i: mem.search(terms[i], 5)),
-            ], size.queries)
+            got = await interleaved(
+                [
+                    ("raw SQL long-term", lambda i: conn.fetch(raw_sql, ns, f"%{terms[i]}%")),
+                    ("long-term search", lambda i: mem.search(terms[i], 5)),
+                ],
+                size.queries,
+            )
     finally:
         await conn.close()
     run.series.update(got)
     for q, label in ((0.5, "p50"), (0.99, "p99")):
-        run.rows.append(Row(f"Long-term search {label}, {size.long_term_rows:,} rows in Postgres (1 match at a "
-                            "random place)", pct(got["long-term search"], q), "ms",
-                            f"the same SELECT ... ILIKE on asyncpg, {label}", pct(got["raw SQL long-term"], q)))
-    run.details.append(f"Long-term: {size.long_term_rows:,} rows COPY-seeded and analysed in {seeded:.1f}s; "
-                       "`search` is `content ILIKE '%q%'` in time order, LIMIT 5 (no trigram index).")
+        run.rows.append(
+            Row(
+                f"Long-term search {label}, {size.long_term_rows:,} rows in Postgres (1 match at a random place)",
+                pct(got["long-term search"], q),
+                "ms",
+                f"the same SELECT ... ILIKE on asyncpg, {label}",
+                pct(got["raw SQL long-term"], q),
+            )
+        )
+    run.details.append(
+        f"Long-term: {size.long_term_rows:,} rows COPY-seeded and analysed in {seeded:.1f}s; "
+        "`search` is `content ILIKE '%q%'` in time order, LIMIT 5 (no trigram index)."
+    )
 
 
 # --- vector: bench/vector.py ---
@@ -481,15 +580,28 @@ async def run_vector(run: Run) -> None:
     for store in ("memory", "postgres"):
         for q in ("p50", "p99"):
             value = r[f"{store}_search_{q}"]
-            run.rows.append(Row(f"Vector search {q}, top-5 of {size.vectors:,} x 384, {store} store", value, "ms",
-                                f"raw numpy matrix @ q + argpartition {q}", r[f"{store}_anchor_{q}"],
-                                "<= 15 ms" if q == "p50" else "", value <= 15 if q == "p50" else None))
+            run.rows.append(
+                Row(
+                    f"Vector search {q}, top-5 of {size.vectors:,} x 384, {store} store",
+                    value,
+                    "ms",
+                    f"raw numpy matrix @ q + argpartition {q}",
+                    r[f"{store}_anchor_{q}"],
+                    "<= 15 ms" if q == "p50" else "",
+                    value <= 15 if q == "p50" else None,
+                )
+            )
         run.quantiles[f"vector search ({store})"] = {q: r[f"{store}_search_{q}"] for q in ("p50", "p90", "p99")}
         run.quantiles[f"raw numpy ({store} run)"] = {q: r[f"{store}_anchor_{q}"] for q in ("p50", "p90", "p99")}
-    blas = (f"BLAS kernel {r['kernel']}, {r.get('threads')} threads" if "kernel" in r
-            else "BLAS kernel not shown (pip install threadpoolctl)")
-    run.details.append(f"Vector: random unit vectors written straight into the stores; {blas}; OPENBLAS_CORETYPE="
-                       f"{r.get('OPENBLAS_CORETYPE')}; Postgres fill {r.get('postgres_fill_s', 0):.1f}s.")
+    blas = (
+        f"BLAS kernel {r['kernel']}, {r.get('threads')} threads"
+        if "kernel" in r
+        else "BLAS kernel not shown (pip install threadpoolctl)"
+    )
+    run.details.append(
+        f"Vector: random unit vectors written straight into the stores; {blas}; OPENBLAS_CORETYPE="
+        f"{r.get('OPENBLAS_CORETYPE')}; Postgres fill {r.get('postgres_fill_s', 0):.1f}s."
+    )
 
 
 # --- rebuild: bench/rebuild.py, through its CLI ---
@@ -506,8 +618,19 @@ REBUILD_VIEWS = {  # bench/rebuild.py's view keys, and where each is built
 
 async def run_rebuild(run: Run) -> None:
     events = run.size.rebuild_events
-    cmd = [sys.executable, str(ROOT / "bench" / "rebuild.py"), "--events", str(events), "--views",
-           ",".join(REBUILD_VIEWS), "--log", "kafka", "--batch-size", "20000", "--json"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "rebuild.py"),
+        "--events",
+        str(events),
+        "--views",
+        ",".join(REBUILD_VIEWS),
+        "--log",
+        "kafka",
+        "--batch-size",
+        "20000",
+        "--json",
+    ]
     say(f"rebuild: bench/rebuild.py {shlex.join(cmd[2:])}")
     # Its own process: rebuild starts worker processes, and its memory is gone when it ends.
     proc = await asyncio.create_subprocess_exec(*cmd, cwd=ROOT, stdout=subprocess.PIPE)
@@ -517,13 +640,23 @@ async def run_rebuild(run: Run) -> None:
     r = json.loads(out.decode().strip().splitlines()[-1])
     for name, rate in r["rebuild_per_s"].items():
         view = REBUILD_VIEWS[name.split(" ")[0]]
-        run.rows.append(Row(f"Rebuild events/s, {view}, {r['events']:,} events from Kafka", rate, "/s",
-                            "raw fastavro schemaless_reader decode", r["raw_fastavro_decode_per_s"], ">= 50,000/s",
-                            rate >= 50_000))
+        run.rows.append(
+            Row(
+                f"Rebuild events/s, {view}, {r['events']:,} events from Kafka",
+                rate,
+                "/s",
+                "raw fastavro schemaless_reader decode",
+                r["raw_fastavro_decode_per_s"],
+                ">= 50,000/s",
+                rate >= 50_000,
+            )
+        )
     shown = ["python", "bench/rebuild.py", *cmd[2:]]
-    run.details.append(f"Rebuild: `{shlex.join(shown)}` ({r['bytes_per_event']} B per event; "
-                       f"Codec.decode {r['codec_decode_per_s']:,}/s; worker processes: the rebuild's default, one per "
-                       "core; each rate counts from the start, worker start-up included).")
+    run.details.append(
+        f"Rebuild: `{shlex.join(shown)}` ({r['bytes_per_event']} B per event; "
+        f"Codec.decode {r['codec_decode_per_s']:,}/s; worker processes: the rebuild's default, one per "
+        "core; each rate counts from the start, worker start-up included)."
+    )
 
 
 # --- the report ---
@@ -580,25 +713,38 @@ def machine() -> dict[str, str]:
     except (OSError, StopIteration):
         ram = "unknown"
     libs = ", ".join(f"{p} {metadata.version(p)}" for p in ("aiokafka", "redis", "asyncpg", "fastavro", "numpy"))
-    return {"cores": str(os.cpu_count()), "CPU": cpu, "RAM": ram,
-            "OS": f"{platform.system()} {platform.release()}",
-            "Python": f"{platform.python_implementation()} {platform.python_version()}", "libraries": libs}
+    return {
+        "cores": str(os.cpu_count()),
+        "CPU": cpu,
+        "RAM": ram,
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": f"{platform.python_implementation()} {platform.python_version()}",
+        "libraries": libs,
+    }
 
 
 def git_commit() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return head + (" plus uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| figure | value | anchor (same run) | anchor value | ratio | target | met? |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| figure | value | anchor (same run) | anchor value | ratio | target | met? |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}x"
         met = "" if r.met is None else ("yes" if r.met else "**no**")
@@ -607,8 +753,17 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(run: Run, path: Path, *, command: str, started: datetime, seconds: float,
-                   facts: dict[str, str], load: tuple[tuple[float, ...], tuple[float, ...]], plot: str | None) -> None:
+def write_markdown(
+    run: Run,
+    path: Path,
+    *,
+    command: str,
+    started: datetime,
+    seconds: float,
+    facts: dict[str, str],
+    load: tuple[tuple[float, ...], tuple[float, ...]],
+    plot: str | None,
+) -> None:
     quick = run.size is QUICK
     head = [
         "# helix-es benchmarks" + (" (quick smoke run: smaller sizes, not the figures to quote)" if quick else ""),
@@ -627,8 +782,10 @@ def write_markdown(run: Run, path: Path, *, command: str, started: datetime, sec
         head.append(f"- **error**: {e}")
     head += ["", "## Machine", ""]
     head += [f"- {k}: {v}" for k, v in facts.items()]
-    head.append(f"- load average (1, 5, 15 min) at start {', '.join(f'{x:.2f}' for x in load[0])}, at end "
-                f"{', '.join(f'{x:.2f}' for x in load[1])}; the services run on the same machine")
+    head.append(
+        f"- load average (1, 5, 15 min) at start {', '.join(f'{x:.2f}' for x in load[0])}, at end "
+        f"{', '.join(f'{x:.2f}' for x in load[1])}; the services run on the same machine"
+    )
     path.write_text("\n".join(head) + "\n")
 
 
@@ -651,16 +808,31 @@ def plot_latency(run: Run, path: Path) -> bool:
         return False
     groups = [
         ("Add through Kafka", ["raw produce", "add"]),
-        ("Window get by history length", sorted((n for n in data if n.startswith(("raw LRANGE", "get "))),
-                                                key=lambda n: (int(n.split()[-1].replace(",", "")), n[0] != "r"))),
+        (
+            "Window get by history length",
+            sorted(
+                (n for n in data if n.startswith(("raw LRANGE", "get "))),
+                key=lambda n: (int(n.split()[-1].replace(",", "")), n[0] != "r"),
+            ),
+        ),
         ("Add-to-visible", ["raw produce-to-consume", "add-to-visible"]),
-        ("Search", ["raw SQL long-term", "long-term search", "raw numpy (memory run)", "vector search (memory)",
-                    "raw numpy (postgres run)", "vector search (postgres)"]),
+        (
+            "Search",
+            [
+                "raw SQL long-term",
+                "long-term search",
+                "raw numpy (memory run)",
+                "vector search (memory)",
+                "raw numpy (postgres run)",
+                "vector search (postgres)",
+            ],
+        ),
     ]
     groups = [(title, [n for n in found if n in data]) for title, found in groups]
     groups = [g for g in groups if g[1]]
-    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 2.2 + 1.1 * sum(len(g[1]) for g in groups) / 2),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(groups), 1, figsize=(10, 2.2 + 1.1 * sum(len(g[1]) for g in groups) / 2), squeeze=False
+    )
     colours = {"p50": "#4c72b0", "p90": "#dd8452", "p99": "#c44e52"}
     for ax, (title, series) in zip(axes[:, 0], groups, strict=True):
         ys = range(len(series))
@@ -684,8 +856,10 @@ def plot_latency(run: Run, path: Path) -> bool:
     axes[-1, 0].set_xlabel("milliseconds (log scale)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper right", fontsize=8, ncol=3)
-    fig.suptitle(f"helix-es latency percentiles, {datetime.now(UTC):%Y-%m-%d}" + (" (quick)" if run.size is QUICK
-                                                                                  else ""), fontsize=11)
+    fig.suptitle(
+        f"helix-es latency percentiles, {datetime.now(UTC):%Y-%m-%d}" + (" (quick)" if run.size is QUICK else ""),
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -740,9 +914,12 @@ async def cleanup(run: Run) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     size = QUICK if args.quick else FULL
-    run = Run(size, os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
-              os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0"),
-              os.environ.get("HELIX_POSTGRES_DSN", "postgresql://helix:helix@127.0.0.1:5432/helix"))
+    run = Run(
+        size,
+        os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        os.environ.get("HELIX_POSTGRES_DSN", "postgresql://helix:helix@127.0.0.1:5432/helix"),
+    )
     out = Path(args.out) if args.out else ROOT / "bench" / ("quick" if args.quick else "")
     out.mkdir(parents=True, exist_ok=True)
     wanted = args.only.split(",") if args.only else list(SECTIONS)
@@ -751,10 +928,17 @@ async def main(args: argparse.Namespace) -> int:
         raise SystemExit(f"--only: unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     started, t0, load0 = datetime.now(UTC), time.perf_counter(), os.getloadavg()
     facts = {**machine(), **await service_versions(run)}
-    say(f"run {run.run_id}: {', '.join(wanted)} ({'quick' if args.quick else 'full'}); "
-        f"load average {load0[0]:.2f}, {os.cpu_count()} cores")
-    sections = {"spine": run_spine, "throughput": run_throughput, "long-term": run_long_term,
-                "vector": run_vector, "rebuild": run_rebuild}
+    say(
+        f"run {run.run_id}: {', '.join(wanted)} ({'quick' if args.quick else 'full'}); "
+        f"load average {load0[0]:.2f}, {os.cpu_count()} cores"
+    )
+    sections = {
+        "spine": run_spine,
+        "throughput": run_throughput,
+        "long-term": run_long_term,
+        "vector": run_vector,
+        "rebuild": run_rebuild,
+    }
     try:
         for name in wanted:
             t = time.perf_counter()
@@ -771,8 +955,16 @@ async def main(args: argparse.Namespace) -> int:
     plotted = plot_latency(run, png)
     command = "python bench/all.py" + "".join(f" {a}" for a in sys.argv[1:])
     md = out / "results.md"
-    write_markdown(run, md, command=command, started=started, seconds=seconds, facts=facts,
-                   load=(load0, os.getloadavg()), plot=png.name if plotted else None)
+    write_markdown(
+        run,
+        md,
+        command=command,
+        started=started,
+        seconds=seconds,
+        facts=facts,
+        load=(load0, os.getloadavg()),
+        plot=png.name if plotted else None,
+    )
     print(table(run.rows))
     say(f"wrote {md}" + (f" and {png}" if plotted else "") + f" in {seconds / 60:.1f} min")
     return 1 if run.errors else 0

@@ -57,15 +57,26 @@ def events(n: int, sessions: int, namespace: str) -> list[Event]:
         if turn % 97 == 96:
             payload: Any = MemoryCleared()
         elif r == 3:
-            payload = MessageAdded(Message("assistant", "", tool_calls=(
-                ToolCall(f"c{i}", "read_file", json.dumps({"path": f"src/module_{turn}.py"})),)))
+            payload = MessageAdded(
+                Message(
+                    "assistant",
+                    "",
+                    tool_calls=(ToolCall(f"c{i}", "read_file", json.dumps({"path": f"src/module_{turn}.py"})),),
+                )
+            )
         elif r == 4:
-            payload = MessageAdded(Message("tool", "def handler(event):\n    return event\n" * 4,
-                                           tool_call_id=f"c{i - sessions}"))
+            payload = MessageAdded(
+                Message("tool", "def handler(event):\n    return event\n" * 4, tool_call_id=f"c{i - sessions}")
+            )
         else:
             role = "user" if r % 2 else "assistant"
-            payload = MessageAdded(Message(role, f"turn {turn}: " + "words of a typical chat message " * 3,
-                                           metadata={"lang": "en"} if r == 0 else {}))
+            payload = MessageAdded(
+                Message(
+                    role,
+                    f"turn {turn}: " + "words of a typical chat message " * 3,
+                    metadata={"lang": "en"} if r == 0 else {},
+                )
+            )
         out.append(Event(namespace, sid, payload))
     return out
 
@@ -104,8 +115,9 @@ async def write_kafka(bootstrap: str, prefix: str, namespace: str, evs: list[Eve
     finally:
         await admin.close()
     await asyncio.sleep(0.5)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
-                                max_batch_size=1 << 20)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20, max_batch_size=1 << 20
+    )
     await producer.start()
     try:
         sent = [await producer.send(topic, d, key=e.session_id.encode()) for e, d in zip(evs, data, strict=True)]
@@ -126,8 +138,15 @@ async def write_embedded_async(path: str, prefix: str, evs: list[Event]) -> None
         await log.close()
 
 
-async def cleanup(bootstrap: str, redis_url: str, dsn: str, prefix: str, namespace: str, topics: list[str],
-                  built: list[tuple[dict[str, Any], str]]) -> None:
+async def cleanup(
+    bootstrap: str,
+    redis_url: str,
+    dsn: str,
+    prefix: str,
+    namespace: str,
+    topics: list[str],
+    built: list[tuple[dict[str, Any], str]],
+) -> None:
     import asyncpg
     import redis.asyncio as aioredis
     from aiokafka.admin import AIOKafkaAdminClient
@@ -172,9 +191,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     evs = events(args.events, args.sessions, namespace)
     codec = Codec()
     data = [codec.encode(e) for e in evs]
-    result: dict[str, Any] = {"events": len(evs), "sessions": args.sessions, "bytes_per_event": round(
-        sum(map(len, data)) / len(data)), "raw_fastavro_decode_per_s": round(anchor(data)),
-        "codec_decode_per_s": round(codec_rate(data)), "rebuild_per_s": {}}
+    result: dict[str, Any] = {
+        "events": len(evs),
+        "sessions": args.sessions,
+        "bytes_per_event": round(sum(map(len, data)) / len(data)),
+        "raw_fastavro_decode_per_s": round(anchor(data)),
+        "codec_decode_per_s": round(codec_rate(data)),
+        "rebuild_per_s": {},
+    }
     topics: list[str] = []
     built: list[tuple[dict[str, Any], str]] = []
     tmp = tempfile.mkdtemp(prefix="helix-bench-rebuild-")
@@ -198,8 +222,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
                 built.append((cfg, report.target))
                 result["rebuild_per_s"][f"{view} ({log_kind})"] = report.events_per_second
-                print(f"{view:>16} from {log_kind:<8}: {report.read:,} events in {report.seconds:.2f}s = "
-                      f"{report.events_per_second:,} events/s", file=sys.stderr)
+                print(
+                    f"{view:>16} from {log_kind:<8}: {report.read:,} events in {report.seconds:.2f}s = "
+                    f"{report.events_per_second:,} events/s",
+                    file=sys.stderr,
+                )
     finally:
         await cleanup(bootstrap, redis_url, dsn, prefix, namespace, topics, built)
     return result
@@ -220,7 +247,9 @@ if __name__ == "__main__":
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"raw fastavro decode: {out['raw_fastavro_decode_per_s']:,} events/s; Codec.decode: "
-              f"{out['codec_decode_per_s']:,} events/s ({out['events']:,} events, {out['bytes_per_event']} B each)")
+        print(
+            f"raw fastavro decode: {out['raw_fastavro_decode_per_s']:,} events/s; Codec.decode: "
+            f"{out['codec_decode_per_s']:,} events/s ({out['events']:,} events, {out['bytes_per_event']} B each)"
+        )
         for name, rate in out["rebuild_per_s"].items():
             print(f"rebuild {name}: {rate:,} events/s")

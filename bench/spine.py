@@ -59,7 +59,8 @@ def start_projector(cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         json.dump(cfg, f)
     projector = subprocess.Popen(
-        [sys.executable, "-m", "helix_es.cli", "project", "--config", f.name], cwd=ROOT,
+        [sys.executable, "-m", "helix_es.cli", "project", "--config", f.name],
+        cwd=ROOT,
         stderr=subprocess.DEVNULL,
     )
     projector.config_path = f.name  # type: ignore[attr-defined]
@@ -82,8 +83,14 @@ async def main(n: int, as_json: bool) -> dict[str, float]:
     ns = f"bench-{uuid.uuid4().hex[:8]}"
     cfg = {
         "log": {"type": "kafka", "bootstrap_servers": bootstrap, "partitions": 1},
-        "memory": {"type": "sliding-window", "window_size": WINDOW, "store": "redis", "redis_url": redis_url,
-                   "namespace": ns, "read_timeout": 30},
+        "memory": {
+            "type": "sliding-window",
+            "window_size": WINDOW,
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+            "read_timeout": 30,
+        },
     }
     log = KafkaLog(bootstrap, partitions=1)
     await log.ensure_topic(ns)  # exists before the projector subscribes
@@ -143,12 +150,24 @@ async def main(n: int, as_json: bool) -> dict[str, float]:
 
 def report(r: dict[str, float]) -> str:
     rows = [
-        ("Add through Kafka p50 / p99", f"{r['add_p50_ms']:.2f} / {r['add_p99_ms']:.2f} ms", "p50 <= 2 ms",
-         f"raw aiokafka send {r['raw_aiokafka_send_p50_ms']:.2f} / {r['raw_aiokafka_send_p99_ms']:.2f} ms"),
-        ("Get, sliding window of 30, p50", f"{r['get_window_30_p50_ms']:.3f} ms", "<= 1.2x LRANGE",
-         f"raw LRANGE {r['raw_lrange_30_p50_ms']:.3f} ms -> {r['get_over_lrange']:.2f}x"),
-        ("Add-to-visible p50 / p99", f"{r['add_to_visible_p50_ms']:.2f} / {r['add_to_visible_p99_ms']:.2f} ms",
-         "p50 <= 10 ms", "add + read-your-writes get"),
+        (
+            "Add through Kafka p50 / p99",
+            f"{r['add_p50_ms']:.2f} / {r['add_p99_ms']:.2f} ms",
+            "p50 <= 2 ms",
+            f"raw aiokafka send {r['raw_aiokafka_send_p50_ms']:.2f} / {r['raw_aiokafka_send_p99_ms']:.2f} ms",
+        ),
+        (
+            "Get, sliding window of 30, p50",
+            f"{r['get_window_30_p50_ms']:.3f} ms",
+            "<= 1.2x LRANGE",
+            f"raw LRANGE {r['raw_lrange_30_p50_ms']:.3f} ms -> {r['get_over_lrange']:.2f}x",
+        ),
+        (
+            "Add-to-visible p50 / p99",
+            f"{r['add_to_visible_p50_ms']:.2f} / {r['add_to_visible_p99_ms']:.2f} ms",
+            "p50 <= 10 ms",
+            "add + read-your-writes get",
+        ),
     ]
     width = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [f"{'what':<{width[0]}}  {'got':<{width[1]}}  {'target':<{width[2]}}  anchor (same run)"]

@@ -70,12 +70,19 @@ async def fill(store: VectorStore, view: str, ns: str, matrix: np.ndarray, chunk
     for start in range(0, len(matrix), chunk):
         rows = range(start, min(start + chunk, len(matrix)))
         entries = [
-            Entry(ns, f"s{i % 50}", Position(topic, 0, i), T0 + timedelta(microseconds=i), f"{i:064x}",
-                  Message("user", f"message {i} about the {WORDS[i % len(WORDS)]}"))
+            Entry(
+                ns,
+                f"s{i % 50}",
+                Position(topic, 0, i),
+                T0 + timedelta(microseconds=i),
+                f"{i:064x}",
+                Message("user", f"message {i} about the {WORDS[i % len(WORDS)]}"),
+            )
             for i in rows
         ]
-        await store.write(view, "bench/random", Write(topic, 0, rows[-1], entries, matrix[start : rows[-1] + 1],
-                                                      {}, {}))
+        await store.write(
+            view, "bench/random", Write(topic, 0, rows[-1], entries, matrix[start : rows[-1] + 1], {}, {})
+        )
     return time.perf_counter() - t
 
 
@@ -144,9 +151,11 @@ async def main(n: int, dims: int, queries: int, postgres: bool) -> dict[str, Any
 
 
 def report(r: dict[str, Any]) -> None:
-    print(f"top-5 over {r['n']:,} x {r['dims']} float32, {r['queries']} queries; "
-          f"OPENBLAS_CORETYPE={r['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={r['OPENBLAS_L2_SIZE']} "
-          f"kernel={r.get('kernel', r.get('threadpoolctl'))} threads={r.get('threads')}")
+    print(
+        f"top-5 over {r['n']:,} x {r['dims']} float32, {r['queries']} queries; "
+        f"OPENBLAS_CORETYPE={r['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={r['OPENBLAS_L2_SIZE']} "
+        f"kernel={r.get('kernel', r.get('threadpoolctl'))} threads={r.get('threads')}"
+    )
     print(f"{'what':62} {'p50 ms':>7} {'p99 ms':>7}")
     rows = [
         ("raw numpy anchor: matrix @ q + argpartition", "memory_anchor"),

@@ -99,6 +99,7 @@ def parse_ttl(value: Any, where: str) -> float | None:
         raise ConfigError(where, f"must be finite and at least 1ms, got {value!r}")
     return seconds
 
+
 # Namespace-wide (helix_es.views.long_term); sql-long-term is the seed's name for it in PostgreSQL.
 VIEW_TYPES["long-term"] = long_term
 VIEW_TYPES["sql-long-term"] = sql_long_term
@@ -155,13 +156,22 @@ def parse_summariser(raw: Any, where: str) -> Summariser:
         return OpenAISummariser(**texts)
     raise ConfigError(f"{where}.provider", f"must be extractive or openai, got {provider!r}")
 
+
 STORES = tuple(registry.KINDS)
 COMMON_KEYS = {
     "type", "store", "namespace", "redis_url", "dsn", "postgres_dsn", "consistency",
     "read_timeout", "session_id", "session_id_header", "ttl", "file_path", "max_content_bytes",
 }  # fmt: skip
-COMPOSITE_KEYS = {"type", "backends", "namespace", "consistency", "read_timeout", "session_id", "session_id_header",
-                  "max_content_bytes"}
+COMPOSITE_KEYS = {
+    "type",
+    "backends",
+    "namespace",
+    "consistency",
+    "read_timeout",
+    "session_id",
+    "session_id_header",
+    "max_content_bytes",
+}
 # parts inherit them
 SHARED_KEYS = ("namespace", "consistency", "read_timeout", "session_id", "session_id_header", "max_content_bytes")
 LOG_KEYS = {"type", "bootstrap_servers", "topic_prefix", "partitions", "replication_factor", "path", "fsync"}
@@ -240,8 +250,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if isinstance(key, (str, int, float, bool)) or key is None:
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
-                        key_node.start_mark)
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key!r}",
+                        key_node.start_mark,
+                    )
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -336,11 +349,16 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         raise ConfigError("memory_middleware", "must be a list of middleware names")
     log = parse_log(doc.get("log"), "log")
     parsed = parse_memory(memory, where, log)
-    longest = max(len(names.topic_name(parsed.namespace, log.topic_prefix)),
-                  len(names.dlq_topic(parsed.namespace, log.topic_prefix)))
+    longest = max(
+        len(names.topic_name(parsed.namespace, log.topic_prefix)),
+        len(names.dlq_topic(parsed.namespace, log.topic_prefix)),
+    )
     if longest > names.MAX_TOPIC:
-        raise ConfigError(f"{where}.namespace", f"with log.topic_prefix {log.topic_prefix!r} it names a topic of "
-                          f"{longest} characters, over Kafka's {names.MAX_TOPIC}: shorten the namespace or the prefix")
+        raise ConfigError(
+            f"{where}.namespace",
+            f"with log.topic_prefix {log.topic_prefix!r} it names a topic of "
+            f"{longest} characters, over Kafka's {names.MAX_TOPIC}: shorten the namespace or the prefix",
+        )
     files = {p.file_path for p in parsed.parts if p.store == "file"}
     if files:
         if doc.get("log") is not None and log.type == "kafka":
@@ -441,8 +459,10 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         _text_option(header, f"{where}.session_id_header")
     max_content = _int(raw, "max_content_bytes", where, DEFAULT_MAX_CONTENT_BYTES)
     if not 1 <= max_content <= MAX_EVENT_BYTES:
-        raise ConfigError(f"{where}.max_content_bytes",
-                          f"must be from 1 to {MAX_EVENT_BYTES} (the log's event limit), got {max_content}")
+        raise ConfigError(
+            f"{where}.max_content_bytes",
+            f"must be from 1 to {MAX_EVENT_BYTES} (the log's event limit), got {max_content}",
+        )
     # The environment names this deployment's services: it wins over addresses in a shared file.
     redis_url = os.environ.get("HELIX_REDIS_URL") or raw.get("redis_url")
     dsn = os.environ.get("HELIX_POSTGRES_DSN") or raw.get("dsn") or raw.get("postgres_dsn")

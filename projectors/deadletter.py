@@ -64,8 +64,9 @@ class DeadLetters:
     async def park(self, record: ConsumerRecord[bytes, bytes], error: Exception, view: str) -> str:
         topic = names.dlq_topic(names.namespace_of(record.topic, self.prefix), self.prefix)
         if self._producer is None:
-            self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, acks="all",
-                                              enable_idempotence=True)
+            self._producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True
+            )
             await self._producer.start()
         if topic not in self._topics:
             admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
@@ -81,8 +82,15 @@ class DeadLetters:
             ("helix.error", f"{type(error).__name__}: {error}".encode()[:1000]),
         ]
         await self._producer.send_and_wait(topic, record.value, key=record.key, headers=headers)
-        log.error("%s: %s[%d]@%d cannot be used (%s); parked on %s",
-                  view, record.topic, record.partition, record.offset, error, topic)
+        log.error(
+            "%s: %s[%d]@%d cannot be used (%s); parked on %s",
+            view,
+            record.topic,
+            record.partition,
+            record.offset,
+            error,
+            topic,
+        )
         return topic
 
     async def close(self) -> None:

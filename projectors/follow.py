@@ -66,8 +66,12 @@ class TargetFollower:
                 if self.projection.name != self.target:
                     retired, self.projection = self.projection, target_projection(self.memory, self.target, self.store)
                     await retired.close()
-                projector = Projector(self.projection, bootstrap_servers=self.bootstrap_servers,
-                                      topic_prefix=self.topic_prefix, **self.options)
+                projector = Projector(
+                    self.projection,
+                    bootstrap_servers=self.bootstrap_servers,
+                    topic_prefix=self.topic_prefix,
+                    **self.options,
+                )
                 projector.progress = self.progress  # one running total across targets
                 self.projector = projector
                 moved = asyncio.Event()
@@ -100,8 +104,13 @@ class TargetFollower:
                 log.warning("%s: could not read its alias (%s); projecting %s", self.alias, exc, self.target)
                 continue
             if target != self.target:
-                log.info("%s: the alias moved from %s to %s; projecting %s from now on",
-                         self.memory.view.name, self.target, target, target)
+                log.info(
+                    "%s: the alias moved from %s to %s; projecting %s from now on",
+                    self.memory.view.name,
+                    self.target,
+                    target,
+                    target,
+                )
                 self.target = target
                 moved.set()
                 return

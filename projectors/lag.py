@@ -49,8 +49,9 @@ async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
         described = await admin.describe_topics(topics) if topics else []
     finally:
         await admin.close()
-    tps = [TopicPartition(d["topic"], p["partition"]) for d in described if d["error_code"] == 0
-           for p in d["partitions"]]
+    tps = [
+        TopicPartition(d["topic"], p["partition"]) for d in described if d["error_code"] == 0 for p in d["partitions"]
+    ]
     if not tps:
         return {}
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -74,8 +75,17 @@ async def lag(source: str) -> LagReport:
         try:
             for tp, end in sorted(ends.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
                 applied = await projection.checkpoint(tp.topic, tp.partition)
-                rows.append(PartitionLag(projection.name, projection.kind, tp.topic, tp.partition, end, applied,
-                                         max(0, end - (applied + 1 if applied is not None else 0))))
+                rows.append(
+                    PartitionLag(
+                        projection.name,
+                        projection.kind,
+                        tp.topic,
+                        tp.partition,
+                        end,
+                        applied,
+                        max(0, end - (applied + 1 if applied is not None else 0)),
+                    )
+                )
         finally:
             await projection.close()
             if store is not None:

@@ -123,13 +123,18 @@ class _SeekToCheckpoint(ConsumerRebalanceListener):  # type: ignore[misc]  # aio
         # hand out hundreds at a time: read the checkpoints, then seek them all at once.
         try:
             checkpoints = [
-                await self.p.retrying(f"reading the checkpoint of {tp.topic}[{tp.partition}]",
-                                      lambda tp=tp: projection.checkpoint(tp.topic, tp.partition))  # type: ignore[misc]
+                await self.p.retrying(
+                    f"reading the checkpoint of {tp.topic}[{tp.partition}]",
+                    lambda tp=tp: projection.checkpoint(tp.topic, tp.partition),  # type: ignore[misc]
+                )
                 for tp in tps
             ]
             fresh = [tp for tp, c in zip(tps, checkpoints, strict=True) if c is None]
-            starts = await self.p.retrying("reading where partitions begin",
-                                           lambda: consumer.beginning_offsets(fresh)) if fresh else {}
+            starts = (
+                await self.p.retrying("reading where partitions begin", lambda: consumer.beginning_offsets(fresh))
+                if fresh
+                else {}
+            )
         except _Stopped:
             return  # the loop ends; nothing was fetched for them
         for tp, checkpoint in zip(tps, checkpoints, strict=True):
@@ -140,8 +145,13 @@ class _SeekToCheckpoint(ConsumerRebalanceListener):  # type: ignore[misc]  # aio
                 self.p.written[tp] = checkpoint
                 consumer.seek(tp, checkpoint + 1)
             self.p.mark_sought(tp)
-            log.info("%s: %s[%d] from offset %d", projection.name, tp.topic, tp.partition,
-                     starts[tp] if checkpoint is None else checkpoint + 1)
+            log.info(
+                "%s: %s[%d] from offset %d",
+                projection.name,
+                tp.topic,
+                tp.partition,
+                starts[tp] if checkpoint is None else checkpoint + 1,
+            )
             self.p.progress.assigned.add(tp)
 
 
@@ -216,8 +226,10 @@ class Projector:
                     await self._verify()
                     next_check = loop.time() + self.verify_interval
         except _Stopped:
-            log.warning("%s: stopped while a write was failing; the batch in hand is re-read on the next start",
-                        self.projection.name)
+            log.warning(
+                "%s: stopped while a write was failing; the batch in hand is re-read on the next start",
+                self.projection.name,
+            )
         finally:
             self.progress.assigned.clear()
             await self.consumer.stop()
@@ -240,8 +252,15 @@ class Projector:
                     raise _Stopped from exc
                 failures += 1
                 self.progress.retries += 1
-                log.warning("%s: %s failed (%s: %s); retry %d in %.1fs", self.projection.name, what,
-                            type(exc).__name__, exc, failures, delay)
+                log.warning(
+                    "%s: %s failed (%s: %s); retry %d in %.1fs",
+                    self.projection.name,
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    failures,
+                    delay,
+                )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, RETRY_MAX)
@@ -253,8 +272,9 @@ class Projector:
     async def _refold(self, tp: TopicPartition, why: str) -> None:
         """The view lost what it held of `tp`: fold the partition again from the start of the log."""
         assert self.consumer is not None
-        log.warning("%s: %s; refolding %s[%d] from the start of the log", self.projection.name, why, tp.topic,
-                    tp.partition)
+        log.warning(
+            "%s: %s; refolding %s[%d] from the start of the log", self.projection.name, why, tp.topic, tp.partition
+        )
         self.written.pop(tp, None)
         self.progress.refolds += 1
         await self.consumer.seek_to_beginning(tp)
@@ -273,16 +293,28 @@ class Projector:
             except Exception as exc:
                 if not transient(exc):
                     raise
-                log.warning("%s: could not check the checkpoint of %s[%d] (%s: %s)", self.projection.name,
-                            tp.topic, tp.partition, type(exc).__name__, exc)
+                log.warning(
+                    "%s: could not check the checkpoint of %s[%d] (%s: %s)",
+                    self.projection.name,
+                    tp.topic,
+                    tp.partition,
+                    type(exc).__name__,
+                    exc,
+                )
                 return
             if tp not in self.written or tp not in self.consumer.assignment():
                 continue  # revoked meanwhile
             if stored is None:
                 await self._refold(tp, f"the checkpoint of {tp.topic}[{tp.partition}] is gone (was {written})")
             elif stored < written:
-                log.warning("%s: the checkpoint of %s[%d] went back from %d to %d; folding again from there",
-                            self.projection.name, tp.topic, tp.partition, written, stored)
+                log.warning(
+                    "%s: the checkpoint of %s[%d] went back from %d to %d; folding again from there",
+                    self.projection.name,
+                    tp.topic,
+                    tp.partition,
+                    written,
+                    stored,
+                )
                 self.written[tp] = stored
                 self.consumer.seek(tp, stored + 1)
                 self.mark_sought(tp)
@@ -296,9 +328,12 @@ class Projector:
                 self.check(event, tp.topic, m.key)
             except Exception as exc:  # a record we cannot use must not stop every view behind it
                 if m.offset > handled:
-                    await self.retrying(f"parking {tp.topic}[{tp.partition}]@{m.offset}",
-                                        lambda m=m, exc=exc: self.dead_letters.park(  # type: ignore[misc]
-                                            m, exc, self.projection.name))
+                    await self.retrying(
+                        f"parking {tp.topic}[{tp.partition}]@{m.offset}",
+                        lambda m=m, exc=exc: self.dead_letters.park(  # type: ignore[misc]
+                            m, exc, self.projection.name
+                        ),
+                    )
                     self.progress.dead_letters += 1
                 continue
             records.append(Record(event, Position(tp.topic, tp.partition, m.offset)))
@@ -315,8 +350,10 @@ class Projector:
                 applied = await driver.apply(records, live=live, where=where) if records else None
                 if not records or records[-1].position.offset < messages[-1].offset:
                     # The batch ended in dead letters: move past them, so a restart does not park them again.
-                    await self.retrying(f"moving the checkpoint past {where}",
-                                        lambda: self.projection.advance(tp.topic, tp.partition, messages[-1].offset))
+                    await self.retrying(
+                        f"moving the checkpoint past {where}",
+                        lambda: self.projection.advance(tp.topic, tp.partition, messages[-1].offset),
+                    )
                 break
             except CheckpointLost as exc:
                 if tp in self.written or attempt:
@@ -336,7 +373,6 @@ class Projector:
             await self.consumer.commit({tp: messages[-1].offset + 1})
         except KafkaError as exc:
             log.debug("%s: advisory commit of %s failed: %s", self.projection.name, where, exc)
-
 
     async def _append_derived(self, event: Event) -> None:
         if self._log is None:
@@ -367,8 +403,13 @@ async def supervise(projector: Runnable, stop: asyncio.Event) -> Progress:
             if loop.time() - started > 4 * RESTART_MAX:
                 delay = RESTART_FIRST  # it ran a good while: a new outage starts the backoff afresh
             projector.progress.restarts += 1
-            log.warning("%s: stopped by %s: %s; starting again in %.1fs", projector.projection.name,
-                        type(exc).__name__, exc, delay)
+            log.warning(
+                "%s: stopped by %s: %s; starting again in %.1fs",
+                projector.projection.name,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
             if stop.is_set():

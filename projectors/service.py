@@ -32,8 +32,9 @@ def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
     return log_config, parts
 
 
-async def serve(source: str, stop: asyncio.Event, *, batch_size: int = 500, session_timeout: float = 10.0,
-                progress: float = 10.0) -> int:
+async def serve(
+    source: str, stop: asyncio.Event, *, batch_size: int = 500, session_timeout: float = 10.0, progress: float = 10.0
+) -> int:
     """Run one projector (consumer group) per view of the config at `source` until `stop` is set; 0 when
     they stopped cleanly. A progress line every `progress` seconds on the `helix_es.project` logger."""
     say = log.info
@@ -43,20 +44,39 @@ async def serve(source: str, stop: asyncio.Event, *, batch_size: int = 500, sess
         store = open_store(part) if isinstance(part.view, View) else None
         stores += [store] if store else []
         # A Projector of the target the view's alias names, moving with it when `helix-es rebuild` switches it.
-        projectors.append(TargetFollower(part, store, bootstrap_servers=log_config.bootstrap_servers,
-                                         topic_prefix=log_config.topic_prefix, batch_size=batch_size,
-                                         session_timeout=session_timeout))
-        say("projecting %s.* into view %s (%s store); SIGTERM stops", log_config.topic_prefix, part.view.name,
-            part.store)
+        projectors.append(
+            TargetFollower(
+                part,
+                store,
+                bootstrap_servers=log_config.bootstrap_servers,
+                topic_prefix=log_config.topic_prefix,
+                batch_size=batch_size,
+                session_timeout=session_timeout,
+            )
+        )
+        say(
+            "projecting %s.* into view %s (%s store); SIGTERM stops",
+            log_config.topic_prefix,
+            part.view.name,
+            part.store,
+        )
 
     async def report() -> None:
         while not stop.is_set():
             await asyncio.sleep(progress)
             for p in projectors:
-                say("%s: %d events applied, %d re-deliveries skipped, %d dead letters, %d partitions"
+                say(
+                    "%s: %d events applied, %d re-deliveries skipped, %d dead letters, %d partitions"
                     "; %d writes retried, %d restarts, %d partitions refolded",
-                    p.projection.name, p.progress.events, p.progress.skipped, p.progress.dead_letters,
-                    len(p.progress.assigned), p.progress.retries, p.progress.restarts, p.progress.refolds)
+                    p.projection.name,
+                    p.progress.events,
+                    p.progress.skipped,
+                    p.progress.dead_letters,
+                    len(p.progress.assigned),
+                    p.progress.retries,
+                    p.progress.restarts,
+                    p.progress.refolds,
+                )
 
     reporter = asyncio.create_task(report())
     try:

@@ -63,8 +63,7 @@ def _docker_answers() -> bool:
 
 def _missing(what: str, var: str) -> None:
     message = (
-        f"{what} is not available: set {var} (eval \"$(scripts/services up)\") "
-        "or run a Docker engine for Testcontainers"
+        f'{what} is not available: set {var} (eval "$(scripts/services up)") or run a Docker engine for Testcontainers'
     )
     if REQUIRE:
         pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
@@ -139,20 +138,33 @@ def _kafka_container(containers: ExitStack, name: str) -> str:
     from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
     env = {
-        "CLUSTER_ID": "4L6g3nShT-eMCtK--X86sw", "KAFKA_NODE_ID": "1", "KAFKA_PROCESS_ROLES": "broker,controller",
-        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093", "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "CLUSTER_ID": "4L6g3nShT-eMCtK--X86sw",
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
         "KAFKA_LISTENERS": "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:19092,CONTROLLER://0.0.0.0:9093",
         "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "KAFKA_INTER_BROKER_LISTENER_NAME": "BROKER", "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
-        "KAFKA_NUM_PARTITIONS": "1", "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
-        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "1", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
-        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1", "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "1",
-        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
+        "KAFKA_INTER_BROKER_LISTENER_NAME": "BROKER",
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
+        "KAFKA_NUM_PARTITIONS": "1",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
         "KAFKA_HEAP_OPTS": "-Xmx512m -Xms256m",
     }
     start = "/tmp/helix-kafka.env"
-    c = DockerContainer(name).with_exposed_ports(9092).with_command(
-        ["sh", "-c", f"while [ ! -f {start} ]; do sleep 0.1; done; . {start}; exec /etc/kafka/docker/run"])
+    c = (
+        DockerContainer(name)
+        .with_exposed_ports(9092)
+        .with_command(
+            ["sh", "-c", f"while [ ! -f {start} ]; do sleep 0.1; done; . {start}; exec /etc/kafka/docker/run"]
+        )
+    )
     for key, value in env.items():
         c.with_env(key, value)
     containers.enter_context(c)
@@ -290,8 +302,9 @@ async def topic_records(bootstrap: str, topic: str, count: int, timeout: float =
     from aiokafka import AIOKafkaConsumer
 
     deadline = Deadline(timeout, f"{count} records on {topic}")
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     await asyncio.wait_for(consumer.start(), timeout)
     records: list[Any] = []
     try:
@@ -310,8 +323,9 @@ async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 
     from aiokafka import AIOKafkaConsumer
 
     deadline = Deadline(timeout, f"{count} record values on {topic}")
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     await asyncio.wait_for(consumer.start(), timeout)
     values: list[bytes] = []
     try:

@@ -47,8 +47,9 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _wait(ready: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[bytes] | None,
-          log: Path) -> None:
+def _wait(
+    ready: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[bytes] | None, log: Path
+) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if proc is not None and proc.poll() is not None:
@@ -79,8 +80,9 @@ def _spawn(cmd: list[str], log: Path, *, user: str | None = None) -> subprocess.
     elif user:
         cmd = ["runuser", "-u", user, "--", *cmd]
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
 
 def kafka_libs() -> Path | None:
@@ -140,8 +142,17 @@ num.io.threads=2
         self._java(["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.config)], wait=True)
 
     def _java(self, args: list[str], *, wait: bool = False, heap: str = "") -> subprocess.Popen[bytes]:
-        cmd = ["java", *heap.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
-               f"-Dlog4j.configuration=file:{self.root / 'log4j.properties'}", "-cp", f"{self.libs}/*", *args]
+        cmd = [
+            "java",
+            *heap.split(),
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{self.root / 'log4j.properties'}",
+            "-cp",
+            f"{self.libs}/*",
+            *args,
+        ]
         proc = _spawn(cmd, self.log)
         if wait and proc.wait(120) != 0:
             raise ServiceError(f"{' '.join(args[:2])} failed:\n{_tail(self.log)}")
@@ -197,8 +208,21 @@ class Redis:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30) -> None:
-        cmd = ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
-               "--dir", str(self.root), "--logfile", str(self.log)]
+        cmd = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            HOST,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.root),
+            "--logfile",
+            str(self.log),
+        ]
         self.proc = _spawn(cmd, self.root / "redis.out")
         _wait(lambda: _answers(self.port), timeout, "private Redis", self.proc, self.log)
 
@@ -229,13 +253,26 @@ class Postgres:
         self.proc: subprocess.Popen[bytes] | None = None
         if self.user:
             shutil.chown(self.root, self.user)
-        cmd = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "helix", "-A", "trust", "-E", "UTF8",
-               "--locale=C", "--no-sync"]
+        cmd = [
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "helix",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
         if _spawn(cmd, self.log, user=self.user).wait(120) != 0:
             raise ServiceError(f"initdb failed:\n{_tail(self.log)}")
         with (self.data / "postgresql.conf").open("a") as conf:
-            conf.write(f"port = {self.port}\nlisten_addresses = '{HOST}'\nunix_socket_directories = ''\n"
-                       "fsync = off\nshared_buffers = 32MB\nmax_connections = 50\n")
+            conf.write(
+                f"port = {self.port}\nlisten_addresses = '{HOST}'\nunix_socket_directories = ''\n"
+                "fsync = off\nshared_buffers = 32MB\nmax_connections = 50\n"
+            )
 
     def start(self) -> None:
         self.launch()

@@ -38,12 +38,16 @@ def model_server() -> Iterator[ModelServer]:
             if self.path.endswith("/chat/completions"):
                 n = server.count("/chat/completions")
                 user = body["messages"][-1]["content"]
-                answer: dict[str, Any] = {"choices": [{"message": {"role": "assistant",
-                                                                   "content": f"summary #{n} of {len(user)} chars"}}]}
+                answer: dict[str, Any] = {
+                    "choices": [{"message": {"role": "assistant", "content": f"summary #{n} of {len(user)} chars"}}]
+                }
             elif self.path.endswith("/embeddings"):
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                answer = {"data": [{"index": i, "embedding": _vector(t, body.get("dimensions", 8))}
-                                   for i, t in enumerate(inputs)]}
+                answer = {
+                    "data": [
+                        {"index": i, "embedding": _vector(t, body.get("dimensions", 8))} for i, t in enumerate(inputs)
+                    ]
+                }
             else:
                 self.send_error(404)
                 return

@@ -45,8 +45,9 @@ def now() -> datetime:
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "helix_es.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "helix_es.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 # --- times -----------------------------------------------------------------------------------------
@@ -76,11 +77,16 @@ def test_times_are_iso_8601_naive_meaning_utc_or_relative() -> None:
 async def test_summary_history_and_every_cut_match_what_get_returned(
     tmp_path: Path, provider: str, model_server: ModelServer
 ) -> None:
-    summariser = {"provider": "openai", "model": "m", "base_url": model_server.base_url} \
-        if provider == "openai" else {"provider": "extractive"}
+    summariser = (
+        {"provider": "openai", "model": "m", "base_url": model_server.base_url}
+        if provider == "openai"
+        else {"provider": "extractive"}
+    )
     ns = unique("aud")
-    cfg = {"log": {"path": str(tmp_path)},
-           "memory": {"type": "summary", "max_messages": 4, "namespace": ns, "summariser": summariser}}
+    cfg = {
+        "log": {"path": str(tmp_path)},
+        "memory": {"type": "summary", "max_messages": 4, "namespace": ns, "summariser": summariser},
+    }
     seen: list[Seen] = []
     adds: list[Position] = []
     async with open_memory(cfg, session_id="s") as mem:
@@ -176,12 +182,18 @@ async def test_events_of_types_this_version_does_not_know_are_shown_not_fatal(tm
     # A newer writer: the newest schema in schemas/ plus a payload type this version has never seen.
     newest = load_schemas()[-1]
     raw = json.loads((ROOT / "schemas" / f"envelope.v{newest.version}.avsc").read_text())
-    raw["fields"][-1]["type"].append({"type": "record", "name": "NoteRecorded",
-                                       "fields": [{"name": "note", "type": "string"}]})
+    raw["fields"][-1]["type"].append(
+        {"type": "record", "name": "NoteRecorded", "fields": [{"name": "note", "type": "string"}]}
+    )
     newer = schema_version(newest.version + 1, raw)
     stamped = now()
-    record = {"event_id": uuid.uuid4(), "namespace": ns, "session_id": "s", "timestamp": stamped,
-              "payload": ("helix.memory.NoteRecorded", {"note": "from the future"})}
+    record = {
+        "event_id": uuid.uuid4(),
+        "namespace": ns,
+        "session_id": "s",
+        "timestamp": stamped,
+        "payload": ("helix.memory.NoteRecorded", {"note": "from the future"}),
+    }
     data = Codec([*load_schemas(), newer]).encode_record(record)
     log = LogFile(tmp_path / f"helix.memory.{ns}.log")
     try:
@@ -193,8 +205,12 @@ async def test_events_of_types_this_version_does_not_know_are_shown_not_fatal(tm
     assert [e.type for e in report.events] == ["MessageAdded", "MessageAdded", "Unknown"]
     unknown = report.events[-1]
     assert not unknown.known and unknown.position.offset == offset and unknown.time == stamped
-    assert unknown.to_json()["payload"] == {"avro_type": "unknown", "fields": {}, "schema_fingerprint":
-                                            newer.fingerprint.hex(), "union_branch": len(raw["fields"][-1]["type"]) - 1}
+    assert unknown.to_json()["payload"] == {
+        "avro_type": "unknown",
+        "fields": {},
+        "schema_fingerprint": newer.fingerprint.hex(),
+        "union_branch": len(raw["fields"][-1]["type"]) - 1,
+    }
     assert report.views is not None and [m.role for m in report.views["conversation"]] == ["user", "assistant"]
 
     # A reader that has the schema but not the type shows the type's name and its fields.
@@ -217,9 +233,14 @@ async def test_recorded_embeddings_are_listed_and_the_paid_model_is_not_called(
 ) -> None:
     ns = unique("aud")
     embed = {"provider": "openai", "model": "m", "dims": 8, "base_url": model_server.base_url}
-    cfg = {"log": {"path": str(tmp_path)},
-           "memory": {"type": "composite", "namespace": ns,
-                      "backends": [{"type": "conversation"}, {"type": "vector", "embed": embed}]}}
+    cfg = {
+        "log": {"path": str(tmp_path)},
+        "memory": {
+            "type": "composite",
+            "namespace": ns,
+            "backends": [{"type": "conversation"}, {"type": "vector", "embed": embed}],
+        },
+    }
     vector = load_config(cfg).memory.parts[1].view.name
     async with open_memory(cfg, session_id="s") as mem:
         for text in ["the flight to Oslo", "a hotel in Bergen", "green tea"]:
@@ -230,7 +251,7 @@ async def test_recorded_embeddings_are_listed_and_the_paid_model_is_not_called(
     embedded = [e for e in report.events if e.type == "EmbeddingRecorded"]
     assert len(embedded) == 3 and embedded[0].to_json()["payload"]["dims"] == 8
     assert embedded[0].to_json()["payload"]["model"] == "openai/m"
-    assert "embedding by \"openai/m\", 8 dims" in embedded[0].describe()
+    assert 'embedding by "openai/m", 8 dims' in embedded[0].describe()
     assert report.views == {"conversation": got, vector: []}  # vector is search-only: get() is []
     assert model_server.count("/embeddings") == calls
 
@@ -279,8 +300,13 @@ async def test_through_kafka_audit_reads_the_topic_and_matches_the_projected_vie
     }
     path = tmp_path / "helix.yaml"
     path.write_text(json.dumps(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
     seen: list[Seen] = []
     mine: list[Position] = []
     theirs: list[Position] = []
@@ -350,11 +376,11 @@ def test_cli_text_is_aligned_and_readable(summary_log: tuple[Path, str, list[See
     header = next(line for line in lines if line.startswith("TIME (UTC)"))
     rows = lines[lines.index(header) + 1 : lines.index(header) + 5]
     assert len(rows) == 4 and all(r[header.index("TYPE")] != " " for r in rows)  # columns line up
-    assert [r[header.index("EVENT ID"):].split()[0] for r in rows] == [
+    assert [r[header.index("EVENT ID") :].split()[0] for r in rows] == [
         json.loads(run("audit", "--config", str(path), "--session", "s-1", "--json").stdout)["events"][i]["event_id"]
         for i in range(4)
     ]
-    assert "user: \"Fact 0: the sky is colour 0. Extra words follow.\"" in out.stdout
+    assert 'user: "Fact 0: the sky is colour 0. Extra words follow."' in out.stdout
     assert "view summary-4 at the cut: get() returns 4 messages" in out.stdout
 
     later = run("audit", "--config", str(path), "--session", "s-1")  # past max_messages: a recorded summary
@@ -370,8 +396,18 @@ def test_cli_json_is_one_document(summary_log: tuple[Path, str, list[Seen]]) -> 
     assert set(doc) == {"namespace", "session_id", "topic", "cut", "erased", "events", "views"}
     assert doc["cut"] == {"as_of": None, "offset": seen[-1].offset, "partition": 0, "time": None}
     first = doc["events"][0]
-    assert set(first) == {"time", "topic", "partition", "offset", "event_id", "session_id", "type", "known", "erased",
-                          "payload"}
+    assert set(first) == {
+        "time",
+        "topic",
+        "partition",
+        "offset",
+        "event_id",
+        "session_id",
+        "type",
+        "known",
+        "erased",
+        "payload",
+    }
     assert first["payload"] == {"message": {"role": "user", "content": turn(0).content}}
     summary = next(e for e in doc["events"] if e["type"] == "SummaryRecorded")
     assert set(summary["payload"]) == {"view", "epoch", "covers", "text", "model"}
@@ -400,8 +436,13 @@ def test_cli_usage_errors_exit_2_and_say_what_to_do(summary_log: tuple[Path, str
 def test_cli_agent_picks_the_memory_of_an_agents_document(summary_log: tuple[Path, str, list[Seen]]) -> None:
     path, ns, _ = summary_log
     log = json.loads(path.read_text())["log"]
-    doc = {"log": log, "agents": [{"id": "other-agent", "memory": {"type": "conversation"}},
-                                  {"id": ns, "memory": {"type": "sliding-window", "window_size": 2}}]}
+    doc = {
+        "log": log,
+        "agents": [
+            {"id": "other-agent", "memory": {"type": "conversation"}},
+            {"id": ns, "memory": {"type": "sliding-window", "window_size": 2}},
+        ],
+    }
     agents = path.parent / "agents.yaml"
     agents.write_text(json.dumps(doc))
     out = run("audit", "--config", str(agents), "--agent", ns, "--session", "s-1", "--as-of", "now", "--json")

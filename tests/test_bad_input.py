@@ -47,8 +47,9 @@ class Harness:
         self.admin: Any = None
         self.consumer: Any = None
 
-    def config(self, memory: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-               **doc: Any) -> dict[str, Any]:
+    def config(
+        self, memory: dict[str, Any] | None = None, log: dict[str, Any] | None = None, **doc: Any
+    ) -> dict[str, Any]:
         base = {"type": "conversation", "namespace": self.namespace, "read_timeout": 30, **self.store}
         return {"log": {**self.log, **(log or {})}, "memory": {**base, **(memory or {})}, **doc}
 
@@ -59,8 +60,11 @@ class Harness:
     async def snapshot(self) -> dict[str, int]:
         """Where the log ends: any write anywhere under this prefix (or directory) changes it."""
         if self.path is not None:
-            return {str(p.relative_to(self.path)): p.stat().st_size for p in sorted(self.path.rglob("*"))
-                    if p.is_file() and not p.name.endswith(".lock")}
+            return {
+                str(p.relative_to(self.path)): p.stat().st_size
+                for p in sorted(self.path.rglob("*"))
+                if p.is_file() and not p.name.endswith(".lock")
+            }
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         assert self.kafka is not None and self.admin is not None
@@ -74,8 +78,7 @@ class Harness:
 
 
 @pytest.fixture(scope="module", params=["kafka", "embedded"])
-async def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                  ) -> AsyncIterator[Harness]:
+async def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
     prefix = unique("bad")
     if request.param == "kafka":
         bootstrap = request.getfixturevalue("kafka_bootstrap")
@@ -86,8 +89,12 @@ async def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         await h.admin.start()
     else:
         path = tmp_path_factory.mktemp("bad-input") / "log"
-        h = Harness("embedded", {"type": "embedded", "path": str(path), "fsync": False, "topic_prefix": prefix},
-                    {"store": "memory"}, path)
+        h = Harness(
+            "embedded",
+            {"type": "embedded", "path": str(path), "fsync": False, "topic_prefix": prefix},
+            {"store": "memory"},
+            path,
+        )
     async with open_memory(h.config(), session_id="keeper") as mem:
         h.mem = mem
         empty = await h.snapshot()
@@ -133,8 +140,9 @@ def adding(value: Callable[[], object], memory: dict[str, Any] | None = None) ->
     return run
 
 
-def opening(memory: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-            session_id: object = "s-opened", **doc: Any) -> Action:
+def opening(
+    memory: dict[str, Any] | None = None, log: dict[str, Any] | None = None, session_id: object = "s-opened", **doc: Any
+) -> Action:
     """Open a memory with a bad config or session id; were it accepted, a good add would write."""
 
     async def run(h: Harness) -> object:
@@ -174,8 +182,9 @@ def searching(query: object, limit: object = 5) -> Action:
 
 
 def long_term(table: object) -> Action:
-    return opening({"type": "long-term", "store": "postgres", "dsn": "postgresql://helix@127.0.0.1:1/none",
-                    "table": table})
+    return opening(
+        {"type": "long-term", "store": "postgres", "dsn": "postgresql://helix@127.0.0.1:1/none", "table": table}
+    )
 
 
 SURROGATE = "half an emoji \ud83d"
@@ -196,55 +205,163 @@ CASES = [
     Bad("name-empty", message(role="user", content="hi", name=""), InvalidMessage, "name", "must not be empty"),
     Bad("name-lone-surrogate", message(role="user", content="hi", name="\udc80"), InvalidMessage, "name", "UTF-8"),
     # metadata
-    Bad("metadata-int-value", message(role="user", content="hi", metadata={"k": 1}), InvalidMessage,
-        "metadata['k']", "must be a string, got int"),
-    Bad("metadata-int-key", message(role="user", content="hi", metadata={1: "v"}), InvalidMessage,
-        "metadata key", "must be a string, got int"),
-    Bad("metadata-nested", message(role="user", content="hi", metadata={"k": {"deep": "v"}}), InvalidMessage,
-        "metadata['k']", "got dict"),
-    Bad("metadata-list", message(role="user", content="hi", metadata=["k"]), InvalidMessage, "metadata",
-        "mapping of str to str"),
-    Bad("metadata-surrogate", message(role="user", content="hi", metadata={"k": SURROGATE}), InvalidMessage,
-        "metadata['k']", "UTF-8"),
+    Bad(
+        "metadata-int-value",
+        message(role="user", content="hi", metadata={"k": 1}),
+        InvalidMessage,
+        "metadata['k']",
+        "must be a string, got int",
+    ),
+    Bad(
+        "metadata-int-key",
+        message(role="user", content="hi", metadata={1: "v"}),
+        InvalidMessage,
+        "metadata key",
+        "must be a string, got int",
+    ),
+    Bad(
+        "metadata-nested",
+        message(role="user", content="hi", metadata={"k": {"deep": "v"}}),
+        InvalidMessage,
+        "metadata['k']",
+        "got dict",
+    ),
+    Bad(
+        "metadata-list",
+        message(role="user", content="hi", metadata=["k"]),
+        InvalidMessage,
+        "metadata",
+        "mapping of str to str",
+    ),
+    Bad(
+        "metadata-surrogate",
+        message(role="user", content="hi", metadata={"k": SURROGATE}),
+        InvalidMessage,
+        "metadata['k']",
+        "UTF-8",
+    ),
     # tool calls
-    Bad("tool-calls-on-user", message(role="user", content="hi", tool_calls=[CALL]), InvalidMessage, "tool_calls",
-        "only assistant messages"),
-    Bad("tool-calls-a-string", message(role="assistant", tool_calls="weather(Oslo)"), InvalidMessage, "tool_calls",
-        "must be a list"),
-    Bad("tool-call-not-a-call", message(role="assistant", tool_calls=[3]), InvalidMessage, "tool_calls[0]",
-        "ToolCall or a mapping"),
-    Bad("tool-call-no-id", message(role="assistant", tool_calls=[{"name": "weather"}]), InvalidMessage,
-        "tool_calls[0].id", "got NoneType"),
-    Bad("tool-call-unknown-key", message(role="assistant", tool_calls=[{**CALL, "type": "function"}]),
-        InvalidMessage, "tool_calls[0]", "unknown keys ['type']"),
-    Bad("tool-args-not-json", message(role="assistant", tool_calls=[{**CALL, "arguments": "{city: Oslo"}]),
-        InvalidMessage, "tool_calls[0].arguments", "is not JSON text"),
-    Bad("tool-args-nan", message(role="assistant", tool_calls=[{**CALL, "arguments": '{"t": NaN}'}]),
-        InvalidMessage, "tool_calls[0].arguments", "NaN is not a JSON value"),
-    Bad("tool-args-a-dict", message(role="assistant", tool_calls=[{**CALL, "arguments": {"city": "Oslo"}}]),
-        InvalidMessage, "tool_calls[0].arguments", "must be a string, got dict"),
-    Bad("tool-call-ids-repeat", message(role="assistant", tool_calls=[CALL, {**CALL, "name": "other"}]),
-        InvalidMessage, "tool_calls[1].id", "repeats 'c1'"),
-    Bad("tool-result-without-call-id", message(role="tool", content="-3"), InvalidMessage, "tool_call_id",
-        "must name the tool call"),
-    Bad("call-id-on-user", message(role="user", content="hi", tool_call_id="c1"), InvalidMessage, "tool_call_id",
-        "only tool messages"),
-    Bad("add-a-dict", adding(lambda: {"role": "user", "content": "hi"}), InvalidMessage, "message",
-        "must be a helix_es.Message, got dict"),
+    Bad(
+        "tool-calls-on-user",
+        message(role="user", content="hi", tool_calls=[CALL]),
+        InvalidMessage,
+        "tool_calls",
+        "only assistant messages",
+    ),
+    Bad(
+        "tool-calls-a-string",
+        message(role="assistant", tool_calls="weather(Oslo)"),
+        InvalidMessage,
+        "tool_calls",
+        "must be a list",
+    ),
+    Bad(
+        "tool-call-not-a-call",
+        message(role="assistant", tool_calls=[3]),
+        InvalidMessage,
+        "tool_calls[0]",
+        "ToolCall or a mapping",
+    ),
+    Bad(
+        "tool-call-no-id",
+        message(role="assistant", tool_calls=[{"name": "weather"}]),
+        InvalidMessage,
+        "tool_calls[0].id",
+        "got NoneType",
+    ),
+    Bad(
+        "tool-call-unknown-key",
+        message(role="assistant", tool_calls=[{**CALL, "type": "function"}]),
+        InvalidMessage,
+        "tool_calls[0]",
+        "unknown keys ['type']",
+    ),
+    Bad(
+        "tool-args-not-json",
+        message(role="assistant", tool_calls=[{**CALL, "arguments": "{city: Oslo"}]),
+        InvalidMessage,
+        "tool_calls[0].arguments",
+        "is not JSON text",
+    ),
+    Bad(
+        "tool-args-nan",
+        message(role="assistant", tool_calls=[{**CALL, "arguments": '{"t": NaN}'}]),
+        InvalidMessage,
+        "tool_calls[0].arguments",
+        "NaN is not a JSON value",
+    ),
+    Bad(
+        "tool-args-a-dict",
+        message(role="assistant", tool_calls=[{**CALL, "arguments": {"city": "Oslo"}}]),
+        InvalidMessage,
+        "tool_calls[0].arguments",
+        "must be a string, got dict",
+    ),
+    Bad(
+        "tool-call-ids-repeat",
+        message(role="assistant", tool_calls=[CALL, {**CALL, "name": "other"}]),
+        InvalidMessage,
+        "tool_calls[1].id",
+        "repeats 'c1'",
+    ),
+    Bad(
+        "tool-result-without-call-id",
+        message(role="tool", content="-3"),
+        InvalidMessage,
+        "tool_call_id",
+        "must name the tool call",
+    ),
+    Bad(
+        "call-id-on-user",
+        message(role="user", content="hi", tool_call_id="c1"),
+        InvalidMessage,
+        "tool_call_id",
+        "only tool messages",
+    ),
+    Bad(
+        "add-a-dict",
+        adding(lambda: {"role": "user", "content": "hi"}),
+        InvalidMessage,
+        "message",
+        "must be a helix_es.Message, got dict",
+    ),
     Bad("add-none", adding(lambda: None), InvalidMessage, "message", "got NoneType"),
     # sizes of what is written
-    Bad("content-over-configured-max", adding(lambda: Message("user", "x" * 1025), LIMIT), InvalidMessage,
-        "content", "1025 bytes of UTF-8, over the limit of 1024 (memory.max_content_bytes)"),
-    Bad("content-over-max-in-bytes-not-chars", adding(lambda: Message("user", "😀" * 300), LIMIT), InvalidMessage,
-        "content", "1200 bytes"),
-    Bad("tool-args-over-configured-max",
+    Bad(
+        "content-over-configured-max",
+        adding(lambda: Message("user", "x" * 1025), LIMIT),
+        InvalidMessage,
+        "content",
+        "1025 bytes of UTF-8, over the limit of 1024 (memory.max_content_bytes)",
+    ),
+    Bad(
+        "content-over-max-in-bytes-not-chars",
+        adding(lambda: Message("user", "😀" * 300), LIMIT),
+        InvalidMessage,
+        "content",
+        "1200 bytes",
+    ),
+    Bad(
+        "tool-args-over-configured-max",
         adding(lambda: Message("assistant", "", tool_calls=[ToolCall("c1", "f", json.dumps("y" * 2000))]), LIMIT),
-        InvalidMessage, "tool_calls[0].arguments", "over the limit of 1024"),
-    Bad("content-over-default-max", adding(lambda: Message("user", "z" * 600_000)), InvalidMessage, "content",
-        "over the limit of 524288"),
-    Bad("event-over-log-limit",
+        InvalidMessage,
+        "tool_calls[0].arguments",
+        "over the limit of 1024",
+    ),
+    Bad(
+        "content-over-default-max",
+        adding(lambda: Message("user", "z" * 600_000)),
+        InvalidMessage,
+        "content",
+        "over the limit of 524288",
+    ),
+    Bad(
+        "event-over-log-limit",
         adding(lambda: Message("user", "x" * 850_000, metadata={"m": "y" * 60_000}), {"max_content_bytes": 900_000}),
-        EventTooLarge, "event", "over the 900000 limit"),
+        EventTooLarge,
+        "event",
+        "over the 900000 limit",
+    ),
     # session ids
     Bad("session-id-empty", opening(session_id=""), InvalidInput, "session_id", "give session_id="),
     Bad("session-id-oversized", opening(session_id="s" * 513), InvalidInput, "session_id", "longer than 512"),
@@ -252,18 +369,33 @@ CASES = [
     Bad("session-id-newline", opening(session_id="alice\nbob"), InvalidInput, "session_id", "printable"),
     Bad("session-id-blank", opening(session_id="   "), InvalidInput, "session_id", "must not be blank"),
     Bad("session-id-not-text", opening(session_id=42), InvalidInput, "session_id", "non-empty string"),
-    Bad("session-id-in-config", opening({"session_id": "x}y"}, session_id=None), ConfigError, "memory.session_id",
-        "braces"),
+    Bad(
+        "session-id-in-config",
+        opening({"session_id": "x}y"}, session_id=None),
+        ConfigError,
+        "memory.session_id",
+        "braces",
+    ),
     # namespaces
     Bad("namespace-space", opening({"namespace": "has space"}), ConfigError, "memory.namespace", "A-Za-z0-9._-"),
     Bad("namespace-empty", opening({"namespace": ""}), ConfigError, "memory.namespace", "got ''"),
     Bad("namespace-oversized", opening({"namespace": "n" * 201}), ConfigError, "memory.namespace", "{1,200}"),
     Bad("namespace-path", opening({"namespace": "../../etc/passwd"}), ConfigError, "memory.namespace", "got '../"),
-    Bad("namespace-injection", opening({"namespace": "ns'; DROP TABLE agent_memory;--"}), ConfigError,
-        "memory.namespace", "A-Za-z0-9._-"),
+    Bad(
+        "namespace-injection",
+        opening({"namespace": "ns'; DROP TABLE agent_memory;--"}),
+        ConfigError,
+        "memory.namespace",
+        "A-Za-z0-9._-",
+    ),
     Bad("namespace-not-text", opening({"namespace": 7}), ConfigError, "memory.namespace", "got 7"),
-    Bad("topic-name-too-long", opening({"namespace": "n" * 200}, {"topic_prefix": "p" * 60}), ConfigError,
-        "memory.namespace", "over Kafka's 249"),
+    Bad(
+        "topic-name-too-long",
+        opening({"namespace": "n" * 200}, {"topic_prefix": "p" * 60}),
+        ConfigError,
+        "memory.namespace",
+        "over Kafka's 249",
+    ),
     # search
     Bad("search-limit-zero", searching("oslo", 0), InvalidInput, "limit", ">= 1, got 0"),
     Bad("search-limit-negative", searching("oslo", -3), InvalidInput, "limit", "got -3"),
@@ -272,54 +404,123 @@ CASES = [
     # YAML and unknown types
     Bad("yaml-unclosed", yaml_doc("memory: [unclosed\n"), ConfigError, "<yaml>", "not valid YAML"),
     Bad("yaml-tab-indent", yaml_doc("memory:\n\ttype: conversation\n"), ConfigError, "<yaml>", "not valid YAML"),
-    Bad("yaml-duplicate-key", yaml_doc("memory:\n  type: sliding-window\n  window_size: 5\n  window_size: 0\n"),
-        ConfigError, "<yaml>", "found duplicate key 'window_size'"),
-    Bad("yaml-python-object", yaml_doc("memory: !!python/object/apply:os.system [echo pwned]\n"), ConfigError,
-        "<yaml>", "could not determine a constructor"),
+    Bad(
+        "yaml-duplicate-key",
+        yaml_doc("memory:\n  type: sliding-window\n  window_size: 5\n  window_size: 0\n"),
+        ConfigError,
+        "<yaml>",
+        "found duplicate key 'window_size'",
+    ),
+    Bad(
+        "yaml-python-object",
+        yaml_doc("memory: !!python/object/apply:os.system [echo pwned]\n"),
+        ConfigError,
+        "<yaml>",
+        "could not determine a constructor",
+    ),
     Bad("yaml-mapping-then-list", yaml_doc("- memory\n- type\n"), ConfigError, "<yaml>", "not valid YAML"),
     Bad("type-unknown", opening({"type": "sliding-windw"}), ConfigError, "memory.type", "unknown memory type"),
     Bad("type-a-list", opening({"type": ["conversation"]}), ConfigError, "memory.type", "unknown memory type"),
     Bad("store-unknown", opening({"store": "mongo"}), ConfigError, "memory.store", "must be one of"),
     Bad("log-type-unknown", opening(log={"type": "pulsar"}), ConfigError, "log.type", "kafka or embedded"),
     Bad("key-unknown", opening({"windw_size": 3}), ConfigError, "memory.windw_size", "unknown key"),
-    Bad("middleware-unknown", opening(memory_middleware=["encrypt"]), ConfigError, "memory_middleware[0]",
-        "unknown middleware 'encrypt'"),
+    Bad(
+        "middleware-unknown",
+        opening(memory_middleware=["encrypt"]),
+        ConfigError,
+        "memory_middleware[0]",
+        "unknown middleware 'encrypt'",
+    ),
     Bad("agents-not-a-list", yaml_doc("agents: chat\n"), ConfigError, "agents", "must be a non-empty list"),
-    Bad("agents-window-zero", yaml_doc("agents:\n  - id: chat\n    memory: {type: sliding-window, window_size: 0}\n"),
-        ConfigError, "agents[0].memory.window_size", ">= 1, got 0"),
-    Bad("composite-part-window-zero",
-        yaml_doc("memory:\n  type: composite\n  backends:\n    - {type: sliding-window, window_size: 0}\n"
-                 "    - {type: conversation}\n"),
-        ConfigError, "memory.backends[0].window_size", ">= 1, got 0"),
-    Bad("redis-url-not-a-url", without_env("HELIX_REDIS_URL", opening({"store": "redis",
-                                                                      "redis_url": "localhost:6379"})),
-        ConfigError, "memory.redis_url", "must be a URL redis://"),
+    Bad(
+        "agents-window-zero",
+        yaml_doc("agents:\n  - id: chat\n    memory: {type: sliding-window, window_size: 0}\n"),
+        ConfigError,
+        "agents[0].memory.window_size",
+        ">= 1, got 0",
+    ),
+    Bad(
+        "composite-part-window-zero",
+        yaml_doc(
+            "memory:\n  type: composite\n  backends:\n    - {type: sliding-window, window_size: 0}\n"
+            "    - {type: conversation}\n"
+        ),
+        ConfigError,
+        "memory.backends[0].window_size",
+        ">= 1, got 0",
+    ),
+    Bad(
+        "redis-url-not-a-url",
+        without_env("HELIX_REDIS_URL", opening({"store": "redis", "redis_url": "localhost:6379"})),
+        ConfigError,
+        "memory.redis_url",
+        "must be a URL redis://",
+    ),
     # negative or zero sizes
-    Bad("window-zero", opening({"type": "sliding-window", "window_size": 0}), ConfigError, "memory.window_size",
-        ">= 1, got 0"),
-    Bad("window-negative", opening({"type": "sliding-window", "window_size": -5}), ConfigError,
-        "memory.window_size", "got -5"),
-    Bad("window-fraction", opening({"type": "sliding-window", "window_size": 2.5}), ConfigError,
-        "memory.window_size", "whole number"),
-    Bad("max-tokens-zero", opening({"type": "token-window", "max_tokens": 0}), ConfigError, "memory.max_tokens",
-        ">= 1, got 0"),
+    Bad(
+        "window-zero",
+        opening({"type": "sliding-window", "window_size": 0}),
+        ConfigError,
+        "memory.window_size",
+        ">= 1, got 0",
+    ),
+    Bad(
+        "window-negative",
+        opening({"type": "sliding-window", "window_size": -5}),
+        ConfigError,
+        "memory.window_size",
+        "got -5",
+    ),
+    Bad(
+        "window-fraction",
+        opening({"type": "sliding-window", "window_size": 2.5}),
+        ConfigError,
+        "memory.window_size",
+        "whole number",
+    ),
+    Bad(
+        "max-tokens-zero",
+        opening({"type": "token-window", "max_tokens": 0}),
+        ConfigError,
+        "memory.max_tokens",
+        ">= 1, got 0",
+    ),
     Bad("max-length-zero", opening({"max_length": 0}), ConfigError, "memory.max_length", ">= 1, got 0"),
     Bad("partitions-zero", opening(log={"partitions": 0}), ConfigError, "log.partitions", ">= 1"),
-    Bad("read-timeout-nan", opening({"read_timeout": float("nan")}), ConfigError, "memory.read_timeout",
-        "positive (finite)"),
-    Bad("max-content-zero", opening({"max_content_bytes": 0}), ConfigError, "memory.max_content_bytes",
-        "got 0"),
-    Bad("max-content-over-event-limit", opening({"max_content_bytes": 2_000_000}), ConfigError,
-        "memory.max_content_bytes", "event limit"),
+    Bad(
+        "read-timeout-nan",
+        opening({"read_timeout": float("nan")}),
+        ConfigError,
+        "memory.read_timeout",
+        "positive (finite)",
+    ),
+    Bad("max-content-zero", opening({"max_content_bytes": 0}), ConfigError, "memory.max_content_bytes", "got 0"),
+    Bad(
+        "max-content-over-event-limit",
+        opening({"max_content_bytes": 2_000_000}),
+        ConfigError,
+        "memory.max_content_bytes",
+        "event limit",
+    ),
     Bad("ttl-zero", opening({"ttl": "0s"}), ConfigError, "memory.ttl", "at least 1ms"),
     Bad("top-k-zero", opening({"type": "vector", "top_k": 0}), ConfigError, "memory.top_k", ">= 1, got 0"),
-    Bad("summary-max-chars-zero", opening({"type": "summary", "summariser": {"max_chars": 0}}), ConfigError,
-        "memory.summariser.max_chars", ">= 2, got 0"),
+    Bad(
+        "summary-max-chars-zero",
+        opening({"type": "summary", "summariser": {"max_chars": 0}}),
+        ConfigError,
+        "memory.summariser.max_chars",
+        ">= 2, got 0",
+    ),
     # SQL keywords and injection attempts as table names
     Bad("table-keyword", long_term("select"), ConfigError, "memory.table", "'select' is an SQL keyword"),
     Bad("table-keyword-upper", long_term("DROP"), ConfigError, "memory.table", "'DROP' is an SQL keyword"),
-    Bad("table-statement", long_term("agent_memory; DROP TABLE agent_memory;--"), ConfigError, "memory.table",
-        "only letters, digits and underscores"),
+    Bad(
+        "table-statement",
+        long_term("agent_memory; DROP TABLE agent_memory;--"),
+        ConfigError,
+        "memory.table",
+        "only letters, digits and underscores",
+    ),
     Bad("table-quote", long_term("x' OR '1'='1"), ConfigError, "memory.table", "only letters"),
     Bad("table-double-quote", long_term('agent_memory" CASCADE; --'), ConfigError, "memory.table", "only letters"),
     Bad("table-too-long", long_term("t" * 64), ConfigError, "memory.table", "at most 63"),
@@ -344,8 +545,11 @@ def test_the_matrix_covers_every_input_it_claims() -> None:
     assert message_fields <= {family(c.field) for c in CASES if c.error is InvalidMessage}
     # Every public entry point that takes input: the Memory methods with arguments (add, search) and
     # open_memory (its session_id, the config as a mapping and as YAML text).
-    takes_input = {name for name, fn in inspect.getmembers(Memory, inspect.isfunction)
-                   if not name.startswith("_") and len(inspect.signature(fn).parameters) > 1}
+    takes_input = {
+        name
+        for name, fn in inspect.getmembers(Memory, inspect.isfunction)
+        if not name.startswith("_") and len(inspect.signature(fn).parameters) > 1
+    }
     assert takes_input == {"add", "search"}, "a new Memory method taking input needs cases here"
     assert builders["message"] >= 20 and builders["adding"] >= 5  # add: each Message rule, the argument, sizes
     assert {family(c.field) for c in CASES if c.run.__qualname__.startswith("searching")} == {"query", "limit"}
@@ -354,21 +558,36 @@ def test_the_matrix_covers_every_input_it_claims() -> None:
     # Every section of a config document, and every part a memory config nests.
     sections = {family(c.field) for c in CASES if c.error is ConfigError}
     assert {"log", "memory", "agents", "memory_middleware", "<yaml>"} <= sections
-    assert {"memory.type", "memory.store", "memory.namespace", "memory.table", "memory.redis_url",
-            "memory.session_id"} <= fields
+    assert {
+        "memory.type",
+        "memory.store",
+        "memory.namespace",
+        "memory.table",
+        "memory.redis_url",
+        "memory.session_id",
+    } <= fields
     assert any(f.startswith("agents[0].memory.") for f in fields)
     assert any(f.startswith("memory.backends[") for f in fields)
     # Every size or duration a config takes has a zero, negative or otherwise impossible value, and
     # each names a key the config really knows (a misspelt key would only test "unknown key").
-    sizes = {"memory.window_size", "memory.max_tokens", "memory.max_length", "memory.max_content_bytes",
-             "memory.read_timeout", "memory.ttl", "memory.top_k", "memory.summariser.max_chars", "log.partitions"}
+    sizes = {
+        "memory.window_size",
+        "memory.max_tokens",
+        "memory.max_length",
+        "memory.max_content_bytes",
+        "memory.read_timeout",
+        "memory.ttl",
+        "memory.top_k",
+        "memory.summariser.max_chars",
+        "log.partitions",
+    }
     assert sizes <= fields
     known = set(configuration.COMMON_KEYS | configuration.COMPOSITE_KEYS).union(*configuration.VIEW_KEYS.values())
     for c in CASES:
         if c.error is ConfigError and c.field.startswith("memory.") and c.words != "unknown key":
-            assert family(c.field[len("memory."):]) in known, c.id
+            assert family(c.field[len("memory.") :]) in known, c.id
         if c.field.startswith("log."):
-            assert c.field[len("log."):] in configuration.LOG_KEYS, c.id
+            assert c.field[len("log.") :] in configuration.LOG_KEYS, c.id
         if c.field.startswith("memory.summariser."):
             assert c.field.rsplit(".", 1)[1] in configuration.SUMMARISER_KEYS, c.id
 

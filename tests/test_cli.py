@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "helix_es.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "helix_es.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_help_and_version() -> None:

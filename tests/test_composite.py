@@ -70,15 +70,25 @@ async def test_composite_over_kafka_with_one_projector_process(
     ns, prefix = unique("comp"), unique("comp")
     cfg: dict[str, Any] = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
-        "memory": {"type": "composite", "namespace": ns, "read_timeout": 60, "backends": [
-            {"type": "sliding-window", "window_size": 2, "store": "redis", "redis_url": redis_url},
-            {"type": "conversation", "store": "postgres", "dsn": postgres_dsn},
-        ]},
+        "memory": {
+            "type": "composite",
+            "namespace": ns,
+            "read_timeout": 60,
+            "backends": [
+                {"type": "sliding-window", "window_size": 2, "store": "redis", "redis_url": redis_url},
+                {"type": "conversation", "store": "postgres", "dsn": postgres_dsn},
+            ],
+        },
     }
     path = tmp_path / "helix.yaml"
     path.write_text(json.dumps(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
     try:
         async with open_memory(cfg, session_id="s") as mem:
             for text in ["one", "two", "three"]:

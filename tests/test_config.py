@@ -40,8 +40,12 @@ def test_a_path_a_dict_and_text_give_the_same_config(tmp_path: Path) -> None:
 
 def test_log_section(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HELIX_KAFKA_BOOTSTRAP", "k1:9092")
-    cfg = load_config({"log": {"type": "kafka", "partitions": 12}, "memory": {"type": "conversation",
-                                                                             "store": "redis", "redis_url": "redis://x"}})
+    cfg = load_config(
+        {
+            "log": {"type": "kafka", "partitions": 12},
+            "memory": {"type": "conversation", "store": "redis", "redis_url": "redis://x"},
+        }
+    )
     assert (cfg.log.type, cfg.log.bootstrap_servers, cfg.log.partitions) == ("kafka", "k1:9092", 12)
 
 

@@ -246,8 +246,10 @@ async def test_an_embedded_write_survives_a_store_outage(
     monkeypatch.delenv("HELIX_REDIS_URL", raising=False)  # it would override the unreachable address
     ns = unique("outage")
     log = {"type": "embedded", "path": str(tmp_path)}
-    down = {"log": log, "memory": {**VIEWS["window"], "store": "redis", "namespace": ns,
-                                   "redis_url": "redis://127.0.0.1:1/0"}}  # nothing listens on port 1
+    down = {
+        "log": log,
+        "memory": {**VIEWS["window"], "store": "redis", "namespace": ns, "redis_url": "redis://127.0.0.1:1/0"},
+    }  # nothing listens on port 1
     async with open_memory(down, session_id=session_id) as mem:
         position = await mem.add(Message("user", "written while Redis was away"))
         assert position.offset == 0

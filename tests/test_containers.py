@@ -28,8 +28,10 @@ async def test_every_service_came_from_testcontainers_when_expected(
     kafka_bootstrap: str, redis_url: str, postgres_dsn: str
 ) -> None:
     if not EXPECT:
-        pytest.skip("only in the Docker CI step (scripts/ci-docker sets HELIX_EXPECT_TESTCONTAINERS=1): allowed to "
-                    "skip, even under HELIX_REQUIRE_SERVICES=1")
+        pytest.skip(
+            "only in the Docker CI step (scripts/ci-docker sets HELIX_EXPECT_TESTCONTAINERS=1): allowed to "
+            "skip, even under HELIX_REQUIRE_SERVICES=1"
+        )
     served = dict(SERVED)
     assert served == {service: image(service) for service in IMAGES}, served
 

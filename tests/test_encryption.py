@@ -63,8 +63,6 @@ def embedded(tmp_path: Path, namespace: str, **memory: Any) -> dict[str, Any]:
     }
 
 
-
-
 @pytest.fixture
 def master_key() -> bytes:
     return os.urandom(32)
@@ -314,7 +312,8 @@ def test_old_keys_from_env_are_checked_too(env_key: bytes) -> None:
     keys = keys_from_env(env)
     assert key_id_of(old) == "e957670409a95b5b"
     assert keys.key("ns", "s", "e957670409a95b5b") == bytes.fromhex(
-        "433e0e8a4f9f60d86d40a153dc7557e3b6aecd3d79799ae85cc29a74ced36168")
+        "433e0e8a4f9f60d86d40a153dc7557e3b6aecd3d79799ae85cc29a74ced36168"
+    )
     assert keys.key("ns", "s", key_id_of(old)) == DerivedSessionKeys.derive(old, "ns", "s")
     assert keys.key("ns", "other", "e957670409a95b5b") != keys.key("ns", "s", "e957670409a95b5b")
     assert keys.ring.current == key_id_of(env_key) != "e957670409a95b5b"  # the old key only opens

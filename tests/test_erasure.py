@@ -340,8 +340,15 @@ async def test_forget_refuses_keys_it_cannot_destroy_and_plaintext(
 
 
 def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "helix_es.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ}, stdin=stdin, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "helix_es.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        stdin=stdin,
+        timeout=120,
+    )
 
 
 async def test_cli_asks_for_yes_refuses_derived_keys_and_exits_with_its_codes(
@@ -421,8 +428,13 @@ async def test_long_term_drops_the_erased_sessions_rows_in_any_batching(long_ter
     assert contents(await long_term.get(key, None)) == want
 
     ns2 = unique("lt-erase")  # all at once
-    again = [Record(Event(ns2, r.event.session_id, r.event.payload, timestamp=r.event.timestamp),
-                    Position(f"helix.memory.{ns2}", r.position.partition, r.position.offset)) for r in history]
+    again = [
+        Record(
+            Event(ns2, r.event.session_id, r.event.payload, timestamp=r.event.timestamp),
+            Position(f"helix.memory.{ns2}", r.position.partition, r.position.offset),
+        )
+        for r in history
+    ]
     await long_term.apply([r for r in again if r.position.partition == 0])
     await long_term.apply([r for r in again if r.position.partition == 1])
     assert contents(await long_term.get(SessionKey(ns2, "x"), None)) == want
@@ -442,10 +454,18 @@ async def test_vector_drops_the_erased_sessions_entries(request: pytest.FixtureR
     reader = VectorProjection("vector-erasure-test", HashEmbedder(), shared if kind == "memory" else store())
     key = SessionKey(ns, "any")
     try:
-        await writer.apply([said(ns, "alice", 0, "alice likes oslo"), said(ns, "bob", 1, "bob likes oslo"),
-                            said(ns, "alice", 2, "alice flies to oslo")])
+        await writer.apply(
+            [
+                said(ns, "alice", 0, "alice likes oslo"),
+                said(ns, "bob", 1, "bob likes oslo"),
+                said(ns, "alice", 2, "alice flies to oslo"),
+            ]
+        )
         assert sorted(contents(await reader.search(key, "oslo", 10, None))) == [
-            "alice flies to oslo", "alice likes oslo", "bob likes oslo"]
+            "alice flies to oslo",
+            "alice likes oslo",
+            "bob likes oslo",
+        ]
         await writer.apply([rec(ns, "alice", 3, SessionErased()), said(ns, "alice", 4, "alice is back in oslo")])
         after = ["alice is back in oslo", "bob likes oslo"]
         assert sorted(contents(await reader.search(key, "oslo", 10, None))) == after
@@ -462,8 +482,6 @@ async def test_vector_drops_the_erased_sessions_entries(request: pytest.FixtureR
 # --- through Kafka, with a real projector and the CLI -------------------------------------------------
 
 
-
-
 async def rows_of(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(dsn)
     try:
@@ -473,31 +491,53 @@ async def rows_of(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
 
 
 async def test_forget_through_kafka_with_a_real_projector(
-    tmp_path: Path, key_env: bytes, monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str, redis_url: str,
-    postgres_dsn: str, procs: list[subprocess.Popen[str]],
+    tmp_path: Path,
+    key_env: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+    kafka_bootstrap: str,
+    redis_url: str,
+    postgres_dsn: str,
+    procs: list[subprocess.Popen[str]],
 ) -> None:
     monkeypatch.setenv("HELIX_KEY_STORE", "postgres")
     monkeypatch.setenv("HELIX_KEY_STORE_URL", postgres_dsn)
     ns, prefix = unique("erase"), unique("erase")
     log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix}
-    client = {"log": log, "memory_middleware": ["encryption"],
-              "memory": {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": ns,
-                         "read_timeout": 60}}
-    projector = {"log": log, "memory": {"type": "composite", "namespace": ns, "backends": [
-        {"type": "conversation", "store": "redis", "redis_url": redis_url},
-        {"type": "long-term", "store": "postgres", "dsn": postgres_dsn},
-        {"type": "vector", "store": "postgres", "dsn": postgres_dsn},
-    ]}}
+    client = {
+        "log": log,
+        "memory_middleware": ["encryption"],
+        "memory": {
+            "type": "conversation",
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+            "read_timeout": 60,
+        },
+    }
+    projector = {
+        "log": log,
+        "memory": {
+            "type": "composite",
+            "namespace": ns,
+            "backends": [
+                {"type": "conversation", "store": "redis", "redis_url": redis_url},
+                {"type": "long-term", "store": "postgres", "dsn": postgres_dsn},
+                {"type": "vector", "store": "postgres", "dsn": postgres_dsn},
+            ],
+        },
+    }
     client_path = tmp_path / "client.yaml"
     client_path.write_text(json.dumps(client))
     redis = aioredis.from_url(redis_url)
 
     async def counts(sid: str) -> tuple[int, int, int]:
         listed = await redis.llen(names.session_key(ns, sid))
-        lt = await rows_of(postgres_dsn, "SELECT count(*) FROM agent_memory WHERE namespace = $1 AND session_id = $2",
-                           ns, sid)
-        vec = await rows_of(postgres_dsn,
-                            "SELECT count(*) FROM helix_vectors WHERE namespace = $1 AND session_id = $2", ns, sid)
+        lt = await rows_of(
+            postgres_dsn, "SELECT count(*) FROM agent_memory WHERE namespace = $1 AND session_id = $2", ns, sid
+        )
+        vec = await rows_of(
+            postgres_dsn, "SELECT count(*) FROM helix_vectors WHERE namespace = $1 AND session_id = $2", ns, sid
+        )
         return listed, lt[0][0], vec[0][0]
 
     try:
@@ -512,8 +552,9 @@ async def test_forget_through_kafka_with_a_real_projector(
         await wait_for(lambda: _is(counts("bob"), (2, 2, 2)), what="bob in every view")
         stop(procs.pop())
 
-        forgot = run_cli("forget", "--config", str(client_path), "--session", "alice", "--yes",
-                         "--reason", "gdpr request 17")
+        forgot = run_cli(
+            "forget", "--config", str(client_path), "--session", "alice", "--yes", "--reason", "gdpr request 17"
+        )
         assert forgot.returncode == 0, forgot.stderr
         assert "forgot" in forgot.stdout
 
@@ -541,10 +582,15 @@ async def test_forget_through_kafka_with_a_real_projector(
     mine = [e for e in events if e.session_id == "alice"]
     assert [type(e.payload).__name__ for e in mine] == ["MessageAdded"] * 3 + ["SessionErased"]
     erasure = cast(SessionErased, mine[-1].payload)
-    key_rows = await rows_of(postgres_dsn, "SELECT session_id, key_id, wrapped_key, erased_at FROM helix_keys "
-                             "WHERE namespace = $1 ORDER BY session_id", ns)
+    key_rows = await rows_of(
+        postgres_dsn,
+        "SELECT session_id, key_id, wrapped_key, erased_at FROM helix_keys WHERE namespace = $1 ORDER BY session_id",
+        ns,
+    )
     assert [(r["session_id"], r["wrapped_key"] is None, r["erased_at"] is not None) for r in key_rows] == [
-        ("alice", True, True), ("bob", False, False)]
+        ("alice", True, True),
+        ("bob", False, False),
+    ]
     assert list(erasure.key_ids) == [key_rows[0]["key_id"]] and erasure.reason == "gdpr request 17"
     fresh = StoredSessionKeys(PostgresKeyStore(postgres_dsn), KeyRing.of(key_env))
     try:

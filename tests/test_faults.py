@@ -100,8 +100,9 @@ def private() -> Iterator[Private]:
         redis.start()
         postgres.start()
         kafka.wait_ready()
-        os.environ.update(HELIX_KAFKA_BOOTSTRAP=kafka.bootstrap, HELIX_REDIS_URL=redis.url,
-                          HELIX_POSTGRES_DSN=postgres.dsn)
+        os.environ.update(
+            HELIX_KAFKA_BOOTSTRAP=kafka.bootstrap, HELIX_REDIS_URL=redis.url, HELIX_POSTGRES_DSN=postgres.dsn
+        )
         yield Private(kafka, redis, postgres)
     finally:
         for key, value in saved.items():
@@ -120,10 +121,15 @@ def private() -> Iterator[Private]:
 def agents(p: Private, prefix: str, ns: str, memories: list[dict[str, Any]]) -> dict[str, Any]:
     """A config document: one agent per memory, all on namespace `ns`, read timeouts generous."""
     return {
-        "log": {"type": "kafka", "bootstrap_servers": p.kafka.bootstrap, "partitions": PARTITIONS,
-                "topic_prefix": prefix},
-        "agents": [{"id": f"a{i}", "memory": {"namespace": ns, "read_timeout": 120, **m}}
-                   for i, m in enumerate(memories)],
+        "log": {
+            "type": "kafka",
+            "bootstrap_servers": p.kafka.bootstrap,
+            "partitions": PARTITIONS,
+            "topic_prefix": prefix,
+        },
+        "agents": [
+            {"id": f"a{i}", "memory": {"namespace": ns, "read_timeout": 120, **m}} for i, m in enumerate(memories)
+        ],
     }
 
 
@@ -155,8 +161,18 @@ class Projector:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(self.config),
-               "--progress", "2", "--session-timeout", "1"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "helix_es.cli",
+            "project",
+            "--config",
+            str(self.config),
+            "--progress",
+            "2",
+            "--session-timeout",
+            "1",
+        ]
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=self.env)
 
@@ -199,6 +215,7 @@ def running(projector: Projector) -> Iterator[Projector]:
 
 async def caught_up(projector: Projector, timeout: float) -> None:
     """Every view's checkpoints at the log's end, or fail with the projector's last words."""
+
     async def drained() -> bool:
         if not projector.alive():
             raise AssertionError(f"the projector exited:\n{projector.tail()}")
@@ -301,8 +318,9 @@ async def assert_views_match_log(cfg: dict[str, Any], ns: str, *, what: str = ""
             finally:
                 await projection.close()
             want = await clean_lt.get(keys[0], None)
-            assert want is not None and got == want, \
+            assert want is not None and got == want, (
                 f"{label}: {len(got or [])} messages, a clean fold has {len(want or [])}"
+            )
     return records
 
 
@@ -322,8 +340,15 @@ def events(rng: random.Random, ns: str, sessions: list[str], n: int, tag: str, c
     return out
 
 
-async def produce(bootstrap: str, prefix: str, evts: list[Event], *, chunk: int = 1000, pause: float = 0.0,
-                  log: KafkaLog | None = None) -> None:
+async def produce(
+    bootstrap: str,
+    prefix: str,
+    evts: list[Event],
+    *,
+    chunk: int = 1000,
+    pause: float = 0.0,
+    log: KafkaLog | None = None,
+) -> None:
     """Append `evts` with the product's Kafka log (`log`, else a new one), `chunk` at a time, concurrently
     within a chunk (the producer batches them). The views are compared with the log as written."""
     own = log is None
@@ -397,10 +422,15 @@ async def test_broker_killed_and_restarted_during_concurrent_adds(private: Priva
     restarted. Adds that raised (timed out) are retried as they are, the same message again.
     Every returned Position holds its add, every add is on the log once, and in the views."""
     prefix, ns = unique("fb"), unique("ns")
-    cfg = agents(private, prefix, ns, [
-        {"type": "conversation", "store": "postgres", "dsn": private.postgres.dsn},
-        {"type": "sliding-window", "window_size": 3, "store": "redis", "redis_url": private.redis.url},
-    ])
+    cfg = agents(
+        private,
+        prefix,
+        ns,
+        [
+            {"type": "conversation", "store": "postgres", "dsn": private.postgres.dsn},
+            {"type": "sliding-window", "window_size": 3, "store": "redis", "redis_url": private.redis.url},
+        ],
+    )
     sessions = [f"s{i}" for i in range(24)]
     returned: dict[str, list[tuple[str, Position]]] = defaultdict(list)
     raised: Counter[str] = Counter()
@@ -426,15 +456,21 @@ async def test_broker_killed_and_restarted_during_concurrent_adds(private: Priva
     with running(projector):
         writers = asyncio.gather(*(writer(s) for s in sessions))
         try:
-            await wait_for(lambda: asyncio.sleep(0, all(len(returned[s]) >= 5 for s in sessions)), 60,
-                           "every writer to add through the broker")
+            await wait_for(
+                lambda: asyncio.sleep(0, all(len(returned[s]) >= 5 for s in sessions)),
+                60,
+                "every writer to add through the broker",
+            )
             private.kafka.kill()
             await asyncio.sleep(2)  # the outage: adds time out meanwhile
             private.kafka.launch()  # from this thread: see tests.faults
             await asyncio.to_thread(private.kafka.wait_ready)
             back = {s: len(returned[s]) for s in sessions}
-            await wait_for(lambda: asyncio.sleep(0, all(len(returned[s]) >= back[s] + 3 for s in sessions)), 90,
-                           "every writer to add again after the restart")
+            await wait_for(
+                lambda: asyncio.sleep(0, all(len(returned[s]) >= back[s] + 3 for s in sessions)),
+                90,
+                "every writer to add again after the restart",
+            )
         finally:
             stop_adding.set()
             await asyncio.wait_for(writers, 120)
@@ -475,7 +511,8 @@ async def test_redis_flushall_and_restart_while_projectors_run(private: Private,
         with running(projector):
             # 1. FLUSHALL mid-stream: the next write of each partition is refused, and it is refolded.
             producing = asyncio.create_task(
-                produce(private.kafka.bootstrap, prefix, events(rng, ns, sessions, 6000, "a"), pause=0.3))
+                produce(private.kafka.bootstrap, prefix, events(rng, ns, sessions, 6000, "a"), pause=0.3)
+            )
 
             async def some() -> bool:
                 return await folded(flush, "sliding-window-4", topic) >= 3000
@@ -493,7 +530,8 @@ async def test_redis_flushall_and_restart_while_projectors_run(private: Private,
             # 3. Redis killed, restarted empty: the projector waits for it, then refolds.
             private.redis.kill()
             more = asyncio.create_task(
-                produce(private.kafka.bootstrap, prefix, events(rng, ns, sessions, 2000, "b"), pause=0.5))
+                produce(private.kafka.bootstrap, prefix, events(rng, ns, sessions, 2000, "b"), pause=0.5)
+            )
             await asyncio.sleep(2)
             assert projector.alive(), projector.tail()
             private.redis.start()
@@ -537,10 +575,15 @@ async def test_poison_records_from_a_plain_producer_are_dead_lettered_and_the_re
 ) -> None:
     rng = random.Random(SEED + 3)
     prefix, ns = unique("fd"), unique("ns")
-    cfg = agents(private, prefix, ns, [
-        {"type": "conversation", "store": "postgres", "dsn": private.postgres.dsn},
-        {"type": "sliding-window", "window_size": 3, "store": "redis", "redis_url": private.redis.url},
-    ])
+    cfg = agents(
+        private,
+        prefix,
+        ns,
+        [
+            {"type": "conversation", "store": "postgres", "dsn": private.postgres.dsn},
+            {"type": "sliding-window", "window_size": 3, "store": "redis", "redis_url": private.redis.url},
+        ],
+    )
     topic = names.topic(ns, prefix)
     codec = Codec()
     sessions = [f"s{i}" for i in range(20)]
@@ -595,8 +638,10 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
         return write(self, data)
 
     monkeypatch.setattr(embedded.LogFile, "append", slow)
-    cfg = {"log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": True},
-           "memory": {"type": "conversation", "namespace": "ns"}}
+    cfg = {
+        "log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": True},
+        "memory": {"type": "conversation", "namespace": "ns"},
+    }
     async with open_memory(cfg, session_id="s") as mem:
         first = Message("user", "first")
         with pytest.raises(TimeoutError):
@@ -615,7 +660,10 @@ async def test_an_add_cancelled_by_a_timeout_lands_once_on_the_embedded_log(
     log = embedded.EmbeddedLog(tmp_path / "log")
     try:
         assert [r.event.payload.message.content async for r in log.read("ns")] == [  # type: ignore[union-attr]
-            "first", "given up on", "last"]
+            "first",
+            "given up on",
+            "last",
+        ]
     finally:
         await log.close()
 
@@ -627,16 +675,32 @@ async def test_a_projector_started_before_its_services_waits_for_them(tmp_path: 
     cfg = {
         "log": {"type": "kafka", "bootstrap_servers": f"127.0.0.1:{dead[0]}"},
         "agents": [
-            {"id": "a", "memory": {"type": "sliding-window", "window_size": 3, "store": "redis",
-                                   "redis_url": f"redis://127.0.0.1:{dead[1]}/0"}},
-            {"id": "b", "memory": {"type": "conversation", "store": "postgres",
-                                   "dsn": f"postgresql://helix@127.0.0.1:{dead[2]}/helix"}},
+            {
+                "id": "a",
+                "memory": {
+                    "type": "sliding-window",
+                    "window_size": 3,
+                    "store": "redis",
+                    "redis_url": f"redis://127.0.0.1:{dead[1]}/0",
+                },
+            },
+            {
+                "id": "b",
+                "memory": {
+                    "type": "conversation",
+                    "store": "postgres",
+                    "dsn": f"postgresql://helix@127.0.0.1:{dead[2]}/helix",
+                },
+            },
         ],
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}  # the file's addresses, not ours
     projector = Projector(cfg, tmp_path, env)
     with running(projector):
-        await wait_for(lambda: asyncio.sleep(0, projector.output().count("starting again") >= 4), 60,
-                       "the projector to say it tries again, twice per view")
+        await wait_for(
+            lambda: asyncio.sleep(0, projector.output().count("starting again") >= 4),
+            60,
+            "the projector to say it tries again, twice per view",
+        )
         assert projector.alive(), projector.tail()
         assert projector.stop() == 0, projector.tail()

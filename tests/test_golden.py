@@ -44,48 +44,95 @@ FULL = Message(
     "assistant",
     "Oslo: \u22123 °C, snø ❄ 天气 🌧",
     name="wetter-bot",
-    tool_calls=(ToolCall("call_1", "get_weather", '{"city": "Oslo", "unit": "°C"}'),
-                ToolCall("call_2", "lookup", "{}")),
+    tool_calls=(
+        ToolCall("call_1", "get_weather", '{"city": "Oslo", "unit": "°C"}'),
+        ToolCall("call_2", "lookup", "{}"),
+    ),
     metadata={"lang": "nb", "trace-ü": "åäö"},
 )
 
 # The events the golden records hold, written out by hand.
 EXPECTED: dict[str, Event] = {
     "MessageAdded.plain": Event(
-        NS, "s-1", MessageAdded(Message("user", "hello")),
-        uuid.UUID("00000000-0000-4000-8000-000000000001"), datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)),
+        NS,
+        "s-1",
+        MessageAdded(Message("user", "hello")),
+        uuid.UUID("00000000-0000-4000-8000-000000000001"),
+        datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+    ),
     "MessageAdded.full": Event(
-        NS, "sitzung-ü", MessageAdded(FULL),
-        uuid.UUID("6f1c2a3b-4d5e-4f60-8a1b-2c3d4e5f6a7b"), datetime(2024, 2, 29, 12, 34, 56, 789012, tzinfo=UTC)),
+        NS,
+        "sitzung-ü",
+        MessageAdded(FULL),
+        uuid.UUID("6f1c2a3b-4d5e-4f60-8a1b-2c3d4e5f6a7b"),
+        datetime(2024, 2, 29, 12, 34, 56, 789012, tzinfo=UTC),
+    ),
     "MessageAdded.tool": Event(
-        NS, "sitzung-ü", MessageAdded(Message("tool", '{"temp": -3}', tool_call_id="call_1")),
-        uuid.UUID("6f1c2a3b-4d5e-4f60-8a1b-2c3d4e5f6a7c"), datetime(2024, 2, 29, 12, 34, 57, 1, tzinfo=UTC)),
+        NS,
+        "sitzung-ü",
+        MessageAdded(Message("tool", '{"temp": -3}', tool_call_id="call_1")),
+        uuid.UUID("6f1c2a3b-4d5e-4f60-8a1b-2c3d4e5f6a7c"),
+        datetime(2024, 2, 29, 12, 34, 57, 1, tzinfo=UTC),
+    ),
     "MemoryCleared.reason": Event(
-        NS, "s-1", MemoryCleared("user asked: vergiss alles"),
-        uuid.UUID("11111111-2222-4333-8444-555555555555"), datetime(2025, 6, 30, 23, 59, 59, 999999, tzinfo=UTC)),
+        NS,
+        "s-1",
+        MemoryCleared("user asked: vergiss alles"),
+        uuid.UUID("11111111-2222-4333-8444-555555555555"),
+        datetime(2025, 6, 30, 23, 59, 59, 999999, tzinfo=UTC),
+    ),
     "MemoryCleared.none": Event(
-        NS, "s-1", MemoryCleared(None),
-        uuid.UUID("11111111-2222-4333-8444-555555555556"), datetime(1999, 12, 31, tzinfo=UTC)),
+        NS,
+        "s-1",
+        MemoryCleared(None),
+        uuid.UUID("11111111-2222-4333-8444-555555555556"),
+        datetime(1999, 12, 31, tzinfo=UTC),
+    ),
     "SummaryRecorded": Event(
-        NS, "s-1",
-        SummaryRecorded("summary-4", "11111111-2222-4333-8444-555555555555", 12,
-                        "Der Nutzer fragte nach dem Wetter in Oslo (\u22123 °C).", "openai/gpt-4o-mini"),
-        uuid.UUID("22222222-3333-4444-8555-666666666666"), datetime(2025, 1, 1, 0, 0, 0, 1, tzinfo=UTC)),
+        NS,
+        "s-1",
+        SummaryRecorded(
+            "summary-4",
+            "11111111-2222-4333-8444-555555555555",
+            12,
+            "Der Nutzer fragte nach dem Wetter in Oslo (\u22123 °C).",
+            "openai/gpt-4o-mini",
+        ),
+        uuid.UUID("22222222-3333-4444-8555-666666666666"),
+        datetime(2025, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+    ),
     "SummaryRecorded.nomodel": Event(
-        NS, "s-1", SummaryRecorded("summary-4", "", 300000, "", None),
-        uuid.UUID("22222222-3333-4444-8555-666666666667"), datetime(2025, 1, 1, 0, 0, 0, 2, tzinfo=UTC)),
+        NS,
+        "s-1",
+        SummaryRecorded("summary-4", "", 300000, "", None),
+        uuid.UUID("22222222-3333-4444-8555-666666666667"),
+        datetime(2025, 1, 1, 0, 0, 0, 2, tzinfo=UTC),
+    ),
     "EmbeddingRecorded": Event(
-        NS, "s-2",
-        EmbeddingRecorded("openai/text-embedding-3-small",
-                          "09f37ae4bbdc33a241efc31cba211e2ee451e98445c3c2bb727e6148f0767671",  # sha256("Oslo weather")
-                          b"\x00\x00\x80>\x00\x00\xc0\xbf\x00\x00@@\x00\x00\x00\x00"),  # float32 LE 0.25 -1.5 3 0
-        uuid.UUID("33333333-4444-4555-8666-777777777777"), datetime(2025, 3, 4, 5, 6, 7, 8, tzinfo=UTC)),
+        NS,
+        "s-2",
+        EmbeddingRecorded(
+            "openai/text-embedding-3-small",
+            "09f37ae4bbdc33a241efc31cba211e2ee451e98445c3c2bb727e6148f0767671",  # sha256("Oslo weather")
+            b"\x00\x00\x80>\x00\x00\xc0\xbf\x00\x00@@\x00\x00\x00\x00",
+        ),  # float32 LE 0.25 -1.5 3 0
+        uuid.UUID("33333333-4444-4555-8666-777777777777"),
+        datetime(2025, 3, 4, 5, 6, 7, 8, tzinfo=UTC),
+    ),
     "SessionErased": Event(
-        NS, "s-2", SessionErased("GDPR Art. 17 \u2013 Löschung", ("k-2025-01", "k-2025-02")),
-        uuid.UUID("44444444-5555-4666-8777-888888888888"), datetime(2025, 7, 8, 9, 10, 11, 120000, tzinfo=UTC)),
+        NS,
+        "s-2",
+        SessionErased("GDPR Art. 17 \u2013 Löschung", ("k-2025-01", "k-2025-02")),
+        uuid.UUID("44444444-5555-4666-8777-888888888888"),
+        datetime(2025, 7, 8, 9, 10, 11, 120000, tzinfo=UTC),
+    ),
     "SessionErased.bare": Event(
-        NS, "s-3", SessionErased(None, ()),
-        uuid.UUID("44444444-5555-4666-8777-888888888889"), datetime(2025, 7, 8, 9, 10, 11, 120001, tzinfo=UTC)),
+        NS,
+        "s-3",
+        SessionErased(None, ()),
+        uuid.UUID("44444444-5555-4666-8777-888888888889"),
+        datetime(2025, 7, 8, 9, 10, 11, 120001, tzinfo=UTC),
+    ),
 }
 
 # Which payload types each version has (its union's branches, in order), and so the version an
@@ -95,8 +142,13 @@ TYPES = {
     "v2": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded"],
     "v3": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded", "SessionErased"],
 }
-OLDEST = {"MessageAdded": "v1", "MemoryCleared": "v1", "SummaryRecorded": "v2", "EmbeddingRecorded": "v2",
-          "SessionErased": "v3"}
+OLDEST = {
+    "MessageAdded": "v1",
+    "MemoryCleared": "v1",
+    "SummaryRecorded": "v2",
+    "EmbeddingRecorded": "v2",
+    "SessionErased": "v3",
+}
 GOLDEN_CASES = [(version, key) for version, records in RECORDS.items() for key in records]
 
 
@@ -117,12 +169,14 @@ def test_schema_files_have_the_golden_fingerprints() -> None:
     """An in-place edit of a released schema (even a field's order or a union branch) fails here."""
     files = {f.name.split(".")[1]: f for f in (ROOT / "schemas").glob("envelope.v*.avsc")}
     assert sorted(files) == sorted(FINGERPRINTS), (
-        "every schema version needs golden data (and every golden version its file): add, never change")
+        "every schema version needs golden data (and every golden version its file): add, never change"
+    )
     for version, file in files.items():
         raw = json.loads(file.read_text())
         canonical = fastavro.schema.to_parsing_canonical_form(raw)
         assert fastavro.schema.fingerprint(canonical, "CRC-64-AVRO") == FINGERPRINTS[version], (
-            f"{file.name} changed in place: released schemas are immutable, add envelope.v<N+1>.avsc instead")
+            f"{file.name} changed in place: released schemas are immutable, add envelope.v<N+1>.avsc instead"
+        )
         payload = next(f for f in raw["fields"] if f["name"] == "payload")
         assert [b["name"] for b in payload["type"]] == TYPES[version], file.name
     # And the codec (its own loading of the same files) agrees.

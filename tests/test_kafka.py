@@ -62,8 +62,7 @@ class TestKafkaLog(EventLogContract):
 def config(bootstrap: str, redis_url: str, namespace: str, prefix: str = "helix.memory", **memory: Any) -> dict:
     return {
         "log": {"type": "kafka", "bootstrap_servers": bootstrap, "partitions": 3, "topic_prefix": prefix},
-        "memory": {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": namespace,
-                   **memory},
+        "memory": {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": namespace, **memory},
     }
 
 
@@ -87,8 +86,9 @@ async def test_plain_aiokafka_and_fastavro_decode_every_event(kafka_bootstrap: s
         schemas[bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))] = fastavro.parse_schema(raw)
 
     topic = f"helix.memory.{ns}"
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     await consumer.start()
     decoded: list[tuple[bytes, dict[str, Any]]] = []
     deadline = Deadline(60, f"{sent} records on {topic}")
@@ -109,7 +109,10 @@ async def test_plain_aiokafka_and_fastavro_decode_every_event(kafka_bootstrap: s
         assert body["namespace"] == ns
     by_session = {s: [b for k, b in decoded if k == s.encode()] for s in ("s1", "s2", "s3")}
     assert [b["payload"].get("message", {}).get("role") for b in by_session["s2"]] == [
-        "user", "assistant", "tool", None,
+        "user",
+        "assistant",
+        "tool",
+        None,
     ]
 
 
@@ -135,8 +138,9 @@ async def test_bad_namespace_is_refused_before_any_write(kafka_bootstrap: str, r
 
 async def test_read_your_writes_times_out_clearly_without_a_projector(kafka_bootstrap: str, redis_url: str) -> None:
     # No projector runs for a 7777-message window, so the view never catches up.
-    cfg = config(kafka_bootstrap, redis_url, unique("nowait"), type="sliding-window", window_size=7777,
-                 read_timeout=0.3)
+    cfg = config(
+        kafka_bootstrap, redis_url, unique("nowait"), type="sliding-window", window_size=7777, read_timeout=0.3
+    )
     async with open_memory(cfg, session_id="s") as mem:
         await mem.add(Message("user", "hi"))
         with pytest.raises(ConsistencyTimeout, match=r"sliding-window-7777.*helix-es project"):
@@ -154,8 +158,18 @@ def write_config(tmp_path: Path, bootstrap: str, redis_url: str, namespace: str,
 
 def start_projector(cfg: Path, batch: int = 10, log: Path | None = None) -> subprocess.Popen[str]:
     """`helix-es project`; its stderr (progress lines every 0.5 s) to a pipe, or to `log` to read as it runs."""
-    cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(cfg), "--batch-size", str(batch),
-           "--progress", "0.5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "helix_es.cli",
+        "project",
+        "--config",
+        str(cfg),
+        "--batch-size",
+        str(batch),
+        "--progress",
+        "0.5",
+    ]
     if log is None:
         return subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
     with log.open("w") as err:  # the child keeps its own copy open
@@ -164,6 +178,7 @@ def start_projector(cfg: Path, batch: int = 10, log: Path | None = None) -> subp
 
 async def caught_up(cfg: Path, timeout: float = 60) -> None:
     """The projector's own checkpoints (what `helix-es lag` reads) are at the log's end on every partition."""
+
     async def done() -> bool:
         report = await lag(str(cfg))
         return bool(report.partitions) and report.total() == 0
@@ -189,8 +204,9 @@ async def test_projector_killed_mid_stream_loses_nothing_and_duplicates_nothing(
 
     async def produce(rounds: range, pause: float) -> None:
         async with open_memory(cfg, session_id=sessions[0]) as first:
-            mems = [first] + [first.__class__(first.backend, first.projection, ns, s, consistency="eventual")
-                              for s in sessions[1:]]
+            mems = [first] + [
+                first.__class__(first.backend, first.projection, ns, s, consistency="eventual") for s in sessions[1:]
+            ]
             for i in rounds:
                 for mem, s in zip(mems, sessions, strict=True):
                     await mem.add(Message("user", f"{s}-{i}"))
@@ -252,8 +268,11 @@ async def test_redelivered_events_change_nothing(tmp_path: Path, kafka_bootstrap
             assert await mem.get() == [*before, Message("user", "after")]
             # It did read the five again from the partition's start: each was at or below the guard.
             await caught_up(cfg_path)
-            await wait_for(lambda: asyncio.sleep(0, "conversation: 1 events applied, 5 re-deliveries skipped"
-                                                 in log.read_text()), 30, "a progress line counting them")
+            await wait_for(
+                lambda: asyncio.sleep(0, "conversation: 1 events applied, 5 re-deliveries skipped" in log.read_text()),
+                30,
+                "a progress line counting them",
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.communicate(timeout=30)

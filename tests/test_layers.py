@@ -47,10 +47,16 @@ def test_the_library_never_imports_projectors_and_projectors_never_the_cli() -> 
         return module == "helix_es.cli" or module.startswith("helix_es.cli.")
 
     library = [m for m in graph.modules if m.split(".")[0] == "helix_es" and not cli(m)]
-    wrong = [(m, i) for m in library for i in graph.find_modules_directly_imported_by(m)
-             if i.split(".")[0] == "projectors"]
-    wrong += [(m, i) for m in graph.modules if m.split(".")[0] == "projectors"
-              for i in graph.find_modules_directly_imported_by(m) if cli(i)]
+    wrong = [
+        (m, i) for m in library for i in graph.find_modules_directly_imported_by(m) if i.split(".")[0] == "projectors"
+    ]
+    wrong += [
+        (m, i)
+        for m in graph.modules
+        if m.split(".")[0] == "projectors"
+        for i in graph.find_modules_directly_imported_by(m)
+        if cli(i)
+    ]
     assert wrong == []
 
 

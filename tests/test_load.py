@@ -51,22 +51,30 @@ async def session(config: dict[str, Any], ns: str, sid: str, adds: int, latencie
             want = [text(ns, sid, j) for j in range(max(0, i + 1 - WINDOW), i + 1)]
             if [m.content for m in got] != want:
                 strangers = [m.content for m in got if not m.content.startswith(f"{ns}|{sid}|")]
-                raise AssertionError(f"{ns}/{sid} get #{i}: want {want[-3:]}..., got {[m.content for m in got]}"
-                                     + (f"; from other sessions: {strangers}" if strangers else ""))
+                raise AssertionError(
+                    f"{ns}/{sid} get #{i}: want {want[-3:]}..., got {[m.content for m in got]}"
+                    + (f"; from other sessions: {strangers}" if strangers else "")
+                )
             assert all(m.metadata == {"ns": ns, "sid": sid} for m in got)
     return adds
 
 
 @pytest.mark.parametrize("store", ["redis", "postgres"])
 async def test_concurrent_sessions_read_their_own_writes_and_nothing_else(
-    request: pytest.FixtureRequest, tmp_path: Path, kafka_bootstrap: str, store: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    store: str,
     procs: list[subprocess.Popen[str]],
 ) -> None:
     sessions, adds = SCALE[store]
     prefix = unique("load")  # only this test's projector reads these topics
     log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 6, "topic_prefix": prefix}
-    where = ({"redis_url": request.getfixturevalue("redis_url")} if store == "redis"
-             else {"dsn": request.getfixturevalue("postgres_dsn")})
+    where = (
+        {"redis_url": request.getfixturevalue("redis_url")}
+        if store == "redis"
+        else {"dsn": request.getfixturevalue("postgres_dsn")}
+    )
     memory = {"type": "sliding-window", "window_size": WINDOW, "store": store, "read_timeout": 60, **where}
     namespaces = [unique("load-a"), unique("load-b")]
 
@@ -84,8 +92,10 @@ async def test_concurrent_sessions_read_their_own_writes_and_nothing_else(
     assert sum(done) == len(sids) * len(namespaces) * adds
     latencies.sort()
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
-    print(f"\nload ({store}): {sum(done)} adds + gets by {len(done)} sessions in {seconds:.1f}s "
-          f"({sum(done) / seconds:.0f}/s); add+get p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+    print(
+        f"\nload ({store}): {sum(done)} adds + gets by {len(done)} sessions in {seconds:.1f}s "
+        f"({sum(done) / seconds:.0f}/s); add+get p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+    )
     assert all(p.poll() is None for p in procs), "a projector died"
 
     # The log: every session's events in order, in its own namespace's topic, and nothing else.

@@ -134,7 +134,9 @@ class TestPostgresLongTerm(LongTermContract):
         try:
             await conn.execute(
                 "DELETE FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3",
-                store.name, topic, partition,
+                store.name,
+                topic,
+                partition,
             )
         finally:
             await conn.close()
@@ -281,8 +283,12 @@ async def test_redis_layout(redis_url: str) -> None:
             assert await r.zrange(base + "index", 0, -1) == [member.encode()]
             stored = cast(bytes, await r.get(base + "m:" + member))
             value = json.loads(stored)
-            assert value == {"session_id": "s-1", "at": micros, "position": f"{topic}:2:7",
-                             "message": {"role": "user", "content": "hello"}}
+            assert value == {
+                "session_id": "s-1",
+                "at": micros,
+                "position": f"{topic}:2:7",
+                "message": {"role": "user", "content": "hello"},
+            }
             assert await r.hget("helix:checkpoint:long-term", f"{topic}:2") == b"7"
             await projection.apply([cleared(ns, topic, 2, 8, T0)])
             assert await r.get(base + "cleared") == str(micros).encode()
@@ -405,12 +411,19 @@ async def test_ensure_table_creates_a_fresh_custom_table(postgres_dsn: str, tmp_
         try:
             columns = await conn.fetch(
                 "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1 "
-                "ORDER BY ordinal_position", table,
+                "ORDER BY ordinal_position",
+                table,
             )
             assert [(c["column_name"], c["data_type"]) for c in columns] == [
-                ("namespace", "text"), ("topic", "text"), ("partition", "integer"), ("offset", "bigint"),
-                ("session_id", "text"), ("created_at", "timestamp with time zone"), ("role", "text"),
-                ("content", "text"), ("message", "jsonb"),
+                ("namespace", "text"),
+                ("topic", "text"),
+                ("partition", "integer"),
+                ("offset", "bigint"),
+                ("session_id", "text"),
+                ("created_at", "timestamp with time zone"),
+                ("role", "text"),
+                ("content", "text"),
+                ("message", "jsonb"),
             ]
         finally:
             await conn.close()

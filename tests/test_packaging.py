@@ -11,8 +11,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_has_every_module_and_schema(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("helix_es-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for package in ("helix_es", "projectors"):

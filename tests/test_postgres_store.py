@@ -230,16 +230,22 @@ async def test_concurrent_first_use_creates_the_schema_once(postgres_dsn: str) -
         tables = ("helix_checkpoints", "helix_view_messages", "helix_view_sessions")
 
         async def made() -> list[str]:
-            rows = await admin.fetch("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                                     " WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname", schema)
+            rows = await admin.fetch(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname",
+                schema,
+            )
             return [r["relname"] for r in rows]
 
         assert await made() == []
         dsn = postgres_dsn + ("&" if "?" in postgres_dsn else "?") + f"search_path={schema}"
         stores = [PostgresStore(dsn) for _ in range(8)]
         try:
-            firsts = await asyncio.gather(*(s.checkpoint(WINDOW, unique("t"), 0) for s in stores[:4]),
-                                          *(s.ensure_schema() for s in stores[4:]), return_exceptions=True)
+            firsts = await asyncio.gather(
+                *(s.checkpoint(WINDOW, unique("t"), 0) for s in stores[:4]),
+                *(s.ensure_schema() for s in stores[4:]),
+                return_exceptions=True,
+            )
             assert [f for f in firsts if isinstance(f, BaseException)] == []
             assert firsts[:4] == [None] * 4  # no checkpoint yet, read from the new tables
             await asyncio.gather(*(s.ensure_schema() for s in stores))  # again: nothing to do, no error

@@ -26,17 +26,38 @@ def two_agents(bootstrap: str, redis_url: str, postgres_dsn: str, prefix: str, n
     return {
         "log": {"type": "kafka", "bootstrap_servers": bootstrap, "partitions": 4, "topic_prefix": prefix},
         "agents": [
-            {"id": ns, "memory": {"type": "sliding-window", "window_size": 3, "store": "redis",
-                                  "redis_url": redis_url, "read_timeout": 60}},
-            {"id": ns + "-b", "memory": {"type": "conversation", "store": "postgres", "dsn": postgres_dsn,
-                                         "namespace": ns, "read_timeout": 60}},
+            {
+                "id": ns,
+                "memory": {
+                    "type": "sliding-window",
+                    "window_size": 3,
+                    "store": "redis",
+                    "redis_url": redis_url,
+                    "read_timeout": 60,
+                },
+            },
+            {
+                "id": ns + "-b",
+                "memory": {
+                    "type": "conversation",
+                    "store": "postgres",
+                    "dsn": postgres_dsn,
+                    "namespace": ns,
+                    "read_timeout": 60,
+                },
+            },
         ],
     }
 
 
 def project(path: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path),
-                             "--progress", "0.5"], cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    return subprocess.Popen(
+        [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--progress", "0.5"],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -65,12 +86,15 @@ async def test_two_processes_share_partitions_and_lag_drains_to_zero(
 
     first_proc, second_proc = project(path), project(path)
     try:
+
         async def drained() -> bool:
             return (await lag(str(path))).total() == 0
 
         await wait_for(drained, 90, "both views to catch up")
-        async with open_memory(cfg, session_id="s7", agent=0) as window, \
-                open_memory(cfg, session_id="s7", agent=1) as history:
+        async with (
+            open_memory(cfg, session_id="s7", agent=0) as window,
+            open_memory(cfg, session_id="s7", agent=1) as history,
+        ):
             assert [m.content for m in await window.get()] == ["s7-2", "s7-3", "s7-4"]
             assert [m.content for m in await history.get()] == [f"s7-{i}" for i in range(5)]
     finally:
@@ -78,8 +102,13 @@ async def test_two_processes_share_partitions_and_lag_drains_to_zero(
     # Each process got some of the 4 partitions of each view's consumer group.
     for err in errors:
         assert "from offset" in err and "stopped cleanly" in err
-    proc = subprocess.run([sys.executable, "-m", "helix_es.cli", "lag", "--config", str(path), "--json", "--max", "0"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "helix_es.cli", "lag", "--config", str(path), "--json", "--max", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["total"] == 0
 
@@ -135,15 +164,30 @@ async def test_the_demo_runs_against_kafka_and_redis_with_the_projector_service(
     """README's compose flow: services up, `helix-es project`, then `helix-es demo --config`."""
     prefix = unique("demo")
     path = tmp_path / "helix.yaml"
-    path.write_text(json.dumps({
-        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix},
-        "memory": {"type": "sliding-window", "window_size": 4, "store": "redis", "redis_url": redis_url,
-                   "namespace": "demo", "read_timeout": 60},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix},
+                "memory": {
+                    "type": "sliding-window",
+                    "window_size": 4,
+                    "store": "redis",
+                    "redis_url": redis_url,
+                    "namespace": "demo",
+                    "read_timeout": 60,
+                },
+            }
+        )
+    )
     proc = project(path)
     try:
-        demo = subprocess.run([sys.executable, "-m", "helix_es.cli", "demo", "--config", str(path), "--json"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=180)
+        demo = subprocess.run(
+            [sys.executable, "-m", "helix_es.cli", "demo", "--config", str(path), "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         stop(proc)
     assert demo.returncode == 0, demo.stderr

@@ -49,10 +49,21 @@ def test_the_readme_says_what_these_tests_check() -> None:
 
 
 async def test_the_producer_is_acks_all_and_idempotent(kafka_bootstrap: str, redis_url: str) -> None:
-    cfg = {"log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 1,
-                   "topic_prefix": unique("claims")},
-           "memory": {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": unique("ns"),
-                      "consistency": "eventual"}}
+    cfg = {
+        "log": {
+            "type": "kafka",
+            "bootstrap_servers": kafka_bootstrap,
+            "partitions": 1,
+            "topic_prefix": unique("claims"),
+        },
+        "memory": {
+            "type": "conversation",
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": unique("ns"),
+            "consistency": "eventual",
+        },
+    }
     async with open_memory(cfg, session_id="s") as mem:
         await mem.add(Message("user", "hello"))  # a real append: the producer is started and has written
         producer = mem.backend.log._producer
@@ -70,10 +81,21 @@ def test_the_default_read_timeout_is_five_seconds() -> None:
 
 async def test_a_read_your_writes_read_waits_five_seconds_by_default(kafka_bootstrap: str, redis_url: str) -> None:
     # No projector serves a 7778-message window: the read waits out the default and says so.
-    cfg = {"log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 1,
-                   "topic_prefix": unique("claims")},
-           "memory": {"type": "sliding-window", "window_size": 7778, "store": "redis", "redis_url": redis_url,
-                      "namespace": unique("ns")}}
+    cfg = {
+        "log": {
+            "type": "kafka",
+            "bootstrap_servers": kafka_bootstrap,
+            "partitions": 1,
+            "topic_prefix": unique("claims"),
+        },
+        "memory": {
+            "type": "sliding-window",
+            "window_size": 7778,
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": unique("ns"),
+        },
+    }
     async with open_memory(cfg, session_id="s") as mem:
         await mem.add(Message("user", "hello"))
         started = time.monotonic()
@@ -98,8 +120,14 @@ async def test_projector_group_dead_letters_and_exit_code_are_named_as_the_readm
         group, dlq, other_group = f"helix.projector.redis.{view}", f"helix.dlq.{ns}", f"helix.projector.redis.{view}."
     cfg: dict[str, Any] = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
-        "memory": {"type": "sliding-window", "window_size": window, "store": "redis", "redis_url": redis_url,
-                   "namespace": ns, "read_timeout": 60},
+        "memory": {
+            "type": "sliding-window",
+            "window_size": window,
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+            "read_timeout": 60,
+        },
     }
     proc = start_projector(cfg, tmp_path)
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
@@ -185,16 +213,24 @@ async def _parked_by(bootstrap: str, topic: str, view: str, count: int) -> bool:
 
 def _cli(*args: str, code: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`helix-es ...` in its own process (or `code` run first in it, then the CLI's main)."""
-    head = [sys.executable, "-c", code + "\nfrom helix_es.cli import main\nsys.exit(main(sys.argv[1:]))"] if code \
+    head = (
+        [sys.executable, "-c", code + "\nfrom helix_es.cli import main\nsys.exit(main(sys.argv[1:]))"]
+        if code
         else [sys.executable, "-m", "helix_es.cli"]
-    return subprocess.run([*head, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ})
+    )
+    return subprocess.run([*head, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ})
 
 
 def test_project_exits_2_on_a_bad_config(tmp_path: Path, kafka_bootstrap: str) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(json.dumps({"log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap},
-                                "memory": {"type": "sliding-window", "window_size": 0, "store": "redis"}}))
+    path.write_text(
+        json.dumps(
+            {
+                "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap},
+                "memory": {"type": "sliding-window", "window_size": 0, "store": "redis"},
+            }
+        )
+    )
     out = _cli("project", "--config", str(path))
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().endswith("helix-es: memory.window_size: must be >= 1, got 0")
@@ -233,9 +269,16 @@ rebuild.Display = Moving
 
 async def test_rebuild_exits_1_when_the_alias_moves_under_it(tmp_path: Path, redis_url: str) -> None:
     prefix, ns = unique("claims"), unique("ns")
-    cfg = {"log": {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": prefix, "fsync": False},
-           "memory": {"type": "sliding-window", "window_size": 3, "store": "redis", "redis_url": redis_url,
-                      "namespace": ns}}
+    cfg = {
+        "log": {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": prefix, "fsync": False},
+        "memory": {
+            "type": "sliding-window",
+            "window_size": 3,
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+        },
+    }
     async with open_memory(cfg, session_id="s") as mem:
         for i in range(5):
             await mem.add(Message("user", f"m{i}"))
@@ -245,8 +288,10 @@ async def test_rebuild_exits_1_when_the_alias_moves_under_it(tmp_path: Path, red
     keys = (f"helix:alias:{alias}", f"helix:targets:{alias}")
     out = _cli(redis_url, *keys, "sliding-window-3@v9", "rebuild", "--config", str(path), code=MOVE_THE_ALIAS)
     assert out.returncode == 1, out.stderr
-    assert ("helix-es: the alias of sliding-window-3 moved to sliding-window-3@v9 while this rebuild ran: "
-            "sliding-window-3@v2 is built but readers were not switched to it") in out.stderr
+    assert (
+        "helix-es: the alias of sliding-window-3 moved to sliding-window-3@v9 while this rebuild ran: "
+        "sliding-window-3@v2 is built but readers were not switched to it"
+    ) in out.stderr
     client = aioredis.Redis.from_url(redis_url)
     try:
         assert await client.get(keys[0]) == b"sliding-window-3@v9"  # the rebuild did not switch it back

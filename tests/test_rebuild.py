@@ -41,8 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def embedded(tmp_path: Path, prefix: str, **memory: Any) -> dict[str, Any]:
-    return {"log": {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": prefix, "fsync": False},
-            "memory": {"read_timeout": 20, **memory}}
+    return {
+        "log": {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": prefix, "fsync": False},
+        "memory": {"read_timeout": 20, **memory},
+    }
 
 
 def write_config(tmp_path: Path, cfg: dict[str, Any], name: str = "helix.yaml") -> Path:
@@ -54,8 +56,15 @@ def write_config(tmp_path: Path, cfg: dict[str, Any], name: str = "helix.yaml") 
 async def cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
     """`helix-es ...` in its own process, while this one keeps serving its memories."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "helix_es.cli", *args, cwd=ROOT, env={**os.environ},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "helix_es.cli",
+        *args,
+        cwd=ROOT,
+        env={**os.environ},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -67,6 +76,7 @@ def contents(messages: list[Message]) -> list[str]:
 
 async def follows(mem: Any, target: str, timeout: float = 10) -> None:
     """An open memory moves to `target` within about a second (a read makes it look)."""
+
     async def moved() -> bool:
         await mem.get()
         return bool(mem.projection.name == target)
@@ -117,16 +127,27 @@ def test_targets_are_versioned_and_long_term_tables_follow_them() -> None:
 def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
     import io
 
-    status = Status("token-window-4000", "token-window-4000@v2", "building", read=50_000, events=49_990,
-                    skipped=10, lag=50_000, started=time.monotonic() - 1.0)
+    status = Status(
+        "token-window-4000",
+        "token-window-4000@v2",
+        "building",
+        read=50_000,
+        events=49_990,
+        skipped=10,
+        lag=50_000,
+        started=time.monotonic() - 1.0,
+    )
     bar = Display.bar(status)
     assert bar.startswith("token-window-4000@v2 [############............]  50% building")
     assert "50,000 events" in bar and "lag 50,000" in bar and "/s" in bar and "eta" in bar
     out = io.StringIO()
     display = Display(out, tty=False, interval=0)
     display(status)
-    assert re.fullmatch(r"rebuild token-window-4000 -> token-window-4000@v2: building, 50000 read, 49990 "
-                        r"folded, 10 skipped, \d+ events/s, lag 50000\n", out.getvalue())
+    assert re.fullmatch(
+        r"rebuild token-window-4000 -> token-window-4000@v2: building, 50000 read, 49990 "
+        r"folded, 10 skipped, \d+ events/s, lag 50000\n",
+        out.getvalue(),
+    )
     tty = io.StringIO()
     Display(tty, tty=True)(status)
     assert tty.getvalue().startswith("\rtoken-window-4000@v2 [")
@@ -139,8 +160,9 @@ async def test_embedded_rebuild_switches_open_memories_and_keeps_the_old_target(
     tmp_path: Path, redis_url: str, fast_aliases: None
 ) -> None:
     ns, prefix = unique("rb"), unique("rb")
-    cfg = embedded(tmp_path, prefix, type="sliding-window", window_size=3, store="redis", redis_url=redis_url,
-                   namespace=ns)
+    cfg = embedded(
+        tmp_path, prefix, type="sliding-window", window_size=3, store="redis", redis_url=redis_url, namespace=ns
+    )
     path = write_config(tmp_path, cfg)
     async with open_memory(cfg, session_id="s1") as s1, open_memory(cfg, session_id="s2") as s2:
         for i in range(7):
@@ -171,15 +193,17 @@ async def test_embedded_rebuild_switches_open_memories_and_keeps_the_old_target(
 
 async def test_a_new_token_window_size_is_built_from_the_log(tmp_path: Path, redis_url: str) -> None:
     ns, prefix = unique("tw"), unique("tw")
-    old = embedded(tmp_path, prefix, type="token-window", max_tokens=4000, store="redis", redis_url=redis_url,
-                   namespace=ns)
+    old = embedded(
+        tmp_path, prefix, type="token-window", max_tokens=4000, store="redis", redis_url=redis_url, namespace=ns
+    )
     text = "a sentence of about a dozen tokens for the window to count. " * 4
     async with open_memory(old, session_id="s") as mem:
         for i in range(40):
             await mem.add(Message("user", f"{i}: {text}"))
         assert len(await mem.get()) == 40  # all of it fits in 4000 tokens
-    new = embedded(tmp_path, prefix, type="token-window", max_tokens=300, store="redis", redis_url=redis_url,
-                   namespace=ns)
+    new = embedded(
+        tmp_path, prefix, type="token-window", max_tokens=300, store="redis", redis_url=redis_url, namespace=ns
+    )
     report = await rebuild(new, switch=False)
     assert report.target == "token-window-300@v2" and report.read == 40 and not report.switched
     # What a fresh in-process fold of the same log gives, and readers of the new size once switched:
@@ -220,8 +244,9 @@ async def test_flushed_redis_data_is_rebuilt_into_a_fresh_target(
 
 async def test_drop_old_removes_old_data_only_when_asked(tmp_path: Path, redis_url: str) -> None:
     ns, prefix = unique("drop"), unique("drop")
-    cfg = embedded(tmp_path, prefix, type="sliding-window", window_size=2, store="redis", redis_url=redis_url,
-                   namespace=ns)
+    cfg = embedded(
+        tmp_path, prefix, type="sliding-window", window_size=2, store="redis", redis_url=redis_url, namespace=ns
+    )
     path = write_config(tmp_path, cfg)
     async with open_memory(cfg, session_id="s") as mem:
         for i in range(4):
@@ -230,7 +255,7 @@ async def test_drop_old_removes_old_data_only_when_asked(tmp_path: Path, redis_u
 
     async def targets_present() -> set[str]:
         keys = await redis_keys(redis_url, f"{data}*")
-        return {k[len(data):] for k in keys if not k.endswith(":applied")}
+        return {k[len(data) :] for k in keys if not k.endswith(":applied")}
 
     assert await targets_present() == {"sliding-window-2"}
     code, _, err = await cli("rebuild", "--config", str(path))
@@ -265,8 +290,7 @@ async def test_long_term_history_in_redis_is_rebuilt_into_postgres(
 ) -> None:
     ns, prefix = unique("lt"), unique("lt")
     in_redis = embedded(tmp_path, prefix, type="long-term", store="redis", redis_url=redis_url, namespace=ns)
-    async with open_memory(in_redis, session_id="alice") as alice, \
-            open_memory(in_redis, session_id="bob") as bob:
+    async with open_memory(in_redis, session_id="alice") as alice, open_memory(in_redis, session_id="bob") as bob:
         await alice.add(Message("user", "forgotten by the clear"))
         await bob.clear()
         for i in range(6):
@@ -286,8 +310,10 @@ async def test_long_term_history_in_redis_is_rebuilt_into_postgres(
         assert contents(await carol.search("KEPT 3", 5)) == ["kept 3"]
     conn = await asyncpg.connect(postgres_dsn)
     try:
-        assert await conn.fetchval("SELECT target FROM helix_aliases WHERE view = $1",
-                                   alias_id("long-term", prefix)) == "long-term@v2"
+        assert (
+            await conn.fetchval("SELECT target FROM helix_aliases WHERE view = $1", alias_id("long-term", prefix))
+            == "long-term@v2"
+        )
         assert await conn.fetchval("SELECT count(*) FROM agent_memory_v2 WHERE namespace = $1", ns) == 6
     finally:
         await conn.close()
@@ -299,8 +325,16 @@ async def test_a_summary_rebuild_replays_recorded_summaries_and_calls_no_model(
     tmp_path: Path, redis_url: str, model_server: ModelServer, fast_aliases: None
 ) -> None:
     ns, prefix = unique("sum"), unique("sum")
-    cfg = embedded(tmp_path, prefix, type="summary", max_messages=4, store="redis", redis_url=redis_url,
-                   namespace=ns, summariser={"provider": "openai", "model": "m", "base_url": model_server.base_url})
+    cfg = embedded(
+        tmp_path,
+        prefix,
+        type="summary",
+        max_messages=4,
+        store="redis",
+        redis_url=redis_url,
+        namespace=ns,
+        summariser={"provider": "openai", "model": "m", "base_url": model_server.base_url},
+    )
     async with open_memory(cfg, session_id="s") as mem:
         for i in range(9):
             await mem.add(Message("user" if i % 2 else "assistant", f"fact {i}: the sky is blue, number {i}"))
@@ -366,8 +400,13 @@ async def test_a_memory_store_is_rebuilt_in_its_own_process(tmp_path: Path) -> N
 
 
 def start_projector(path: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path),
-                             "--progress", "0.5"], cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    return subprocess.Popen(
+        [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--progress", "0.5"],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
 
 
 def stop_projector(proc: subprocess.Popen[str]) -> str:
@@ -381,9 +420,17 @@ async def test_kafka_rebuild_while_a_projector_serves_then_readers_switch(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str, fast_aliases: None
 ) -> None:
     ns, prefix = unique("krb"), unique("krb")
-    cfg = {"log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 3, "topic_prefix": prefix},
-           "memory": {"type": "sliding-window", "window_size": 5, "store": "redis", "redis_url": redis_url,
-                      "namespace": ns, "read_timeout": 30}}
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 3, "topic_prefix": prefix},
+        "memory": {
+            "type": "sliding-window",
+            "window_size": 5,
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+            "read_timeout": 30,
+        },
+    }
     path = write_config(tmp_path, cfg)
     sessions = [f"s{i}" for i in range(6)]
     keys = [SessionKey(ns, s) for s in sessions]
@@ -451,7 +498,11 @@ async def _after(served: dict[str, int], writes: int) -> bool:
 
 @pytest.mark.parametrize(("log", "partitions"), [("kafka", 4), ("kafka", 1), ("embedded", 1)])
 async def test_worker_processes_share_the_work_and_build_the_same_view(
-    tmp_path: Path, kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch, log: str,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    log: str,
     partitions: int,
 ) -> None:
     """Whole partitions per worker, or with fewer partitions than workers, slices of their sessions."""
@@ -460,11 +511,23 @@ async def test_worker_processes_share_the_work_and_build_the_same_view(
     monkeypatch.setattr(rebuild_workers, "PARALLEL_MIN_EVENTS", 1)
     assert PARALLEL_MIN_EVENTS > 1  # the default keeps small rebuilds in one process
     ns, prefix = unique("wrk"), unique("wrk")
-    memory = {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": ns,
-              "consistency": "eventual"}
+    memory = {
+        "type": "conversation",
+        "store": "redis",
+        "redis_url": redis_url,
+        "namespace": ns,
+        "consistency": "eventual",
+    }
     if log == "kafka":
-        cfg: dict[str, Any] = {"log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap,
-                                       "partitions": partitions, "topic_prefix": prefix}, "memory": memory}
+        cfg: dict[str, Any] = {
+            "log": {
+                "type": "kafka",
+                "bootstrap_servers": kafka_bootstrap,
+                "partitions": partitions,
+                "topic_prefix": prefix,
+            },
+            "memory": memory,
+        }
     else:
         cfg = {**embedded(tmp_path, prefix, **memory)}
     path = write_config(tmp_path, cfg)

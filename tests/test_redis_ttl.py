@@ -207,8 +207,9 @@ async def test_memory_store_ignores_ttl(
         assert load_config(cfg).memory.view.ttl == load_config(control).memory.view.ttl == 0.05
         await mem.add(Message("user", "kept"))
         await red.add(Message("user", "kept"))
-        await wait_for(lambda: _gone(redis_client, *keys_of(control, session_id)), 10,
-                       "the Redis control to expire (50 ms)")
+        await wait_for(
+            lambda: _gone(redis_client, *keys_of(control, session_id)), 10, "the Redis control to expire (50 ms)"
+        )
         assert await red.get() == []  # expired there
         assert [m.content for m in await mem.get()] == ["kept"]  # not here
         await mem.add(Message("user", "still"))

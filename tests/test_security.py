@@ -64,10 +64,18 @@ SECRETS = [*ALICE_SECRETS, BOB_SECRET]
 TOOL = f"iban_lookup_{H}"  # tool names stay clear: each scan must find it
 ALICE = [
     Message("system", f"You guard {ALICE_SECRETS[3]}."),
-    Message("user", f"my password is {ALICE_SECRETS[1]}, iban {ALICE_SECRETS[0]}", name="alice",
-            metadata={"lang": "en"}),
-    Message("assistant", "", tool_calls=[ToolCall("call-1", TOOL, json.dumps(
-        {"iban": ALICE_SECRETS[0], "city": ALICE_SECRETS[2]}, ensure_ascii=False))]),
+    Message(
+        "user", f"my password is {ALICE_SECRETS[1]}, iban {ALICE_SECRETS[0]}", name="alice", metadata={"lang": "en"}
+    ),
+    Message(
+        "assistant",
+        "",
+        tool_calls=[
+            ToolCall(
+                "call-1", TOOL, json.dumps({"iban": ALICE_SECRETS[0], "city": ALICE_SECRETS[2]}, ensure_ascii=False)
+            )
+        ],
+    ),
     Message("tool", json.dumps({"owner": ALICE_SECRETS[2], "ok": True}, ensure_ascii=False), tool_call_id="call-1"),
     Message("assistant", f"Done: {ALICE_SECRETS[0]} belongs to {ALICE_SECRETS[2]}. Anything else?"),
 ]
@@ -102,8 +110,11 @@ async def kafka_bytes(bootstrap: str, prefix: str) -> tuple[bytes, int]:
     count = 0
     try:
         topics = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        tps = [TopicPartition(d["topic"], p["partition"]) for d in await admin.describe_topics(topics)
-               for p in d["partitions"]]
+        tps = [
+            TopicPartition(d["topic"], p["partition"])
+            for d in await admin.describe_topics(topics)
+            for p in d["partitions"]
+        ]
         ends = await consumer.end_offsets(tps)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -168,7 +179,9 @@ async def postgres_leaks(dsn: str, namespace: str) -> tuple[dict[str, list[str]]
             "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c "
             "JOIN information_schema.tables t ON (t.table_schema, t.table_name) = (c.table_schema, c.table_name) "
             "WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE' AND c.data_type = ANY($1) "
-            "ORDER BY 1, 2", list(TEXT_TYPES))
+            "ORDER BY 1, 2",
+            list(TEXT_TYPES),
+        )
         tables: dict[str, list[tuple[str, str]]] = {}
         for c in columns:
             tables.setdefault(c["table_name"], []).append((c["column_name"], c["data_type"]))
@@ -178,20 +191,28 @@ async def postgres_leaks(dsn: str, namespace: str) -> tuple[dict[str, list[str]]
             shift = n if texts else 0  # only parameters the query uses: $1..$n text, then bytes
 
             def hit(i: int, texts: list[str] = texts, raws: list[str] = raws, shift: int = shift) -> str:
-                return " OR ".join([f'strpos("{c}"::text, ${i}) > 0 OR strpos(lower("{c}"::text), ${i}) > 0'
-                                    for c in texts] + [f'position(${shift + i}::bytea IN "{c}") > 0' for c in raws])
+                return " OR ".join(
+                    [f'strpos("{c}"::text, ${i}) > 0 OR strpos(lower("{c}"::text), ${i}) > 0' for c in texts]
+                    + [f'position(${shift + i}::bytea IN "{c}") > 0' for c in raws]
+                )
 
-            picks = ", ".join(f"coalesce(bool_or({' OR '.join(f'({hit(i)})' for i in ids)}), false)"
-                              for ids in by_secret.values())
+            picks = ", ".join(
+                f"coalesce(bool_or({' OR '.join(f'({hit(i)})' for i in ids)}), false)" for ids in by_secret.values()
+            )
             args = [*(needles if texts else ()), *((x.encode() for x in needles) if raws else ())]
             row = await conn.fetchrow(f'SELECT {picks} FROM "{table}"', *args)
             assert row is not None
             leaked = [secret for secret, flag in zip(by_secret, row, strict=True) if flag]
             if leaked:
                 found[table] = leaked
-        sealed = {table: await conn.fetchval(
-            f"SELECT count(*) FROM {table} WHERE namespace = $1 AND strpos(message::text, $2) > 0", namespace, PREFIX)
-            for table in ("helix_view_messages", "agent_memory", "helix_vectors", "helix_summary")}
+        sealed = {
+            table: await conn.fetchval(
+                f"SELECT count(*) FROM {table} WHERE namespace = $1 AND strpos(message::text, $2) > 0",
+                namespace,
+                PREFIX,
+            )
+            for table in ("helix_view_messages", "agent_memory", "helix_vectors", "helix_summary")
+        }
     finally:
         await conn.close()
     return found, sealed
@@ -240,8 +261,14 @@ def contents(messages: list[Message]) -> list[str]:
 
 
 async def test_no_plaintext_in_any_store_and_a_forgotten_session_cannot_be_read_back(
-    tmp_path: Path, master: bytes, shared_keys: None, monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str,
-    redis_url: str, postgres_dsn: str, procs: list[subprocess.Popen[str]],
+    tmp_path: Path,
+    master: bytes,
+    shared_keys: None,
+    monkeypatch: pytest.MonkeyPatch,
+    kafka_bootstrap: str,
+    redis_url: str,
+    postgres_dsn: str,
+    procs: list[subprocess.Popen[str]],
 ) -> None:
     monkeypatch.setenv("HELIX_KEY_STORE", "redis")  # its keys are scanned with the rest of Redis
     monkeypatch.setenv("HELIX_KEY_STORE_URL", redis_url)
@@ -250,19 +277,29 @@ async def test_no_plaintext_in_any_store_and_a_forgotten_session_cannot_be_read_
     redis_store = {"store": "redis", "redis_url": redis_url}
     pg_store = {"store": "postgres", "dsn": postgres_dsn}
     # The agent reads the conversation; every other view of the seed folds the same events.
-    client = {"log": log, "memory_middleware": ["encryption"],
-              "memory": {"type": "conversation", "namespace": ns, "read_timeout": 60, **redis_store}}
-    projected = {"log": log, "memory": {"type": "composite", "namespace": ns, "backends": [
-        {"type": "conversation", **redis_store},
-        {"type": "sliding-window", "window_size": 3, **redis_store},
-        {"type": "token-window", "max_tokens": 2000, **redis_store},
-        {"type": "smart", "max_tokens": 2000, **redis_store},
-        {"type": "long-term", **redis_store},
-        {"type": "summary", "max_messages": 2, **pg_store},
-        {"type": "sliding-window", "window_size": 4, **pg_store},
-        {"type": "long-term", **pg_store},
-        {"type": "vector", "top_k": 5, **pg_store},
-    ]}}
+    client = {
+        "log": log,
+        "memory_middleware": ["encryption"],
+        "memory": {"type": "conversation", "namespace": ns, "read_timeout": 60, **redis_store},
+    }
+    projected = {
+        "log": log,
+        "memory": {
+            "type": "composite",
+            "namespace": ns,
+            "backends": [
+                {"type": "conversation", **redis_store},
+                {"type": "sliding-window", "window_size": 3, **redis_store},
+                {"type": "token-window", "max_tokens": 2000, **redis_store},
+                {"type": "smart", "max_tokens": 2000, **redis_store},
+                {"type": "long-term", **redis_store},
+                {"type": "summary", "max_messages": 2, **pg_store},
+                {"type": "sliding-window", "window_size": 4, **pg_store},
+                {"type": "long-term", **pg_store},
+                {"type": "vector", "top_k": 5, **pg_store},
+            ],
+        },
+    }
     projected_path = tmp_path / "projected.yaml"
     projected_path.write_text(json.dumps(projected))
     procs.append(start_projector(projected, tmp_path))
@@ -357,9 +394,15 @@ async def test_embedded_log_export_and_key_files_hold_no_plaintext_and_forget_re
     monkeypatch.setenv("HELIX_KEY_STORE", "file")
     monkeypatch.setenv("HELIX_KEY_STORE_URL", str(tmp_path / "keys"))
     ns = unique("sec")
-    cfg = {"memory_middleware": ["encryption"],  # store: file keeps its embedded log in export/log
-           "memory": {"type": "conversation", "namespace": ns, "store": "file",
-                      "file_path": str(tmp_path / "export" / "{session_id}.json")}}
+    cfg = {
+        "memory_middleware": ["encryption"],  # store: file keeps its embedded log in export/log
+        "memory": {
+            "type": "conversation",
+            "namespace": ns,
+            "store": "file",
+            "file_path": str(tmp_path / "export" / "{session_id}.json"),
+        },
+    }
     async with open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob:
         for m in ALICE:
             await alice.add(m)

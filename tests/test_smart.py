@@ -65,8 +65,14 @@ def test_budget_pairs_notes_and_file_map() -> None:
 def test_writes_update_the_file_map_and_the_newest_group_always_stays() -> None:
     view = Smart(200)
     write = ToolCall("w1", "write_file", '{"path": "src/module_1.py", "content": "x = 1"}')
-    got = fold_all(view, [*file_turn(1), Message("assistant", "", tool_calls=(write,)),
-                          Message("tool", "wrote 1 line", tool_call_id="w1")])
+    got = fold_all(
+        view,
+        [
+            *file_turn(1),
+            Message("assistant", "", tool_calls=(write,)),
+            Message("tool", "wrote 1 line", tool_call_id="w1"),
+        ],
+    )
     files = next(m for m in got if m.metadata.get(ROLE) == "files")
     assert "src/module_1.py: wrote via write_file" in files.content
     huge = fold_all(Smart(50), file_turn(2, lines=300)[:3])

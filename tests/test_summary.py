@@ -60,13 +60,20 @@ async def test_embedded_summary_keeps_context_bounded(tmp_path: Path) -> None:
         assert (await mem.search("fact 1:", limit=5))[0].metadata == {"helix.summary": "true"}
 
 
-async def test_openai_summariser_is_called_live_and_never_on_rebuild(tmp_path: Path, model_server: ModelServer,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_openai_summariser_is_called_live_and_never_on_rebuild(
+    tmp_path: Path, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TEST_MODEL_KEY", "sk-test-123")
-    summariser = {"provider": "openai", "model": "tiny-summary", "base_url": model_server.base_url,
-                  "api_key_env": "TEST_MODEL_KEY"}
-    cfg = {"log": {"path": str(tmp_path)},
-           "memory": {"type": "summary", "max_messages": 4, "namespace": "n", "summariser": summariser}}
+    summariser = {
+        "provider": "openai",
+        "model": "tiny-summary",
+        "base_url": model_server.base_url,
+        "api_key_env": "TEST_MODEL_KEY",
+    }
+    cfg = {
+        "log": {"path": str(tmp_path)},
+        "memory": {"type": "summary", "max_messages": 4, "namespace": "n", "summariser": summariser},
+    }
     async with open_memory(cfg, session_id="s") as mem:
         for i in range(9):
             await mem.add(turn(i))
@@ -94,16 +101,27 @@ async def test_kafka_projector_records_summaries_in_postgres_and_rebuilds_withou
     ns, prefix = unique("sum"), unique("sum")
     cfg: dict[str, Any] = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
-        "memory": {"type": "summary", "max_messages": 4, "store": "postgres", "dsn": postgres_dsn,
-                   "namespace": ns, "read_timeout": 60,
-                   "summariser": {"provider": "openai", "model": "m", "base_url": model_server.base_url}},
+        "memory": {
+            "type": "summary",
+            "max_messages": 4,
+            "store": "postgres",
+            "dsn": postgres_dsn,
+            "namespace": ns,
+            "read_timeout": 60,
+            "summariser": {"provider": "openai", "model": "m", "base_url": model_server.base_url},
+        },
     }
     path = tmp_path / "helix.yaml"
     path.write_text(json.dumps(cfg))
 
     def projector() -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
-                                cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+        return subprocess.Popen(
+            [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ},
+        )
 
     async def summarised(mem: Any) -> bool:
         got = await mem.get()
@@ -124,8 +142,11 @@ async def test_kafka_projector_records_summaries_in_postgres_and_rebuilds_withou
 
     conn = await asyncpg.connect(postgres_dsn)
     try:
-        rows = await conn.fetch("SELECT message->>'content' AS content FROM helix_summary "
-                                "WHERE view = 'summary-4' AND namespace = $1 ORDER BY seq", ns)
+        rows = await conn.fetch(
+            "SELECT message->>'content' AS content FROM helix_summary "
+            "WHERE view = 'summary-4' AND namespace = $1 ORDER BY seq",
+            ns,
+        )
         assert rows[0]["content"].startswith("summary #2")
         # Throw the view away: the next projector rebuilds it from the log alone.
         await conn.execute("DELETE FROM helix_summary WHERE namespace = $1", ns)

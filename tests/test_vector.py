@@ -45,8 +45,9 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return cast(str, request.param)
 
 
-def memory_config(request: pytest.FixtureRequest, tmp_path: Path, store: str, namespace: str,
-                  **memory: Any) -> dict[str, Any]:
+def memory_config(
+    request: pytest.FixtureRequest, tmp_path: Path, store: str, namespace: str, **memory: Any
+) -> dict[str, Any]:
     mem: dict[str, Any] = {"type": "vector", "store": store, "namespace": namespace, "read_timeout": 30, **memory}
     if store == "postgres":
         mem["dsn"] = request.getfixturevalue("postgres_dsn")
@@ -98,8 +99,10 @@ async def test_namespaces_are_isolated_and_a_clear_empties_only_its_own(
         await in_a.add(Message("user", "the secret code is swordfish"))
         await also_a.add(Message("user", "bob's swordfish recipe"))
         await in_b.add(Message("user", "tenant b talks about swordfish too"))
-        assert sorted(contents(await in_a.search("swordfish"))) == ["bob's swordfish recipe",
-                                                                    "the secret code is swordfish"]
+        assert sorted(contents(await in_a.search("swordfish"))) == [
+            "bob's swordfish recipe",
+            "the secret code is swordfish",
+        ]
         assert contents(await in_b.search("swordfish")) == ["tenant b talks about swordfish too"]
         # The store is per agent (namespace), as in the seed: one session's clear empties it.
         await in_a.clear()
@@ -202,7 +205,8 @@ async def test_the_memory_store_evicts_the_oldest_entries_at_its_cap(caplog: pyt
     assert store.evicted == 3
     assert [r.message for r in caplog.records].count(
         "in-memory vector store reached its cap of 5 entries: evicting the oldest; "
-        "use store: postgres to keep every message searchable") == 1
+        "use store: postgres to keep every message searchable"
+    ) == 1
     # Far past the cap, still the newest `cap`, in one namespace or several.
     await p.apply([record(ns_b, 0, 3 + i, 30 + i, said(f"note b{3 + i}")) for i in range(50)])
     assert sorted(contents(await search(p, ns_b, "note", 100))) == [f"note b{i}" for i in range(48, 53)]
@@ -218,16 +222,22 @@ async def test_a_new_postgres_view_reuses_stored_embeddings(
     model = unique("m")
     ns = unique("vec")
     batch = [record(ns, 0, i, i, said(text)) for i, text in enumerate(TRAVEL)]
-    first = VectorProjection(unique("vector-test"), OpenAIEmbedder(model, 384, base_url=embedding_server.base_url),
-                             PostgresVectorStore(postgres_dsn))
+    first = VectorProjection(
+        unique("vector-test"),
+        OpenAIEmbedder(model, 384, base_url=embedding_server.base_url),
+        PostgresVectorStore(postgres_dsn),
+    )
     try:
         assert len((await first.apply(batch)).derived) == len(TRAVEL)
     finally:
         await first.close()
     assert embedding_server.texts == TRAVEL
     # Another view of the same model, in a "new process": helix_embeddings has every vector.
-    second = VectorProjection(unique("vector-test"), OpenAIEmbedder(model, 384, base_url=embedding_server.base_url),
-                              PostgresVectorStore(postgres_dsn))
+    second = VectorProjection(
+        unique("vector-test"),
+        OpenAIEmbedder(model, 384, base_url=embedding_server.base_url),
+        PostgresVectorStore(postgres_dsn),
+    )
     try:
         applied = await second.apply(batch, live=True)
         assert applied.derived == () and embedding_server.texts == TRAVEL
@@ -238,7 +248,10 @@ async def test_a_new_postgres_view_reuses_stored_embeddings(
 
 
 async def test_a_rebuild_from_the_log_does_not_call_a_paid_model_again(
-    request: pytest.FixtureRequest, tmp_path: Path, store_kind: str, embedding_server: EmbeddingServer,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    store_kind: str,
+    embedding_server: EmbeddingServer,
     session_id: str,
 ) -> None:
     model = unique("m")
@@ -259,10 +272,12 @@ async def test_a_rebuild_from_the_log_does_not_call_a_paid_model_again(
     if store_kind == "postgres":
         # Throw the view away, and the embedding cache too: only the log can bring the vectors back.
         conn = await asyncpg.connect(cfg["memory"]["dsn"])
-        for sql, arg in [("DELETE FROM helix_vectors WHERE view = $1", name),
-                         ("DELETE FROM helix_vector_namespaces WHERE view = $1", name),
-                         ("DELETE FROM helix_checkpoints WHERE view = $1", name),
-                         ("DELETE FROM helix_embeddings WHERE model = $1", f"openai/{model}")]:
+        for sql, arg in [
+            ("DELETE FROM helix_vectors WHERE view = $1", name),
+            ("DELETE FROM helix_vector_namespaces WHERE view = $1", name),
+            ("DELETE FROM helix_checkpoints WHERE view = $1", name),
+            ("DELETE FROM helix_embeddings WHERE model = $1", f"openai/{model}"),
+        ]:
             await conn.execute(sql, arg)
         await conn.close()
     async with open_memory(cfg, session_id=session_id) as mem:  # a fresh view, caught up from the log
@@ -279,7 +294,8 @@ class _Running:
         self.projection = projection
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(
-            Projector(projection, bootstrap_servers=bootstrap, topic_prefix=prefix).run(self.stop))
+            Projector(projection, bootstrap_servers=bootstrap, topic_prefix=prefix).run(self.stop)
+        )
 
     async def close(self) -> None:
         self.stop.set()
@@ -297,8 +313,15 @@ async def test_through_kafka_with_a_real_projector(
     embed = {"provider": "openai", "model": unique("m"), "dims": 384, "base_url": embedding_server.base_url}
     cfg = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2},
-        "memory": {"type": "vector", "store": "postgres", "dsn": postgres_dsn, "namespace": ns, "embed": embed,
-                   "top_k": 3, "read_timeout": 30},
+        "memory": {
+            "type": "vector",
+            "store": "postgres",
+            "dsn": postgres_dsn,
+            "namespace": ns,
+            "embed": embed,
+            "top_k": 3,
+            "read_timeout": 30,
+        },
     }
     config = load_config(cfg)
     log = KafkaLog(kafka_bootstrap, topic_prefix=prefix, partitions=2)
@@ -306,7 +329,7 @@ async def test_through_kafka_with_a_real_projector(
     view = cast(Vector, config.memory.view)
     projector = _Running(cast(VectorProjection, open_projection(config.memory)), kafka_bootstrap, prefix)
     try:
-        async with (open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob):
+        async with open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob:
             for i, text in enumerate(TRAVEL):
                 await (alice if i % 2 else bob).add(Message("user", text))
             # Read-your-writes through the projector: each client sees its own last write.
@@ -333,10 +356,10 @@ async def test_through_kafka_with_a_real_projector(
     ends: dict[int, int] = {}
     async for r in log.read(ns):
         ends[r.position.partition] = r.position.offset
-    rebuilt = VectorProjection(projector.projection.name, view.embed.build(),
-                               MemoryVectorStore())
+    rebuilt = VectorProjection(projector.projection.name, view.embed.build(), MemoryVectorStore())
     replay = _Running(rebuilt, kafka_bootstrap, prefix)
     try:
+
         async def caught_up() -> bool:
             done = {p: await rebuilt.checkpoint(topic, p) for p in ends}
             return done == ends and rebuilt.pending == 0

@@ -15,8 +15,9 @@ from helix_es.model.errors import InvalidInput
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
-            for row in rows]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip() for row in rows
+    ]
 
 
 def render(report: AuditReport) -> str:
@@ -24,8 +25,10 @@ def render(report: AuditReport) -> str:
     lines = [f"session {report.session_id} of namespace {report.namespace}, from the log (topic {report.topic})"]
     if report.erasure is not None:
         why = f": {quote(report.erasure.reason)}" if report.erasure.reason else ""
-        lines.append(f"ERASED at {report.erasure.at.isoformat()} (offset {report.erasure.position.offset}){why}; "
-                     "the content of its earlier messages is crypto-shredded")
+        lines.append(
+            f"ERASED at {report.erasure.at.isoformat()} (offset {report.erasure.position.offset}){why}; "
+            "the content of its earlier messages is crypto-shredded"
+        )
     if report.offset is not None:
         cut = f"events at or below offset {report.offset} of partition {report.partition}"
         if report.cut_time is not None:
@@ -37,8 +40,16 @@ def render(report: AuditReport) -> str:
     if report.events:
         rows = [["TIME (UTC)", "PARTITION", "OFFSET", "EVENT ID", "TYPE", "EVENT"]]
         for e in report.events:
-            rows.append([e.time.strftime("%Y-%m-%d %H:%M:%S.%f"), str(e.position.partition),
-                         str(e.position.offset), e.event_id, e.type, e.describe()])
+            rows.append(
+                [
+                    e.time.strftime("%Y-%m-%d %H:%M:%S.%f"),
+                    str(e.position.partition),
+                    str(e.position.offset),
+                    e.event_id,
+                    e.type,
+                    e.describe(),
+                ]
+            )
         lines += ["", *_table(rows)]
     for name, messages in (report.views or {}).items():
         count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
@@ -50,8 +61,13 @@ def render(report: AuditReport) -> str:
 
 # --- the command ------------------------------------------------------------------------------------
 
-_FLAGS = {"as_of": "--as-of", "offset": "--offset", "view": "--view", "namespace": "--namespace",
-          "session_id": "--session"}
+_FLAGS = {
+    "as_of": "--as-of",
+    "offset": "--offset",
+    "view": "--view",
+    "namespace": "--namespace",
+    "session_id": "--session",
+}
 
 
 def _flags(text: str) -> str:
@@ -62,8 +78,14 @@ def _flags(text: str) -> str:
 
 async def _run(args: argparse.Namespace) -> int:
     try:
-        report = await audit(load_config(args.config, agent=args.agent), session_id=args.session,
-                             namespace=args.namespace, as_of=args.as_of, offset=args.offset, view=args.view)
+        report = await audit(
+            load_config(args.config, agent=args.agent),
+            session_id=args.session,
+            namespace=args.namespace,
+            as_of=args.as_of,
+            offset=args.offset,
+            view=args.view,
+        )
     except InvalidInput as exc:  # name the flags the person typed, not the Python arguments
         if exc.field not in _FLAGS:
             raise
@@ -92,8 +114,11 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--agent", metavar="ID", help="in an agents: document, this agent's memory (default: the first)")
     p.add_argument("--namespace", help="override memory.namespace (an agent's id)")
     cut = p.add_argument_group("cut (at most one)")
-    cut.add_argument("--as-of", metavar="TIME",
-                     help="events at or before TIME: ISO-8601 (no zone means UTC), now, or --as-of=-10m / '2h ago'")
+    cut.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="events at or before TIME: ISO-8601 (no zone means UTC), now, or --as-of=-10m / '2h ago'",
+    )
     cut.add_argument("--offset", type=int, metavar="O", help="events at or below offset O of the session's partition")
     p.add_argument("--view", metavar="NAME", help="only this view (name or type, e.g. summary-4 or summary)")
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")

@@ -51,11 +51,16 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
             "memory": {"type": "sliding-window", "window_size": 4, "namespace": "demo"},
         }
         run = ""
-        out("start", f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)",
-            path=directory)
+        out(
+            "start",
+            f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)",
+            path=directory,
+        )
     names = {who: f"{who}-{run}" if run else who for who in ("alice", "bob")}
-    async with open_memory(config, session_id=names["alice"]) as alice, \
-            open_memory(config, session_id=names["bob"]) as bob:
+    async with (
+        open_memory(config, session_id=names["alice"]) as alice,
+        open_memory(config, session_id=names["bob"]) as bob,
+    ):
         memories = {"alice": alice, "bob": bob}
         for turn, (who, message) in enumerate(SCRIPT, 1):
             mem = memories[who]
@@ -65,36 +70,55 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
                 "turn",
                 f"\n[{turn}] {who} add {message.role} -> offset {position.offset}\n"
                 f"    get    ({len(got)}): {_short(got)}",
-                session=who, offset=position.offset, get=[json.loads(m.to_json()) for m in got],
+                session=who,
+                offset=position.offset,
+                get=[json.loads(m.to_json()) for m in got],
             )
         for who, query in (("alice", "bergen"), ("bob", "BERGEN")):
             hits = await memories[who].search(query, limit=5)
-            out("search", f"\nsearch {who} {query!r} -> {_short(hits)}", session=who, query=query,
-                hits=[m.content for m in hits])
+            out(
+                "search",
+                f"\nsearch {who} {query!r} -> {_short(hits)}",
+                session=who,
+                query=query,
+                hits=[m.content for m in hits],
+            )
         await bob.clear()
         out("clear", f"\nbob clear -> get {await bob.get()} (the log keeps his turns)", session="bob")
         out("history", "\nalice's history, read back from the log (every turn, including evicted ones):")
         report = await audit(config, session_id=names["alice"])
         for event in report.events:
-            out("event", f"  #{event.position.offset:<4} {event.time.isoformat()[:23]}  {event.describe()}",
-                **event.to_json())
+            out(
+                "event",
+                f"  #{event.position.offset:<4} {event.time.isoformat()[:23]}  {event.describe()}",
+                **event.to_json(),
+            )
         # Time travel: the view as it was after alice's 5th turn, folded from the log up to there.
         fifth = report.events[4]
         then = await audit(config, session_id=names["alice"], offset=fifth.position.offset)
         for view, messages in (then.views or {}).items():
-            out("as-of", "\n" + f"alice's {view} as of offset {fifth.position.offset} "
-                f"({fifth.time.isoformat()[:23]}): {_short(messages)}", view=view, offset=fifth.position.offset,
-                messages=[json.loads(m.to_json()) for m in messages])
+            out(
+                "as-of",
+                "\n" + f"alice's {view} as of offset {fifth.position.offset} "
+                f"({fifth.time.isoformat()[:23]}): {_short(messages)}",
+                view=view,
+                offset=fifth.position.offset,
+                messages=[json.loads(m.to_json()) for m in messages],
+            )
     if config_path is None:  # a second backend, built from the history alone (the embedded default)
         assert isinstance(config, dict)  # the embedded demo's own config
         second = {"log": config["log"], "memory": {"type": "token-window", "max_tokens": 60, "namespace": "demo"}}
         rebuilt_report = await rebuild(second)
         async with open_memory(second, session_id=names["alice"]) as rebuilt:
             got = await rebuilt.get()
-        out("rebuild", "\n" + f"rebuilt a token-window of 60 tokens from the log: {rebuilt_report.events} events "
-            f"into {rebuilt_report.target}; alice's window there: {_short(got)}", target=rebuilt_report.target,
+        out(
+            "rebuild",
+            "\n" + f"rebuilt a token-window of 60 tokens from the log: {rebuilt_report.events} events "
+            f"into {rebuilt_report.target}; alice's window there: {_short(got)}",
+            target=rebuilt_report.target,
             events=rebuilt_report.events,
-            get=[json.loads(m.to_json()) for m in got])
+            get=[json.loads(m.to_json()) for m in got],
+        )
 
 
 async def _run(args: argparse.Namespace) -> int:

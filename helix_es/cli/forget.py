@@ -21,14 +21,16 @@ async def _run(args: argparse.Namespace) -> int:
         if not sys.stdin.isatty():
             print("helix-es: forget destroys keys for good; not a terminal, so pass --yes", file=sys.stderr)
             return 2
-        answer = input(f"Forget session {args.session!r} of {ns!r}? Its content becomes unreadable for good. "
-                       "Type 'yes': ")
+        answer = input(
+            f"Forget session {args.session!r} of {ns!r}? Its content becomes unreadable for good. Type 'yes': "
+        )
         if answer.strip().lower() not in ("y", "yes"):
             print("helix-es: nothing was changed", file=sys.stderr)
             return 1
     try:
-        result = await forget(cfg, session_id=args.session, namespace=ns, reason=args.reason,
-                              allow_unshreddable=args.allow_unshreddable)
+        result = await forget(
+            cfg, session_id=args.session, namespace=ns, reason=args.reason, allow_unshreddable=args.allow_unshreddable
+        )
     except NotShreddable as exc:
         print(f"helix-es: {exc}", file=sys.stderr)
         return 2
@@ -41,11 +43,15 @@ async def _run(args: argparse.Namespace) -> int:
     else:
         assert result.position is not None
         p = result.position
-        print(f"forgot {ns}/{args.session}: destroyed {len(result.erased_keys)} key(s), {result.events} event(s) "
-              f"stay on the log unreadable; SessionErased at {p.topic}[{p.partition}]@{p.offset}")
+        print(
+            f"forgot {ns}/{args.session}: destroyed {len(result.erased_keys)} key(s), {result.events} event(s) "
+            f"stay on the log unreadable; SessionErased at {p.topic}[{p.partition}]@{p.offset}"
+        )
         if result.unshreddable:
-            print(f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the "
-                  "log", file=sys.stderr)
+            print(
+                f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the log",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -60,7 +66,10 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--agent", help="with an agents: document, the agent whose namespace it is")
     p.add_argument("--reason", help="recorded in the SessionErased event (no personal data)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--allow-unshreddable", action="store_true",
-                   help="go on even if some messages were written unencrypted (they stay readable on the log)")
+    p.add_argument(
+        "--allow-unshreddable",
+        action="store_true",
+        help="go on even if some messages were written unencrypted (they stay readable on the log)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=_run)

@@ -27,8 +27,15 @@ def _print(report: LagReport) -> None:
 async def _run(args: argparse.Namespace) -> int:
     report = await lag(args.config)
     if args.json:
-        print(json.dumps({"partitions": [asdict(p) for p in report.partitions], "dead_letters": report.dead_letters,
-                          "total": report.total()}))
+        print(
+            json.dumps(
+                {
+                    "partitions": [asdict(p) for p in report.partitions],
+                    "dead_letters": report.dead_letters,
+                    "total": report.total(),
+                }
+            )
+        )
     else:
         _print(report)
     return 1 if args.max is not None and report.total() > args.max else 0

@@ -14,7 +14,11 @@ from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 
 # One module per command, each with add_command(subparsers); `--help` lists them in this order.
 COMMAND_MODULES: list[str] = [
-    "helix_es.cli.demo", "helix_es.cli.project", "helix_es.cli.lag", "helix_es.cli.audit", "helix_es.cli.forget",
+    "helix_es.cli.demo",
+    "helix_es.cli.project",
+    "helix_es.cli.lag",
+    "helix_es.cli.audit",
+    "helix_es.cli.forget",
     "helix_es.cli.rebuild",
 ]
 

@@ -15,8 +15,9 @@ async def _run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    return await serve(args.config, stop, batch_size=args.batch_size, session_timeout=args.session_timeout,
-                       progress=args.progress)
+    return await serve(
+        args.config, stop, batch_size=args.batch_size, session_timeout=args.session_timeout, progress=args.progress
+    )
 
 
 def add_command(sub: Any) -> None:
@@ -24,7 +25,11 @@ def add_command(sub: Any) -> None:
     project.add_argument("--config", required=True, help="YAML file (log: kafka, memory: ...)")
     project.add_argument("--batch-size", type=int, default=500, help="events per fetch (default 500)")
     project.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
-    project.add_argument("--session-timeout", type=float, default=10.0,
-                         help="seconds after which the group gives a dead process's partitions to the others "
-                              "(default 10; at least the broker's group.min.session.timeout.ms)")
+    project.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="seconds after which the group gives a dead process's partitions to the others "
+        "(default 10; at least the broker's group.min.session.timeout.ms)",
+    )
     project.set_defaults(run=_run)

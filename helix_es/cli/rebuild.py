@@ -1,7 +1,7 @@
 """`helix-es rebuild`: the command; the rebuild itself is `projectors.rebuild` (its doc has the steps).
 
-    helix-es rebuild --config F [--view V] [--into NAME] [--switch/--no-switch] [--drop-old] [--json]
-    helix-es rebuild --config F [--view V] --drop NAME
+helix-es rebuild --config F [--view V] [--into NAME] [--switch/--no-switch] [--drop-old] [--json]
+helix-es rebuild --config F [--view V] --drop NAME
 """
 
 from __future__ import annotations
@@ -19,23 +19,37 @@ from projectors.rebuild import DEFAULT_BATCH, HANDOVER_SECONDS, Display, drop, r
 def add_command(sub: Any) -> None:
     """`helix-es rebuild` (registered through `helix_es.cli.COMMAND_MODULES`)."""
     p = sub.add_parser(
-        "rebuild", help="build a view from the start of the log into a new target, then switch readers to it",
+        "rebuild",
+        help="build a view from the start of the log into a new target, then switch readers to it",
         description="Build a view from the start of the log into a new, versioned target while the current one "
-                    "keeps serving; switch readers to it atomically once it has caught up.",
+        "keeps serving; switch readers to it atomically once it has caught up.",
     )
     p.add_argument("--config", required=True, help="YAML file; it names the store to build in")
     p.add_argument("--view", help="the view to rebuild, by name (token-window-4000) or type, if the config has several")
-    p.add_argument("--into", metavar="NAME",
-                   help="the target to build (default <view>@v<N>); an unfinished one resumes")
-    p.add_argument("--switch", action=argparse.BooleanOptionalAction, default=True,
-                   help="switch readers to the target once it has caught up (default: yes)")
+    p.add_argument(
+        "--into", metavar="NAME", help="the target to build (default <view>@v<N>); an unfinished one resumes"
+    )
+    p.add_argument(
+        "--switch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="switch readers to the target once it has caught up (default: yes)",
+    )
     p.add_argument("--drop-old", action="store_true", help="after the switch, delete the old target's data")
     p.add_argument("--drop", metavar="NAME", help="only delete target NAME (never the one readers use)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help=f"events per write (default {DEFAULT_BATCH})")
-    p.add_argument("--handover", type=float, default=HANDOVER_SECONDS,
-                   help="seconds to keep folding after the switch until a projector service takes over")
-    p.add_argument("--workers", type=int, help="processes sharing the partitions of a big rebuild "
-                                               "(default: one per core, at most 4; 1: this process only)")
+    p.add_argument(
+        "--handover",
+        type=float,
+        default=HANDOVER_SECONDS,
+        help="seconds to keep folding after the switch until a projector service takes over",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes sharing the partitions of a big rebuild "
+        "(default: one per core, at most 4; 1: this process only)",
+    )
     p.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines when not a terminal")
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
     p.set_defaults(run=_run)
@@ -48,26 +62,45 @@ async def _run(args: argparse.Namespace) -> int:
         dropped = await drop(args.config, args.drop, view=args.view)
         if args.json:
             print(json.dumps(dropped.to_json()))
-        print(f"helix-es: dropped {dropped.dropped} of {dropped.view} ({dropped.store}, "
-              f"{dropped.namespaces} namespaces)", file=sys.stderr)
+        print(
+            f"helix-es: dropped {dropped.dropped} of {dropped.view} ({dropped.store}, {dropped.namespaces} namespaces)",
+            file=sys.stderr,
+        )
         return 0
     _, part = select(args.config, args.view)
     if registry.kind(part.store).in_process:
-        raise ConfigError("memory.store", f"a {part.store} view lives in the process that serves it and is built "
-                                          "from the log when it starts; rebuild it there: await rebuild(config)")
+        raise ConfigError(
+            "memory.store",
+            f"a {part.store} view lives in the process that serves it and is built "
+            "from the log when it starts; rebuild it there: await rebuild(config)",
+        )
     display = Display(interval=args.progress)
     try:
-        report = await rebuild(args.config, view=args.view, into=args.into, switch=args.switch,
-                               drop_old=args.drop_old, batch_size=args.batch_size, handover=args.handover,
-                               on_progress=display, workers=args.workers)
+        report = await rebuild(
+            args.config,
+            view=args.view,
+            into=args.into,
+            switch=args.switch,
+            drop_old=args.drop_old,
+            batch_size=args.batch_size,
+            handover=args.handover,
+            on_progress=display,
+            workers=args.workers,
+        )
     finally:
         display.finish()
     if args.json:
         print(json.dumps(report.to_json()))
-    moved = (f"; readers switched from {report.old_target}" if report.switched
-             else f"; readers still use {report.old_target} (--no-switch)")
+    moved = (
+        f"; readers switched from {report.old_target}"
+        if report.switched
+        else f"; readers still use {report.old_target} (--no-switch)"
+    )
     old = f"; dropped {', '.join(report.dropped)}" if report.dropped else ""
-    print(f"helix-es: rebuilt {report.view} into {report.target}: {report.read:,} events read, {report.events:,} "
-          f"folded, {report.skipped} skipped, in {report.seconds:.1f}s ({report.events_per_second:,} events/s)"
-          f"{moved}{old}", file=sys.stderr)
+    print(
+        f"helix-es: rebuilt {report.view} into {report.target}: {report.read:,} events read, {report.events:,} "
+        f"folded, {report.skipped} skipped, in {report.seconds:.1f}s ({report.events_per_second:,} events/s)"
+        f"{moved}{old}",
+        file=sys.stderr,
+    )
     return 0

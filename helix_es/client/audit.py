@@ -108,8 +108,16 @@ class AuditedEvent:
         payload: Payload | UnknownPayload = event.payload
         kind = payload.short_type if isinstance(payload, UnknownPayload) else type(payload).__name__
         erased = erasure is not None and isinstance(payload, MessageAdded) and erased_by(record, erasure)
-        return cls(record.position, str(event.event_id), event.namespace, event.session_id,
-                   _utc(event.timestamp), kind, payload, erased)
+        return cls(
+            record.position,
+            str(event.event_id),
+            event.namespace,
+            event.session_id,
+            _utc(event.timestamp),
+            kind,
+            payload,
+            erased,
+        )
 
     @property
     def known(self) -> bool:
@@ -128,8 +136,12 @@ class AuditedEvent:
         if isinstance(p, EmbeddingRecorded):  # the vector itself is bulk; its size and text hash identify it
             return {"model": p.model, "content_sha256": p.content_sha256, "dims": len(p.vector) // 4}
         if isinstance(p, UnknownPayload):
-            return {"avro_type": p.type, "fields": dict(p.fields), "schema_fingerprint": p.schema,
-                    "union_branch": p.branch}
+            return {
+                "avro_type": p.type,
+                "fields": dict(p.fields),
+                "schema_fingerprint": p.schema,
+                "union_branch": p.branch,
+            }
         return _fields(p)  # a type added after this module: its fields as they are
 
     def to_json(self) -> dict[str, Any]:
@@ -192,16 +204,22 @@ class AuditReport:
                 "partition": self.partition,
                 "time": _iso(self.cut_time),
             }
-        views = None if self.views is None else {
-            name: [_message_json(m) for m in messages] for name, messages in self.views.items()
-        }
+        views = (
+            None
+            if self.views is None
+            else {name: [_message_json(m) for m in messages] for name, messages in self.views.items()}
+        )
         return {
             "namespace": self.namespace,
             "session_id": self.session_id,
             "topic": self.topic,
             "cut": cut,
-            "erased": None if self.erasure is None else {
-                "offset": self.erasure.position.offset, "at": _iso(self.erasure.at), "reason": self.erasure.reason,
+            "erased": None
+            if self.erasure is None
+            else {
+                "offset": self.erasure.position.offset,
+                "at": _iso(self.erasure.at),
+                "reason": self.erasure.reason,
             },
             "events": [e.to_json() for e in self.events],
             "views": views,
@@ -319,8 +337,9 @@ def _needs_namespace(part: MemoryConfig) -> bool:
 
 def _check_offset(offset: object) -> int:
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidInput("offset", f"must be a whole number >= 0 (an offset in the session's partition), "
-                                     f"got {offset!r}")
+        raise InvalidInput(
+            "offset", f"must be a whole number >= 0 (an offset in the session's partition), got {offset!r}"
+        )
     return offset
 
 
@@ -359,14 +378,16 @@ async def audit(
     ns = names.check_namespace(namespace if namespace is not None else cfg.memory.namespace, "namespace")
     names.check_session_id(session_id, "session_id")
     if as_of is not None and offset is not None:
-        raise InvalidInput("as_of", "give `as_of` or `offset`, not both: a cut is a time or an offset in the "
-                                    "session's partition")
+        raise InvalidInput(
+            "as_of", "give `as_of` or `offset`, not both: a cut is a time or an offset in the session's partition"
+        )
     cut_at = parse_time(as_of) if as_of is not None else None
     cut_offset = _check_offset(offset) if offset is not None else None
     has_cut = cut_at is not None or cut_offset is not None
     if view is not None and not has_cut:
-        raise InvalidInput("view", "picks the view folded at a cut: give `as_of` or `offset` too "
-                                   "(`as_of` now folds the whole log)")
+        raise InvalidInput(
+            "view", "picks the view folded at a cut: give `as_of` or `offset` too (`as_of` now folds the whole log)"
+        )
     parts = _pick(cfg.memory, view) if has_cut else []
 
     wide = any(_needs_namespace(p) for p in parts)
@@ -437,8 +458,9 @@ def describe_message(m: Message) -> str:
         out += f" {quote(m.content)}"
     if m.tool_calls:
         args = (c.arguments if c.arguments.isprintable() else quote(c.arguments) for c in m.tool_calls)
-        out += " calls " + ", ".join(f"{_word(c.name)}({a}) id {_word(c.id)}" for c, a in zip(m.tool_calls, args,
-                                                                                               strict=True))
+        out += " calls " + ", ".join(
+            f"{_word(c.name)}({a}) id {_word(c.id)}" for c, a in zip(m.tool_calls, args, strict=True)
+        )
     if m.tool_call_id:
         out += f" answering {_word(m.tool_call_id)}"
     if m.metadata:

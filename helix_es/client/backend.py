@@ -66,7 +66,10 @@ class Backend:
                 if store is None:
                     store = self._stores[where] = open_store(memory)
             projection = self._projections[ident] = AliasedProjection(
-                memory, self.aliases(memory), self.log.topic_prefix, store=store,
+                memory,
+                self.aliases(memory),
+                self.log.topic_prefix,
+                store=store,
                 install=self._install if self.inline else None,
             )
         if isinstance(projection, AliasedProjection):

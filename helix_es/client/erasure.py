@@ -110,8 +110,11 @@ def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:
     if not shreddable(keys):
         raise NotShreddable(
             f"{type(keys).__name__} cannot destroy one session's key: "
-            + ("every session key is derived from the master key, so it can always be derived again. "
-               if type(keys).__name__ == "DerivedSessionKeys" else "")
+            + (
+                "every session key is derived from the master key, so it can always be derived again. "
+                if type(keys).__name__ == "DerivedSessionKeys"
+                else ""
+            )
             + f"forget needs a key store: set {ENV_STORE}=postgres|redis|file (helix_es.keystore) before the "
             "session is written"
         )

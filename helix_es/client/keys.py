@@ -158,7 +158,8 @@ class StoredSessionKeys:
         self.ring = master if isinstance(master, KeyRing) else KeyRing.of(master, sizes=AES_KEY_SIZES)
         self.cache_ttl = cache_ttl
         self.legacy = (
-            DerivedSessionKeys(self.ring) if derive_legacy and all(len(k) >= 32 for k in self.ring.keys.values())
+            DerivedSessionKeys(self.ring)
+            if derive_legacy and all(len(k) >= 32 for k in self.ring.keys.values())
             else None
         )
         self._cache: OrderedDict[tuple[str, str], _Session] = OrderedDict()
@@ -202,8 +203,9 @@ class StoredSessionKeys:
                     "(list it in HELIX_ENCRYPTION_OLD_KEYS)"
                 )
                 continue
-            entry.keys[row.key_id] = unwrap(master, row.wrapped_by or "", namespace, session_id, row.key_id,
-                                            row.wrapped_key)
+            entry.keys[row.key_id] = unwrap(
+                master, row.wrapped_by or "", namespace, session_id, row.key_id, row.wrapped_key
+            )
             live.append(row)
         if live:
             entry.current = max(live, key=lambda r: r.created_at).key_id
@@ -231,8 +233,9 @@ class StoredSessionKeys:
                     "(helix-es forget): what it sealed cannot be opened"
                 )
             if key_id in entry.problems:
-                raise KeyNotFound(f"key {key_id!r} of {namespace}/{session_id} cannot be opened: "
-                                  f"{entry.problems[key_id]}")
+                raise KeyNotFound(
+                    f"key {key_id!r} of {namespace}/{session_id} cannot be opened: {entry.problems[key_id]}"
+                )
             if key_id in entry.keys:
                 return entry.keys[key_id]
         if self.legacy is not None and key_id in self.ring.keys:
@@ -305,8 +308,16 @@ def keys_from_store_env(environ: Mapping[str, str] | None = None) -> StoredSessi
         loop: int | None = id(asyncio.get_running_loop())
     except RuntimeError:
         loop = None
-    ident = (loop, kind, location, env.get("HELIX_POSTGRES_DSN"), env.get("HELIX_REDIS_URL"), ttl,
-             ring.current, tuple(sorted(ring.keys)))
+    ident = (
+        loop,
+        kind,
+        location,
+        env.get("HELIX_POSTGRES_DSN"),
+        env.get("HELIX_REDIS_URL"),
+        ttl,
+        ring.current,
+        tuple(sorted(ring.keys)),
+    )
     keys = _shared.get(ident)
     if keys is None:
         keys = _shared[ident] = StoredSessionKeys(open_key_store(kind, location, env), ring, cache_ttl=ttl)

@@ -58,8 +58,9 @@ class EventWriter:
         if self._in_doubt:
             # A clear that landed ends every retry before it; a message, those of clears before it.
             cleared = isinstance(payload, MemoryCleared)
-            self._in_doubt = tuple(e for e in self._in_doubt if not cleared and e is not event
-                                   and not isinstance(e.payload, MemoryCleared))
+            self._in_doubt = tuple(
+                e for e in self._in_doubt if not cleared and e is not event and not isinstance(e.payload, MemoryCleared)
+            )
         self.wrote(position)
         return position
 

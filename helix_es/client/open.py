@@ -33,9 +33,15 @@ async def open_memory(
     backend = await backends.acquire(cfg.log)
     try:
         parts = [
-            ViewMemory(backend, await backend.attach(part, mem.namespace), mem.namespace, sid,
-                       consistency=mem.consistency, read_timeout=mem.read_timeout,
-                       max_content_bytes=mem.max_content_bytes)
+            ViewMemory(
+                backend,
+                await backend.attach(part, mem.namespace),
+                mem.namespace,
+                sid,
+                consistency=mem.consistency,
+                read_timeout=mem.read_timeout,
+                max_content_bytes=mem.max_content_bytes,
+            )
             for part in mem.parts
         ]
         memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)

@@ -58,9 +58,7 @@ def load_schemas(directory: Path | None = None) -> list[SchemaVersion]:
     if directory is None:
         # A source checkout has schemas/ beside the package; an installed wheel carries a copy.
         beside = Path(__file__).resolve().parents[2] / "schemas"
-        files: Iterable[Any] = (
-            beside.iterdir() if beside.is_dir() else resources.files("helix_es.schemas").iterdir()
-        )
+        files: Iterable[Any] = beside.iterdir() if beside.is_dir() else resources.files("helix_es.schemas").iterdir()
     else:
         files = directory.iterdir()
     found = []
@@ -187,10 +185,15 @@ class Codec:
             raise TypeError("not a uuid.UUID event id")
         m = event.payload.message  # type: ignore[union-attr]
         out = [
-            self._added_prefix, _str(str(event.event_id)),
-            _str(event.namespace), _str(event.session_id),
-            _micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds), self._added_branch,
-            _str(m.role), _str(m.content), _NULL if m.name is None else _SOME + _str(m.name),
+            self._added_prefix,
+            _str(str(event.event_id)),
+            _str(event.namespace),
+            _str(event.session_id),
+            _micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds),
+            self._added_branch,
+            _str(m.role),
+            _str(m.content),
+            _NULL if m.name is None else _SOME + _str(m.name),
         ]
         if m.tool_calls:
             out.append(_long(len(m.tool_calls)))
@@ -209,13 +212,15 @@ class Codec:
             return record_to_event(self.decode_record(data))
         body = io.BytesIO(data)
         body.seek(HEADER_LEN)
-        record: dict[str, Any] = cast(dict[str, Any], fastavro.schemaless_reader(body, schema, None,
-                                                                                 return_record_name=True))
+        record: dict[str, Any] = cast(
+            dict[str, Any], fastavro.schemaless_reader(body, schema, None, return_record_name=True)
+        )
         name, fields = record["payload"]
         if name == _ADDED:  # nearly every event: built here, without the generic dispatch
             added = MessageAdded(Message.from_record(fields["message"]))
-            return Event(record["namespace"], record["session_id"], added, _uuid(record["event_id"]),
-                         record["timestamp"])
+            return Event(
+                record["namespace"], record["session_id"], added, _uuid(record["event_id"]), record["timestamp"]
+            )
         record["event_id"] = _uuid(record["event_id"])
         return record_to_event(record)
 
@@ -272,13 +277,23 @@ def _str(text: str) -> bytes:
 def _probes() -> list[Event]:
     """MessageAdded events touching every field and length class, for the hand encoder's self-check."""
     when = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
-    full = Message("assistant", "ø" * 70, name="n", tool_calls=(ToolCall("c1", "f", '{"a": 1}'),
-                   ToolCall("c2", "g", json.dumps("x" * 200))), metadata={"k": "v", "é": "w" * 64})
+    full = Message(
+        "assistant",
+        "ø" * 70,
+        name="n",
+        tool_calls=(ToolCall("c1", "f", '{"a": 1}'), ToolCall("c2", "g", json.dumps("x" * 200))),
+        metadata={"k": "v", "é": "w" * 64},
+    )
     return [
         Event("ns", "s", MessageAdded(Message("user", "")), uuid.UUID(int=1), _EPOCH),
         Event("n" * 63, "s" * 64, MessageAdded(full), uuid.UUID(int=(1 << 128) - 1), when),
-        Event("ns", "s", MessageAdded(Message("tool", "r" * 9000, tool_call_id="c1")), uuid.uuid4(),
-              datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)),
+        Event(
+            "ns",
+            "s",
+            MessageAdded(Message("tool", "r" * 9000, tool_call_id="c1")),
+            uuid.uuid4(),
+            datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        ),
     ]
 
 
@@ -315,13 +330,23 @@ def event_to_record(event: Event) -> dict[str, Any]:
     elif isinstance(payload, MemoryCleared):
         body = (_NS + "MemoryCleared", {"reason": payload.reason})
     elif isinstance(payload, SummaryRecorded):
-        body = (_NS + "SummaryRecorded", {"view": payload.view, "epoch": payload.epoch, "covers": payload.covers,
-                                          "text": payload.text, "model": payload.model})
+        body = (
+            _NS + "SummaryRecorded",
+            {
+                "view": payload.view,
+                "epoch": payload.epoch,
+                "covers": payload.covers,
+                "text": payload.text,
+                "model": payload.model,
+            },
+        )
     elif isinstance(payload, SessionErased):
         body = (_NS + "SessionErased", {"reason": payload.reason, "key_ids": list(payload.key_ids)})
     else:
-        body = (_NS + "EmbeddingRecorded", {"model": payload.model, "content_sha256": payload.content_sha256,
-                                            "vector": payload.vector})
+        body = (
+            _NS + "EmbeddingRecorded",
+            {"model": payload.model, "content_sha256": payload.content_sha256, "vector": payload.vector},
+        )
     return {
         "event_id": event.event_id,
         "namespace": event.namespace,

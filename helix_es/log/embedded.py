@@ -175,9 +175,7 @@ class EmbeddedLog:
             offset = await self._unclaimed.wait(event.event_id, sent)
         return Position(names.topic(event.namespace, self.topic_prefix), 0, offset)
 
-    async def read(
-        self, namespace: str, *, session_id: str | None = None, start: int = 0
-    ) -> AsyncIterator[Record]:
+    async def read(self, namespace: str, *, session_id: str | None = None, start: int = 0) -> AsyncIterator[Record]:
         topic = names.topic(namespace, self.topic_prefix)
         for offset, data in self._file(namespace).frames(start):
             event = self.codec.decode(data)

@@ -157,9 +157,7 @@ class KafkaLog:
             "retried; check the brokers (scripts/services status)."
         )
 
-    async def read(
-        self, namespace: str, *, session_id: str | None = None
-    ) -> AsyncIterator[Record]:
+    async def read(self, namespace: str, *, session_id: str | None = None) -> AsyncIterator[Record]:
         """Everything on the topic up to its end when the read starts, partition by partition."""
         topic = names.topic(namespace, self.topic_prefix)
         consumer = AIOKafkaConsumer(

@@ -77,9 +77,17 @@ class KafkaSource:
     as the projector dead-letters it.
     """
 
-    def __init__(self, bootstrap_servers: str, topic_prefix: str, checkpoint: Checkpoint, *, check: Check,
-                 batch: int = DEFAULT_BATCH, codec: Codec | None = None,
-                 only: Sequence[tuple[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic_prefix: str,
+        checkpoint: Checkpoint,
+        *,
+        check: Check,
+        batch: int = DEFAULT_BATCH,
+        codec: Codec | None = None,
+        only: Sequence[tuple[str, int]] | None = None,
+    ) -> None:
         self.only = None if only is None else {tuple(tp) for tp in only}  # a worker's share of the partitions
         self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
         self.prefix = topic_prefix
@@ -89,9 +97,13 @@ class KafkaSource:
         self.codec = codec or Codec()
         self.check = check
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-            auto_offset_reset="earliest", isolation_level="read_committed",
-            max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=16 * FETCH_BYTES, fetch_max_wait_ms=100,
+            bootstrap_servers=bootstrap_servers,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=FETCH_BYTES,
+            fetch_max_bytes=16 * FETCH_BYTES,
+            fetch_max_wait_ms=100,
         )
         self.bootstrap_servers = bootstrap_servers
         self.admin: Any = None
@@ -116,13 +128,16 @@ class KafkaSource:
         if not topics:
             return {}
         described = await self.admin.describe_topics(topics)
-        return {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described
-                if d["error_code"] == 0}
+        return {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described if d["error_code"] == 0}
 
     async def _discover(self) -> None:
         """Assign every partition of every namespace topic; new ones start at their checkpoint + 1."""
-        found = [TopicPartition(t, p) for t, parts in (await self._topics()).items() for p in parts
-                 if self.only is None or (t, p) in self.only]
+        found = [
+            TopicPartition(t, p)
+            for t, parts in (await self._topics()).items()
+            for p in parts
+            if self.only is None or (t, p) in self.only
+        ]
         new = [tp for tp in found if tp not in self.positions]
         if not new:
             return
@@ -217,8 +232,16 @@ class KafkaSource:
 class EmbeddedSource:
     """Every namespace file of an embedded log, from a checkpoint on, while its owner keeps appending."""
 
-    def __init__(self, path: str | Path, topic_prefix: str, checkpoint: Checkpoint, *, batch: int = DEFAULT_BATCH,
-                 codec: Codec | None = None, only: Sequence[tuple[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        topic_prefix: str,
+        checkpoint: Checkpoint,
+        *,
+        batch: int = DEFAULT_BATCH,
+        codec: Codec | None = None,
+        only: Sequence[tuple[str, int]] | None = None,
+    ) -> None:
         self.only = None if only is None else {topic for topic, _ in only}  # a worker's share of the files
         self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
         self.path = Path(path).resolve()
@@ -302,8 +325,10 @@ class EmbeddedSource:
                     strikes += 1
                     r = damaged[0]
                     if strikes >= 3:
-                        raise LogCorrupted(f"{r.path} is damaged at byte {r.bad} (frame {r.index}): "
-                                           "a checksum mismatch; its owner refuses to open it too")
+                        raise LogCorrupted(
+                            f"{r.path} is damaged at byte {r.bad} (frame {r.index}): "
+                            "a checksum mismatch; its owner refuses to open it too"
+                        )
                     for r in damaged:
                         r.bad = None
                     await asyncio.sleep(0.2)

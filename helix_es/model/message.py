@@ -13,8 +13,9 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 
 
-def check_text(value: object, path: str, *, optional: bool = False, empty: bool = True,
-               error: type[InvalidInput] = InvalidMessage) -> None:
+def check_text(
+    value: object, path: str, *, optional: bool = False, empty: bool = True, error: type[InvalidInput] = InvalidMessage
+) -> None:
     """`value` is text every store can hold: a str of valid UTF-8 without NUL (not empty unless `empty`)."""
     if value is None and optional:
         return
@@ -157,8 +158,9 @@ class Message:
         if self.name is not None:
             parts += [',"name":', e(self.name)]
         if self.tool_calls:
-            calls = ",".join(f'{{"id":{e(c.id)},"name":{e(c.name)},"arguments":{e(c.arguments)}}}'
-                             for c in self.tool_calls)
+            calls = ",".join(
+                f'{{"id":{e(c.id)},"name":{e(c.name)},"arguments":{e(c.arguments)}}}' for c in self.tool_calls
+            )
             parts += [',"tool_calls":[', calls, "]"]
         if self.tool_call_id is not None:
             parts += [',"tool_call_id":', e(self.tool_call_id)]

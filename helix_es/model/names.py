@@ -40,8 +40,11 @@ def topic_name(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
 def topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     name = topic_name(check_namespace(namespace), prefix)
     if len(name) > MAX_TOPIC:
-        raise InvalidInput("namespace", f"makes topic {name[:40]}... {len(name)} characters long, over Kafka's "
-                           f"{MAX_TOPIC}: shorten the namespace or the topic prefix")
+        raise InvalidInput(
+            "namespace",
+            f"makes topic {name[:40]}... {len(name)} characters long, over Kafka's "
+            f"{MAX_TOPIC}: shorten the namespace or the topic prefix",
+        )
     return name
 
 

@@ -176,8 +176,9 @@ def _target_memory(memory: MemoryConfig, target: str) -> MemoryConfig:
     return memory
 
 
-async def drop_target_data(memory: MemoryConfig, target: str, namespaces: Collection[str],
-                           topics: Collection[str]) -> None:
+async def drop_target_data(
+    memory: MemoryConfig, target: str, namespaces: Collection[str], topics: Collection[str]
+) -> None:
     """Delete `target`'s data in `namespaces` and its checkpoints of `topics` (theirs), in `memory`'s store.
 
     Each store deletes its own keys or rows (`ViewStore.drop`, `LongTermStore.drop`, `VectorStore.drop`).
@@ -355,5 +356,3 @@ async def resolve_alias(aliases: AliasStore, alias: str, view: str) -> str:
 
 
 # --- the worker side: the projector service follows the alias too ---
-
-

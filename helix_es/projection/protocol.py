@@ -45,8 +45,7 @@ class Projection(Protocol):
 
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None: ...
 
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
-        ...
+    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None: ...
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         """The offset the view has applied that `want` is compared with (for error messages)."""

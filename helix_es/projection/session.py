@@ -38,7 +38,11 @@ class SessionProjection:
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         where = self.checkpoint_partition
         folded = await fold_batch(
-            self.view, self.store, records, retries=self.retries, cache=self.cache,
+            self.view,
+            self.store,
+            records,
+            retries=self.retries,
+            cache=self.cache,
             checkpoint_partition=where(records[0].position.partition) if where is not None and records else None,
         )
         if self.cache is not None:

@@ -38,6 +38,7 @@ from helix_es.stores.ports import Applied, Entry, SessionKey, VectorStore, Write
 
 log = logging.getLogger(__name__)
 
+
 def content_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -83,16 +84,27 @@ class VectorProjection:
     def _recorded(self, payload: EmbeddingRecorded) -> np.ndarray | None:
         vector = np.frombuffer(payload.vector, dtype="<f4").astype(np.float32)
         if vector.shape != (self.embedder.dims,) or not np.isfinite(vector).all():
-            log.warning("%s: ignoring a recorded %s embedding of %d values (want %d)",
-                        self.name, payload.model, vector.size, self.embedder.dims)
+            log.warning(
+                "%s: ignoring a recorded %s embedding of %d values (want %d)",
+                self.name,
+                payload.model,
+                vector.size,
+                self.embedder.dims,
+            )
             return None
         norm = float(np.linalg.norm(vector))
         return vector / norm if norm > 0 else vector
 
     def _entry(self, record: Record, message: Message) -> Entry:
         event = record.event
-        return Entry(event.namespace, event.session_id, record.position, event.timestamp,
-                     content_sha256(message.content), message)
+        return Entry(
+            event.namespace,
+            event.session_id,
+            record.position,
+            event.timestamp,
+            content_sha256(message.content),
+            message,
+        )
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
@@ -184,19 +196,24 @@ class VectorProjection:
                     _lru_put(self._cache, sha, vector, self._cache_cap)
                 if self.embedder.paid:
                     derived = [
-                        Event(e.namespace, e.session_id,
-                              EmbeddingRecorded(self.embedder.model, sha, made[sha].astype("<f4").tobytes()))
+                        Event(
+                            e.namespace,
+                            e.session_id,
+                            EmbeddingRecorded(self.embedder.model, sha, made[sha].astype("<f4").tobytes()),
+                        )
                         for sha, e in ask.items()
                     ]
 
             ready.sort(key=lambda e: (e.position.topic, e.position.partition, e.position.offset))
-            matrix = (np.stack([vectors[e.sha] for e in ready]) if ready
-                      else np.zeros((0, self.embedder.dims), np.float32))
+            matrix = (
+                np.stack([vectors[e.sha] for e in ready]) if ready else np.zeros((0, self.embedder.dims), np.float32)
+            )
             waiting = [pos.offset for pos in pending if (pos.topic, pos.partition) == here]
             checkpoint = min(waiting) - 1 if waiting else fresh[-1].position.offset
             keep = {**learned, **made} if self._persist else {}
-            await self.store.write(self.name, self.embedder.model,
-                                   Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased))
+            await self.store.write(
+                self.name, self.embedder.model, Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased)
+            )
             # Only once the write is durable: a failed write leaves everything to be re-folded.
             self._pending = pending
             self._high[here] = fresh[-1].position.offset

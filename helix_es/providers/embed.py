@@ -264,8 +264,14 @@ class OpenAIEmbedder:
         if self._ask_dims:
             body["dimensions"] = self.dims
         try:
-            payload = request_json(self.url, body, headers=self._headers(), timeout=self.timeout,
-                                   retries=self.retries, backoff=self.backoff)
+            payload = request_json(
+                self.url,
+                body,
+                headers=self._headers(),
+                timeout=self.timeout,
+                retries=self.retries,
+                backoff=self.backoff,
+            )
         except HttpError as exc:
             if exc.status is None:
                 raise EmbeddingError(f"{self.model}: cannot reach {self.url}: {exc.detail}") from None

@@ -67,8 +67,11 @@ class OpenAISummariser:
         user = f"Summary so far:\n{previous or '(none)'}\n\nNew messages:\n{transcript}"
         answer = await post_json(
             base_url + "/chat/completions",
-            {"model": self.model, "temperature": 0,
-             "messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": user}]},
+            {
+                "model": self.model,
+                "temperature": 0,
+                "messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": user}],
+            },
             headers=bearer(os.environ.get(self.api_key_env)),
             timeout=self.timeout,
         )

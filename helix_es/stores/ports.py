@@ -34,7 +34,6 @@ class Applied:
     derived: tuple[Event, ...] = ()
 
 
-
 @dataclass(frozen=True, slots=True)
 class SessionKey:
     namespace: str
@@ -77,9 +76,7 @@ class ViewStore(Protocol):
         """Current snapshots of several sessions, in one round trip where the store allows."""
         ...
 
-    async def apply(
-        self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int
-    ) -> None:
+    async def apply(self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int) -> None:
         """Write the changes and the partition checkpoint atomically, or raise `StaleWrite`."""
         ...
 
@@ -280,20 +277,28 @@ class KeyStore(Protocol):
 
 
 def key_row_json(row: KeyRow) -> str:
-    return json.dumps({
-        "wrapped_key": None if row.wrapped_key is None else base64.b64encode(row.wrapped_key).decode(),
-        "wrapped_by": row.wrapped_by,
-        "created_at": row.created_at.isoformat(),
-        "erased_at": None if row.erased_at is None else row.erased_at.isoformat(),
-    })
+    return json.dumps(
+        {
+            "wrapped_key": None if row.wrapped_key is None else base64.b64encode(row.wrapped_key).decode(),
+            "wrapped_by": row.wrapped_by,
+            "created_at": row.created_at.isoformat(),
+            "erased_at": None if row.erased_at is None else row.erased_at.isoformat(),
+        }
+    )
 
 
 def key_row_from(namespace: str, session_id: str, key_id: str, doc: Mapping[str, Any]) -> KeyRow:
     wrapped = doc.get("wrapped_key")
     erased = doc.get("erased_at")
-    return KeyRow(namespace, session_id, key_id, None if wrapped is None else base64.b64decode(wrapped),
-                  doc.get("wrapped_by"), datetime.fromisoformat(doc["created_at"]),
-                  None if erased is None else datetime.fromisoformat(erased))
+    return KeyRow(
+        namespace,
+        session_id,
+        key_id,
+        None if wrapped is None else base64.b64decode(wrapped),
+        doc.get("wrapped_by"),
+        datetime.fromisoformat(doc["created_at"]),
+        None if erased is None else datetime.fromisoformat(erased),
+    )
 
 
 # --- a store kind: what one technology offers ---

@@ -78,8 +78,13 @@ def join(parts: Parts) -> State:
     head: list[Message] = [parts.pinned] if parts.pinned else []
     if parts.files:
         listing = "\n".join(f"- {path}: {summary}" for path, summary in parts.files.items())
-        head.append(Message("system", "Files in context (path: last known state):\n" + listing,
-                            metadata={ROLE: "files", FILES: json.dumps(parts.files, sort_keys=True)}))
+        head.append(
+            Message(
+                "system",
+                "Files in context (path: last known state):\n" + listing,
+                metadata={ROLE: "files", FILES: json.dumps(parts.files, sort_keys=True)},
+            )
+        )
     return (*head, *parts.items)
 
 

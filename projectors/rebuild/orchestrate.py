@@ -76,8 +76,11 @@ async def rebuild(
             raise RebuildError(f"{target} is the target readers use now: rebuild into another one (--into NAME)")
         await aliases.add_target(alias, target)
         projection = target_projection(part, target, store)
-        sink: Sink = (SessionSink(part.view, target_store(store, part.view, target))
-                      if store is not None and isinstance(part.view, View) else ProjectionSink(projection))
+        sink: Sink = (
+            SessionSink(part.view, target_store(store, part.view, target))
+            if store is not None and isinstance(part.view, View)
+            else ProjectionSink(projection)
+        )
         status = Status(name, target, "building")
         log.info("rebuilding %s (%s) into %s; readers use %s", name, part.store, target, old)
         shards = await plan_shards(log_config, projection.checkpoint, worker_count(workers), config, part)
@@ -94,27 +97,46 @@ async def rebuild(
         if isinstance(on_progress, Display):
             on_progress.finish()  # log lines that follow start on a line of their own
         namespaces = await source.namespaces()
-        report = RebuildReport(name, part.store, old, target, status.events, build_read, status.skipped,
-                               round(build_seconds, 3), round(build_read / build_seconds if build_seconds else 0.0),
-                               len(namespaces), False, None, workers=len(shards))
+        report = RebuildReport(
+            name,
+            part.store,
+            old,
+            target,
+            status.events,
+            build_read,
+            status.skipped,
+            round(build_seconds, 3),
+            round(build_read / build_seconds if build_seconds else 0.0),
+            len(namespaces),
+            False,
+            None,
+            workers=len(shards),
+        )
         if not switch:
             return report
         status.phase = "switching"
         served_before = await aliases.served(alias) if kafka else set()
         found = await aliases.switch(alias, target, expect=old, base=name)
         if found is not None:
-            raise RebuildError(f"the alias of {name} moved to {found} while this rebuild ran: {target} is built "
-                               "but readers were not switched to it")
+            raise RebuildError(
+                f"the alias of {name} moved to {found} while this rebuild ran: {target} is built "
+                "but readers were not switched to it"
+            )
         switched_at = time.monotonic()
         report.switched = True
         log.info("readers of %s switched from %s to %s", name, old, target)
         if kafka and handover > 0:
             if old in served_before:
-                report.handed_over = await _hand_over(source, sink, status, aliases, alias, target, handover,
-                                                      on_progress)
+                report.handed_over = await _hand_over(
+                    source, sink, status, aliases, alias, target, handover, on_progress
+                )
             else:
-                log.warning("no projector service announces it projects %s: start `helix-es project` (it follows "
-                            "the alias) so that %s takes the events written from now on", old, target)
+                log.warning(
+                    "no projector service announces it projects %s: start `helix-es project` (it follows "
+                    "the alias) so that %s takes the events written from now on",
+                    old,
+                    target,
+                )
         report.events, report.read, report.skipped = status.events, status.read, status.skipped
         if drop_old:
             # Readers still on the old target move within a second; only then is it taken away.
@@ -137,8 +159,16 @@ def _refresh_seconds() -> float:
     return alias_names.REFRESH_SECONDS
 
 
-async def _hand_over(source: Source, sink: Sink, status: Status, aliases: AliasStore, alias: str, target: str,
-                     timeout: float, on_progress: ProgressCallback | None) -> bool:
+async def _hand_over(
+    source: Source,
+    sink: Sink,
+    status: Status,
+    aliases: AliasStore,
+    alias: str,
+    target: str,
+    timeout: float,
+    on_progress: ProgressCallback | None,
+) -> bool:
     """Fold the new target until a projector service announces it (then `HANDOVER_GRACE` more), or `timeout`."""
     status.phase = "handover"
     deadline = time.monotonic() + timeout
@@ -154,8 +184,12 @@ async def _hand_over(source: Source, sink: Sink, status: Status, aliases: AliasS
 
     await drain(source, sink, status, finished, at_end=False, on_progress=on_progress)
     if not seen:
-        log.warning("no projector service took %s over within %.0fs: start `helix-es project`, which follows "
-                    "the alias, or readers of it wait for their writes", target, timeout)
+        log.warning(
+            "no projector service took %s over within %.0fs: start `helix-es project`, which follows "
+            "the alias, or readers of it wait for their writes",
+            target,
+            timeout,
+        )
     return bool(seen)
 
 
@@ -207,11 +241,15 @@ async def drop(config: ConfigSource, target: str, *, view: str | None = None) ->
 # --- views kept in memory: rebuilt in the process that serves them ---
 
 
-async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into: str | None, switch: bool,
-                              drop_old: bool) -> RebuildReport:
+async def _rebuild_in_process(
+    log_config: LogConfig, part: MemoryConfig, *, into: str | None, switch: bool, drop_old: bool
+) -> RebuildReport:
     if not switch:
-        raise ConfigError("--no-switch", f"a {part.store} view lives in this process and only its readers could "
-                                         "use a new target: it is rebuilt by switching to it")
+        raise ConfigError(
+            "--no-switch",
+            f"a {part.store} view lives in this process and only its readers could "
+            "use a new target: it is rebuilt by switching to it",
+        )
     started = time.monotonic()
     backend = await backends.acquire(log_config)
     try:
@@ -240,14 +278,28 @@ async def _rebuild_in_process(log_config: LogConfig, part: MemoryConfig, *, into
             await aliases.forget_target(alias, old)
             dropped.append(old)
         seconds = time.monotonic() - started
-        return RebuildReport(name, part.store, old, target, events, events, 0, round(seconds, 3),
-                             round(events / seconds if seconds else 0.0), len(namespaces), True, None, dropped)
+        return RebuildReport(
+            name,
+            part.store,
+            old,
+            target,
+            events,
+            events,
+            0,
+            round(seconds, 3),
+            round(events / seconds if seconds else 0.0),
+            len(namespaces),
+            True,
+            None,
+            dropped,
+        )
     finally:
         await backends.release(log_config, backend)
 
 
-async def _drop_in_process(aliased: Any, part: MemoryConfig, target: str, namespaces: Sequence[str],
-                           topic_prefix: str) -> None:
+async def _drop_in_process(
+    aliased: Any, part: MemoryConfig, target: str, namespaces: Sequence[str], topic_prefix: str
+) -> None:
     """Forget an in-process target: its projection, and for session views its states in the shared store."""
     await aliased.forget(target)
     store: ViewStore | None = getattr(aliased, "shared_store", None)

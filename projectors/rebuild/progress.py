@@ -49,10 +49,14 @@ class Display:
         filled = round(frac * width)
         rate = status.rate
         eta = f"{status.lag / rate:,.0f}s" if rate > 0 and status.lag else "-"
-        return (f"{status.target} [{'#' * filled}{'.' * (width - filled)}] {frac:4.0%} {status.phase}  "
-                f"{status.read:,} events  {rate:,.0f}/s  lag {status.lag:,}  eta {eta}")
+        return (
+            f"{status.target} [{'#' * filled}{'.' * (width - filled)}] {frac:4.0%} {status.phase}  "
+            f"{status.read:,} events  {rate:,.0f}/s  lag {status.lag:,}  eta {eta}"
+        )
 
     @staticmethod
     def line(status: Status) -> str:
-        return (f"rebuild {status.view} -> {status.target}: {status.phase}, {status.read} read, {status.events} "
-                f"folded, {status.skipped} skipped, {status.rate:.0f} events/s, lag {status.lag}")
+        return (
+            f"rebuild {status.view} -> {status.target}: {status.phase}, {status.read} read, {status.events} "
+            f"folded, {status.skipped} skipped, {status.rate:.0f} events/s, lag {status.lag}"
+        )

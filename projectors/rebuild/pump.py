@@ -26,15 +26,29 @@ def _rare_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-async def drain(source: Source, sink: Sink, status: Status, finished: Callable[[], Awaitable[bool]], *,
-                at_end: bool, on_progress: ProgressCallback | None) -> None:
+async def drain(
+    source: Source,
+    sink: Sink,
+    status: Status,
+    finished: Callable[[], Awaitable[bool]],
+    *,
+    at_end: bool,
+    on_progress: ProgressCallback | None,
+) -> None:
     """Fold what `source` yields into `sink`, one write in flight while the next batch is decoded."""
     with _rare_collections():
         await _fold_all(source, sink, status, finished, at_end=at_end, on_progress=on_progress)
 
 
-async def _fold_all(source: Source, sink: Sink, status: Status, finished: Callable[[], Awaitable[bool]], *,
-                    at_end: bool, on_progress: ProgressCallback | None) -> None:
+async def _fold_all(
+    source: Source,
+    sink: Sink,
+    status: Status,
+    finished: Callable[[], Awaitable[bool]],
+    *,
+    at_end: bool,
+    on_progress: ProgressCallback | None,
+) -> None:
     inflight: asyncio.Future[int] | None = None
     # What others counted before (workers, an earlier pass of this source): added to this source's totals.
     base_read, base_skipped = status.read - source.read_count, status.skipped - source.skipped
@@ -60,13 +74,20 @@ async def _fold_all(source: Source, sink: Sink, status: Status, finished: Callab
     status.lag = source.lag()
 
 
-def open_source(log_config: LogConfig, checkpoint: Checkpoint, batch: int,
-                only: Sequence[tuple[str, int]] | None = None) -> Source:
+def open_source(
+    log_config: LogConfig, checkpoint: Checkpoint, batch: int, only: Sequence[tuple[str, int]] | None = None
+) -> Source:
     """Where a rebuild reads `log_config`'s log from: every namespace, from `checkpoint` on."""
     if log_config.type == "kafka":
         # What the projector dead-letters, the rebuild skips.
-        return KafkaSource(log_config.bootstrap_servers, log_config.topic_prefix, checkpoint,
-                           check=Checker(log_config.topic_prefix), batch=batch, only=only)
+        return KafkaSource(
+            log_config.bootstrap_servers,
+            log_config.topic_prefix,
+            checkpoint,
+            check=Checker(log_config.topic_prefix),
+            batch=batch,
+            only=only,
+        )
     return EmbeddedSource(log_config.path, log_config.topic_prefix, checkpoint, batch=batch, only=only)
 
 

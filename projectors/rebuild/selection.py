@@ -12,8 +12,9 @@ from helix_es.model.errors import ConfigError
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str] | Config  # what `rebuild` and `drop` accept
 
 
-def select(config: ConfigSource, view: str | None = None, *,
-           store: str | None = None) -> tuple[LogConfig, MemoryConfig]:
+def select(
+    config: ConfigSource, view: str | None = None, *, store: str | None = None
+) -> tuple[LogConfig, MemoryConfig]:
     """The log and the one memory (view in its store) `view` names in `config`: every agent, every part."""
     configs = [config] if isinstance(config, Config) else load_configs(config)
     parts: dict[tuple[str, str], MemoryConfig] = {}
@@ -30,7 +31,10 @@ def select(config: ConfigSource, view: str | None = None, *,
         if not found:
             raise ConfigError("--view", f"no view {view!r} in the config; it has {sorted(n for n, _ in parts)}")
         if len(found) > 1:
-            raise ConfigError("--view", f"{view!r} names {len(found)} views ({sorted(p.view.name for p in found)} in "
-                                        f"{sorted(p.store for p in found)}); give a config with one of them")
+            raise ConfigError(
+                "--view",
+                f"{view!r} names {len(found)} views ({sorted(p.view.name for p in found)} in "
+                f"{sorted(p.store for p in found)}); give a config with one of them",
+            )
         part = found[0]
     return configs[0].log, part

@@ -40,12 +40,21 @@ class SessionSink(ProjectionSink):
     Past `max_sessions` the least recently written are forgotten (and read again if they come back).
     """
 
-    def __init__(self, view: View, store: ViewStore, *, max_sessions: int = 200_000,
-                 checkpoint_partition: Callable[[int], int] | None = None) -> None:
+    def __init__(
+        self,
+        view: View,
+        store: ViewStore,
+        *,
+        max_sessions: int = 200_000,
+        checkpoint_partition: Callable[[int], int] | None = None,
+    ) -> None:
         # A worker folding a slice of a partition's sessions keeps its progress under another partition
         # number: the partition's own checkpoint is written once every slice is done (see `workers`).
-        super().__init__(SessionProjection(view, store, cache={}, max_cached=max_sessions,
-                                           checkpoint_partition=checkpoint_partition, retries=4))
+        super().__init__(
+            SessionProjection(
+                view, store, cache={}, max_cached=max_sessions, checkpoint_partition=checkpoint_partition, retries=4
+            )
+        )
         self.view = view
 
     async def apply(self, records: Sequence[Record]) -> int:

@@ -64,8 +64,9 @@ def _config_spec(config: ConfigSource) -> Any:
     return config
 
 
-async def plan_shards(log_config: LogConfig, checkpoint: Checkpoint, workers: int, config: ConfigSource,
-                      part: MemoryConfig) -> list[Shard]:
+async def plan_shards(
+    log_config: LogConfig, checkpoint: Checkpoint, workers: int, config: ConfigSource, part: MemoryConfig
+) -> list[Shard]:
     """The work left, dealt out to `workers` shards of about equal size; [] to do it in this process.
 
     Partitions go whole to the least loaded shard. With fewer partitions than workers (an embedded
@@ -96,8 +97,15 @@ async def plan_shards(log_config: LogConfig, checkpoint: Checkpoint, workers: in
     return [Shard(share) for share in shares]
 
 
-async def run_workers(config: ConfigSource, part: MemoryConfig, target: str, shards: list[Shard], batch: int,
-                      status: Status, on_progress: ProgressCallback | None) -> None:
+async def run_workers(
+    config: ConfigSource,
+    part: MemoryConfig,
+    target: str,
+    shards: list[Shard],
+    batch: int,
+    status: Status,
+    on_progress: ProgressCallback | None,
+) -> None:
     """Run `python -m projectors.rebuild` once per shard; their progress (JSON lines) adds up in `status`."""
     root = str(Path(__file__).resolve().parents[2])  # the directory holding projectors/ and helix_es/
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -121,17 +129,33 @@ async def run_workers(config: ConfigSource, part: MemoryConfig, target: str, sha
 
     try:
         for shard in shards:
-            spec = {"config": _config_spec(config), "view": part.view.name, "store": part.store, "target": target,
-                    "shard": asdict(shard), "batch": batch}
+            spec = {
+                "config": _config_spec(config),
+                "view": part.view.name,
+                "store": part.store,
+                "target": target,
+                "shard": asdict(shard),
+                "batch": batch,
+            }
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "projectors.rebuild", stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+                sys.executable,
+                "-m",
+                "projectors.rebuild",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+            )
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(spec).encode())
             proc.stdin.close()
             procs.append(proc)
-        errors = await asyncio.gather(*(asyncio.gather(follow(i, p), p.stderr.read())  # type: ignore[union-attr]
-                                        for i, p in enumerate(procs)))
+        errors = await asyncio.gather(
+            *(
+                asyncio.gather(follow(i, p), p.stderr.read())  # type: ignore[union-attr]
+                for i, p in enumerate(procs)
+            )
+        )
         for proc, (_, err) in zip(procs, errors, strict=True):
             if await proc.wait() != 0:
                 raise RebuildError(f"a rebuild worker failed: {err.decode(errors='replace').strip()[-2000:]}")
@@ -177,15 +201,20 @@ async def _worker(spec: Mapping[str, Any]) -> None:
     projection = target_projection(part, target, store)
     if store is not None:
         assert isinstance(part.view, View)
-        sink: Sink = SessionSink(part.view, target_store(store, part.view, target),
-                                 checkpoint_partition=shard.scratch if shard.n > 1 else None)
+        sink: Sink = SessionSink(
+            part.view,
+            target_store(store, part.view, target),
+            checkpoint_partition=shard.scratch if shard.n > 1 else None,
+        )
         # A slice resumes from its own scratch checkpoint, else from the partition's.
         checkpoint = projection.checkpoint
         if shard.n > 1:
+
             async def sliced(topic: str, partition: int) -> int | None:
                 mine = await projection.checkpoint(topic, shard.scratch(partition))
                 whole = await projection.checkpoint(topic, partition)
                 return max(x for x in (mine, whole, -1) if x is not None)
+
             checkpoint = sliced
     else:
         sink, checkpoint = ProjectionSink(projection), projection.checkpoint
@@ -196,8 +225,12 @@ async def _worker(spec: Mapping[str, Any]) -> None:
     def emit(status: Status, *, final: bool = False) -> None:
         if final or time.monotonic() >= every[0]:
             every[0] = time.monotonic() + 0.5
-            line: dict[str, Any] = {"read": status.read, "events": status.events, "skipped": status.skipped,
-                                    "lag": status.lag}
+            line: dict[str, Any] = {
+                "read": status.read,
+                "events": status.events,
+                "skipped": status.skipped,
+                "lag": status.lag,
+            }
             if final:
                 line["positions"] = source.reached()
             sys.stdout.write(json.dumps(line) + "\n")

@@ -27,8 +27,12 @@ def fail(why: str) -> None:
 
 
 def demo(config: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "helix_es.cli", "demo", "--json", "--config", config],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "helix_es.cli", "demo", "--json", "--config", config],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if run.returncode != 0:
         fail(f"helix-es demo exited {run.returncode}: {run.stderr[-2000:]}")
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -46,8 +50,10 @@ def demo(config: str) -> None:
     if len(events) != 7:
         fail(f"expected alice's 7 events read back from Kafka, got {len(events)}")
     asyncio.run(_stores())
-    print(f"smoke: demo ok: {len(turns)} turns through the composed projector, {len(events)} events on the log, "
-          f"alice's get has {len(last)} messages from Redis and PostgreSQL")
+    print(
+        f"smoke: demo ok: {len(turns)} turns through the composed projector, {len(events)} events on the log, "
+        f"alice's get has {len(last)} messages from Redis and PostgreSQL"
+    )
 
 
 async def _stores() -> None:
@@ -100,8 +106,12 @@ async def _resume(config: str) -> int:
 def resume(config: str) -> None:
     got = asyncio.run(_resume(config))
     for _ in range(30):  # every view of every partition caught up (checkpoints trail views by a batch)
-        lag = subprocess.run([sys.executable, "-m", "helix_es.cli", "lag", "--config", config, "--max", "0"],
-                             capture_output=True, text=True, timeout=120)
+        lag = subprocess.run(
+            [sys.executable, "-m", "helix_es.cli", "lag", "--config", config, "--max", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if lag.returncode == 0:
             break
         time.sleep(1)

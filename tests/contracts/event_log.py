@@ -47,7 +47,8 @@ class EventLogContract:
         assert [r.event for r in records] == sent
         assert [r.position for r in records] == positions
         assert [r.event.payload.message.content for r in records] == [  # type: ignore[union-attr]
-            f"message {i}" for i in range(5)]
+            f"message {i}" for i in range(5)
+        ]
 
     async def test_a_new_log_over_the_same_place_reads_every_event(self, new_log: NewLog) -> None:
         ns = unique("log")
@@ -74,7 +75,8 @@ class EventLogContract:
             sent[e.session_id].append((e, p))
         everything = await read_all(log, ns)
         assert sorted(str(r.event.event_id) for r in everything) == sorted(
-            str(e.event_id) for s in sessions for e, _ in sent[s])  # each once
+            str(e.event_id) for s in sessions for e, _ in sent[s]
+        )  # each once
         by_partition: dict[tuple[str, int], list[int]] = {}
         for r in everything:
             by_partition.setdefault((r.position.topic, r.position.partition), []).append(r.position.offset)

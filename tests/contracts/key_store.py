@@ -17,8 +17,14 @@ T0 = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)  # microseconds: every s
 
 
 def key(namespace: str, session_id: str, key_id: str, seconds: float = 0, wrapped: bytes | None = None) -> KeyRow:
-    return KeyRow(namespace, session_id, key_id, wrapped or f"wrapped {key_id}".encode(), "mk-test",
-                  T0 + timedelta(seconds=seconds))
+    return KeyRow(
+        namespace,
+        session_id,
+        key_id,
+        wrapped or f"wrapped {key_id}".encode(),
+        "mk-test",
+        T0 + timedelta(seconds=seconds),
+    )
 
 
 def tombstone(row: KeyRow, at: datetime) -> KeyRow:

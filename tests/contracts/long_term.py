@@ -98,10 +98,18 @@ class LongTermContract:
         def batches(ns: str) -> tuple[list[Record], list[Record]]:
             topic = names.topic(ns)
             at = [T0 + timedelta(milliseconds=i) for i in range(8)]
-            p0 = [said(ns, topic, 0, 0, "p0 t0", at[0]), said(ns, topic, 0, 1, "p0 t3", at[3]),
-                  said(ns, topic, 0, 2, "p0 t5", at[5]), said(ns, topic, 0, 3, "p0 t7", at[7])]
-            p1 = [said(ns, topic, 1, 0, "p1 t1", at[1]), cleared(ns, topic, 1, 1, at[4]),
-                  said(ns, topic, 1, 2, "p1 t6", at[6]), said(ns, topic, 1, 3, "p1 t6 too", at[6])]
+            p0 = [
+                said(ns, topic, 0, 0, "p0 t0", at[0]),
+                said(ns, topic, 0, 1, "p0 t3", at[3]),
+                said(ns, topic, 0, 2, "p0 t5", at[5]),
+                said(ns, topic, 0, 3, "p0 t7", at[7]),
+            ]
+            p1 = [
+                said(ns, topic, 1, 0, "p1 t1", at[1]),
+                cleared(ns, topic, 1, 1, at[4]),
+                said(ns, topic, 1, 2, "p1 t6", at[6]),
+                said(ns, topic, 1, 3, "p1 t6 too", at[6]),
+            ]
             return p0, p1
 
         expected = ["p0 t5", "p1 t6", "p1 t6 too", "p0 t7"]
@@ -126,10 +134,16 @@ class LongTermContract:
         for ns in namespaces:
             topic = names.topic(ns)
             at = [T0 + timedelta(milliseconds=i) for i in range(6)]
-            p0 = [said(ns, topic, 0, 0, "old", at[0]), said(ns, topic, 0, 1, "older than the clear", at[2]),
-                  said(ns, topic, 0, 2, "kept", at[5])]
-            p1 = [said(ns, topic, 1, 0, "also old", at[1]), cleared(ns, topic, 1, 1, at[3]),
-                  said(ns, topic, 1, 2, "kept too", at[4])]
+            p0 = [
+                said(ns, topic, 0, 0, "old", at[0]),
+                said(ns, topic, 0, 1, "older than the clear", at[2]),
+                said(ns, topic, 0, 2, "kept", at[5]),
+            ]
+            p1 = [
+                said(ns, topic, 1, 0, "also old", at[1]),
+                cleared(ns, topic, 1, 1, at[3]),
+                said(ns, topic, 1, 2, "kept too", at[4]),
+            ]
             runs += [store.apply(p0), store.apply(p1)]
         await asyncio.gather(*runs)
         for ns in namespaces:

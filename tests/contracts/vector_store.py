@@ -46,8 +46,9 @@ def said(text: str) -> MessageAdded:
     return MessageAdded(Message("user", text))
 
 
-async def search(p: VectorProjection, ns: str, query: str, limit: int = 10,
-                 want: Position | None = None) -> list[Message] | None:
+async def search(
+    p: VectorProjection, ns: str, query: str, limit: int = 10, want: Position | None = None
+) -> list[Message] | None:
     return await p.search(SessionKey(ns, "s"), query, limit, want)
 
 
@@ -72,13 +73,27 @@ def unit(*xs: float) -> np.ndarray:
 
 
 def entry(ns: str, offset: int, seconds: float, text: str, session: str = "s", partition: int = 0) -> Entry:
-    return Entry(ns, session, Position(names.topic(ns), partition, offset), T0 + timedelta(seconds=seconds),
-                 content_sha256(text), Message("user", text))
+    return Entry(
+        ns,
+        session,
+        Position(names.topic(ns), partition, offset),
+        T0 + timedelta(seconds=seconds),
+        content_sha256(text),
+        Message("user", text),
+    )
 
 
-def write(ns: str, entries: Sequence[Entry], vectors: Sequence[np.ndarray], checkpoint: int, *,
-          cleared: dict[str, datetime] | None = None, embeddings: dict[str, np.ndarray] | None = None,
-          erased: dict[tuple[str, str], Position] | None = None, partition: int = 0) -> Write:
+def write(
+    ns: str,
+    entries: Sequence[Entry],
+    vectors: Sequence[np.ndarray],
+    checkpoint: int,
+    *,
+    cleared: dict[str, datetime] | None = None,
+    embeddings: dict[str, np.ndarray] | None = None,
+    erased: dict[tuple[str, str], Position] | None = None,
+    partition: int = 0,
+) -> Write:
     rows = np.stack(vectors) if len(vectors) else np.zeros((0, 4), dtype=np.float32)
     return Write(names.topic(ns), partition, checkpoint, entries, rows, cleared or {}, embeddings or {}, erased or {})
 
@@ -148,8 +163,11 @@ class VectorStoreContract:
         assert await store.load(view, names.topic(ns), 0, [ns, other]) == BatchState(3, {ns: mark})
         assert contents(await store.search(view, ns, v, 10, None)) == ["m3"]
         # Written later, from a lagging partition: at or before the watermark, never inserted.
-        late = [entry(ns, 0, 1, "late", partition=2), entry(ns, 1, 2, "at the mark", partition=2),
-                entry(ns, 2, 5, "after", partition=2)]
+        late = [
+            entry(ns, 0, 1, "late", partition=2),
+            entry(ns, 1, 2, "at the mark", partition=2),
+            entry(ns, 2, 5, "after", partition=2),
+        ]
         await store.write(view, model, write(ns, late, [v] * 3, 2, partition=2))
         assert sorted(contents(await store.search(view, ns, v, 10, None))) == ["after", "m3"]
         assert await store.count(view, ns) == 2
@@ -161,8 +179,12 @@ class VectorStoreContract:
     async def test_an_erasure_removes_the_sessions_entries_up_to_it(self, store: VectorStore) -> None:
         view, model, ns = unique("vector-test"), unique("m"), unique("vec")
         v = unit(0, 0, 1, 0)
-        entries = [entry(ns, 0, 0, "alice 0", "alice"), entry(ns, 1, 1, "bob 1", "bob"),
-                   entry(ns, 2, 2, "alice 2", "alice"), entry(ns, 0, 3, "alice on p1", "alice", partition=1)]
+        entries = [
+            entry(ns, 0, 0, "alice 0", "alice"),
+            entry(ns, 1, 1, "bob 1", "bob"),
+            entry(ns, 2, 2, "alice 2", "alice"),
+            entry(ns, 0, 3, "alice on p1", "alice", partition=1),
+        ]
         await store.write(view, model, write(ns, entries[:3], [v] * 3, 2))
         await store.write(view, model, write(ns, entries[3:], [v], 0, partition=1))
         # Erased at offset 1 of partition 0: the session's entries up to it, and on other partitions, go.
@@ -191,11 +213,13 @@ class VectorStoreContract:
         for order in ("clear-first", "clear-last"):
             ns = unique("vec")
             clear = [record(ns, 0, 0, 10, MemoryCleared())]
-            messages = [record(ns, 1, 0, 5, said("written before the clear")),
-                        record(ns, 1, 1, 15, said("written after the clear"))]
+            messages = [
+                record(ns, 1, 0, 5, said("written before the clear")),
+                record(ns, 1, 1, 15, said("written after the clear")),
+            ]
             p = VectorProjection(unique("vector-test"), HashEmbedder(64), new_store(), top_k=10)
             try:
-                for batch in ([clear, messages] if order == "clear-first" else [messages, clear]):
+                for batch in [clear, messages] if order == "clear-first" else [messages, clear]:
                     await p.apply(batch)
                 assert contents(await search(p, ns, "written clear")) == ["written after the clear"], order
                 assert await p.store.count(p.name, ns) == 1
@@ -248,8 +272,13 @@ class VectorStoreContract:
         p = VectorProjection(unique("vector-test"), embedder, new_store())
         try:
             # Live: the model is called once per new text and its vectors come back as derived events.
-            first = await p.apply([record(ns, 0, 0, 0, said("alpha")), record(ns, 0, 1, 1, said("beta")),
-                                   record(ns, 0, 2, 2, said("alpha"))])
+            first = await p.apply(
+                [
+                    record(ns, 0, 0, 0, said("alpha")),
+                    record(ns, 0, 1, 1, said("beta")),
+                    record(ns, 0, 2, 2, said("alpha")),
+                ]
+            )
             assert calls == [["alpha", "beta"]]
             made = recorded(first.derived)
             assert len(made) == 2 and {r.model for r in made.values()} == {embedder.model}

@@ -48,8 +48,11 @@ class FileKeyStore:
     def _write(self, namespace: str, session_id: str, rows: list[KeyRow]) -> None:
         path = self.path(namespace, session_id)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        doc = {"namespace": namespace, "session_id": session_id,
-               "keys": [{"key_id": r.key_id, **json.loads(key_row_json(r))} for r in rows]}
+        doc = {
+            "namespace": namespace,
+            "session_id": session_id,
+            "keys": [{"key_id": r.key_id, **json.loads(key_row_json(r))} for r in rows],
+        }
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -91,10 +94,16 @@ class FileKeyStore:
             rows = self._read(namespace, session_id)
             live = [r.key_id for r in rows if not r.erased]
             if live:
-                self._write(namespace, session_id, [
-                    r if r.erased else KeyRow(r.namespace, r.session_id, r.key_id, None, r.wrapped_by, r.created_at, at)
-                    for r in rows
-                ])
+                self._write(
+                    namespace,
+                    session_id,
+                    [
+                        r
+                        if r.erased
+                        else KeyRow(r.namespace, r.session_id, r.key_id, None, r.wrapped_by, r.created_at, at)
+                        for r in rows
+                    ],
+                )
             return sorted(live)
 
     async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:

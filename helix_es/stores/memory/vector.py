@@ -127,7 +127,7 @@ class VectorIndex:
         if k < 1 or n == 0 or not query.any():
             return []
         scores = self._vectors[self._start : self._end] @ query
-        best = np.argpartition(scores, n - k)[n - k:] if k < n else np.arange(n)
+        best = np.argpartition(scores, n - k)[n - k :] if k < n else np.arange(n)
         order = best[np.lexsort((best, -scores[best]))]  # best first; ties: applied first
         return [self._messages[self._start + i] for i in order]  # live rows are never None
 
@@ -178,16 +178,25 @@ class MemoryVectorStore:
         for ns, rows in groups.items():
             watermark = self._cleared.get((view, ns))
             held = self._held.setdefault((view, ns), set())
-            fresh = [i for i in rows if write.entries[i].position not in held
-                     and (watermark is None or write.entries[i].timestamp > watermark)]
+            fresh = [
+                i
+                for i in rows
+                if write.entries[i].position not in held
+                and (watermark is None or write.entries[i].timestamp > watermark)
+            ]
             if not fresh:
                 continue
             index = self._indexes.setdefault((view, ns), VectorIndex(write.vectors.shape[1]))
             entries = [write.entries[i] for i in fresh]
             seqs = range(self._seq, self._seq + len(fresh))
             self._seq += len(fresh)
-            index.add(write.vectors[fresh], [micros(e.timestamp) for e in entries], seqs,
-                      [e.message for e in entries], [e.position for e in entries])
+            index.add(
+                write.vectors[fresh],
+                [micros(e.timestamp) for e in entries],
+                seqs,
+                [e.message for e in entries],
+                [e.position for e in entries],
+            )
             held.update(e.position for e in entries)
             self._writers.setdefault((view, ns), {}).update((e.position, e.session_id) for e in entries)
             self._total += len(fresh)
@@ -208,8 +217,11 @@ class MemoryVectorStore:
             return
         if not self._warned:
             self._warned = True
-            log.warning("in-memory vector store reached its cap of %d entries: evicting the oldest; "
-                        "use store: postgres to keep every message searchable", self.cap)
+            log.warning(
+                "in-memory vector store reached its cap of %d entries: evicting the oldest; "
+                "use store: postgres to keep every message searchable",
+                self.cap,
+            )
         # The `over` oldest entries overall are among the first `over` of each namespace.
         fronts = {key: index.seqs[:over] for key, index in self._indexes.items() if len(index)}
         last = np.partition(np.concatenate(list(fronts.values())), over - 1)[over - 1]

@@ -18,9 +18,7 @@ class MemoryStore:
     async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
         return {k: self._sessions.get((view.name, k), EMPTY) for k in keys}
 
-    async def apply(
-        self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int
-    ) -> None:
+    async def apply(self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int) -> None:
         for c in changes:
             if self._sessions.get((view.name, c.key), EMPTY).applied != c.before.applied:
                 raise StaleWrite(f"{view.name} {c.key}: guard moved since load")

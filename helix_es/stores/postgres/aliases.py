@@ -49,10 +49,12 @@ class PostgresAliases:
             await conn.execute(
                 "INSERT INTO helix_aliases (view, target) VALUES ($1, $2) "
                 "ON CONFLICT (view) DO UPDATE SET target = excluded.target, switched_at = now()",
-                alias, target,
+                alias,
+                target,
             )
-            await conn.execute("INSERT INTO helix_targets (view, target) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                               alias, target)
+            await conn.execute(
+                "INSERT INTO helix_targets (view, target) VALUES ($1, $2) ON CONFLICT DO NOTHING", alias, target
+            )
         return None
 
     async def targets(self, alias: str) -> set[str]:
@@ -61,8 +63,9 @@ class PostgresAliases:
 
     async def add_target(self, alias: str, target: str) -> None:
         pool = await self.pg.pool(_PG_SCHEMA)
-        await pool.execute("INSERT INTO helix_targets (view, target) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                           alias, target)
+        await pool.execute(
+            "INSERT INTO helix_targets (view, target) VALUES ($1, $2) ON CONFLICT DO NOTHING", alias, target
+        )
 
     async def forget_target(self, alias: str, target: str) -> None:
         pool = await self.pg.pool(_PG_SCHEMA)
@@ -74,7 +77,9 @@ class PostgresAliases:
             await pool.execute(
                 "INSERT INTO helix_served (view, target, until) VALUES ($1, $2, now() + make_interval(secs => $3)) "
                 "ON CONFLICT (view, target) DO UPDATE SET until = greatest(helix_served.until, excluded.until)",
-                alias, target, float(ttl),
+                alias,
+                target,
+                float(ttl),
             )
         else:
             await pool.execute("DELETE FROM helix_served WHERE view = $1 AND target = $2", alias, target)

@@ -58,13 +58,18 @@ class PostgresKeyStore:
     async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
         pool = await self.pg.pool(_PG_SCHEMA)
         found = await pool.fetch(_PG_ROWS, namespace, session_id)
-        return [KeyRow(namespace, session_id, r["key_id"], r["wrapped_key"], r["wrapped_by"], r["created_at"],
-                       r["erased_at"]) for r in found]
+        return [
+            KeyRow(
+                namespace, session_id, r["key_id"], r["wrapped_key"], r["wrapped_by"], r["created_at"], r["erased_at"]
+            )
+            for r in found
+        ]
 
     async def insert(self, row: KeyRow) -> None:
         pool = await self.pg.pool(_PG_SCHEMA)
-        await pool.execute(_PG_INSERT, row.namespace, row.session_id, row.key_id, row.wrapped_key, row.wrapped_by,
-                           row.created_at)
+        await pool.execute(
+            _PG_INSERT, row.namespace, row.session_id, row.key_id, row.wrapped_key, row.wrapped_by, row.created_at
+        )
 
     async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
         pool = await self.pg.pool(_PG_SCHEMA)

@@ -48,7 +48,9 @@ from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, check_table, 
 # The key helix_es.stores.postgres.views locks too: both create helix_checkpoints, and concurrent
 # CREATE TABLE IF NOT EXISTS still races on the catalog.
 
-_SCHEMA = CHECKPOINTS + """
+_SCHEMA = (
+    CHECKPOINTS
+    + """
 CREATE TABLE IF NOT EXISTS {t} (
     namespace text NOT NULL,
     topic text COLLATE "C" NOT NULL,
@@ -69,6 +71,7 @@ CREATE TABLE IF NOT EXISTS helix_long_term_cleared (
     PRIMARY KEY (view, namespace)
 );
 """
+)
 
 _COLUMNS = ("namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content", "message")
 
@@ -200,8 +203,9 @@ class PostgresLongTerm:
         self._insert = _INSERT.format(t=t)
         self._erase = _ERASE.format(t=t)
         self._get = _READ.format(t=t, checkpoint=_CHECKPOINT, where="", limit="")
-        self._search = _READ.format(t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'",
-                                    limit="LIMIT $7")
+        self._search = _READ.format(
+            t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'", limit="LIMIT $7"
+        )
         self.pg = Pg(dsn)
 
     async def ensure_table(self) -> None:
@@ -237,20 +241,40 @@ class PostgresLongTerm:
             if len(batch) >= COPY_ROWS:
                 applied = await self._copy(conn, topic, partition, batch, dict(marks), lock_ns)
             else:
-                applied = await conn.fetchval(self._apply, self.name, topic, partition, *_columns(batch), lock_ns,
-                                              batch[-1].offset)
+                applied = await conn.fetchval(
+                    self._apply, self.name, topic, partition, *_columns(batch), lock_ns, batch[-1].offset
+                )
             erasures = [(op.namespace, op.session_id, topic, partition, op.offset) for op in batch if op.erased]
             if erasures:
                 await conn.executemany(self._erase, erasures)
         return Applied(applied)
 
-    async def _copy(self, conn: asyncpg.Connection, topic: str, partition: int, batch: list[Op],
-                    marks: dict[str, datetime | None], lock_ns: list[str]) -> int:
+    async def _copy(
+        self,
+        conn: asyncpg.Connection,
+        topic: str,
+        partition: int,
+        batch: list[Op],
+        marks: dict[str, datetime | None],
+        lock_ns: list[str],
+    ) -> int:
         done: int = await conn.fetchval(self._prepare, self.name, topic, partition, lock_ns, batch[-1].offset)
         fresh = [op for op in batch if op.offset > done]
-        rows = [(op.namespace, topic, partition, op.offset, op.session_id, op.at, op.message.role,
-                 op.message.content, op.message.to_json())
-                for op in fresh if op.message is not None and _after(op.at, marks[op.namespace])]
+        rows = [
+            (
+                op.namespace,
+                topic,
+                partition,
+                op.offset,
+                op.session_id,
+                op.at,
+                op.message.role,
+                op.message.content,
+                op.message.to_json(),
+            )
+            for op in fresh
+            if op.message is not None and _after(op.at, marks[op.namespace])
+        ]
         if rows:
             try:
                 async with conn.transaction():  # a savepoint, for the fallback
@@ -288,8 +312,13 @@ class PostgresLongTerm:
         async with transaction(self.dsn) as conn:
             # Rows only: another deployment (topic prefix) may keep its namespaces in the same table.
             await delete_rows(conn, self.table, "namespace = ANY($1::text[])", list(namespaces))
-            await delete_rows(conn, "helix_long_term_cleared", "view = $1 AND namespace = ANY($2::text[])",
-                              self.name, list(namespaces))
+            await delete_rows(
+                conn,
+                "helix_long_term_cleared",
+                "view = $1 AND namespace = ANY($2::text[])",
+                self.name,
+                list(namespaces),
+            )
             await drop_checkpoints(conn, self.name, topics)
 
     async def close(self) -> None:

@@ -55,8 +55,9 @@ async def drop_checkpoints(conn: asyncpg.Connection, view: str, topics: Collecti
     await delete_rows(conn, "helix_checkpoints", "view = $1 AND topic = ANY($2::text[])", view, list(topics))
 
 
-async def delete_checkpoints(conn: asyncpg.Connection | asyncpg.Pool, view: str,
-                             partitions: Collection[tuple[str, int]]) -> None:
+async def delete_checkpoints(
+    conn: asyncpg.Connection | asyncpg.Pool, view: str, partitions: Collection[tuple[str, int]]
+) -> None:
     """Delete these (topic, partition) checkpoints of `view`."""
     if partitions:
         await conn.execute(_FORGET, view, [t for t, _ in partitions], [p for _, p in partitions])

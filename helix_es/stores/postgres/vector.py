@@ -38,7 +38,9 @@ from helix_es.stores.memory.vector import VectorIndex
 from helix_es.stores.ports import BatchState, Write
 from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 
-_SCHEMA = CHECKPOINTS + """
+_SCHEMA = (
+    CHECKPOINTS
+    + """
 CREATE TABLE IF NOT EXISTS helix_vectors (
     view text NOT NULL,
     namespace text NOT NULL,
@@ -76,6 +78,7 @@ CREATE TABLE IF NOT EXISTS helix_embeddings (
     PRIMARY KEY (model, content_sha256)
 );
 """
+)
 
 _LOAD = """
 SELECT k.namespace, n.cleared_at,
@@ -207,8 +210,15 @@ class PostgresVectorStore:
         for ns, _session in write.erased:
             groups.setdefault(ns, [])
         shas = list(write.embeddings)
-        keep = (model, shas, [_bytes(write.embeddings[s]) for s in shas],
-                view, write.topic, write.partition, write.checkpoint)
+        keep = (
+            model,
+            shas,
+            [_bytes(write.embeddings[s]) for s in shas],
+            view,
+            write.topic,
+            write.partition,
+            write.checkpoint,
+        )
         if not groups:
             await pool.execute(_KEEP, *keep)  # only cached embeddings and the checkpoint: one statement
             return
@@ -217,11 +227,20 @@ class PostgresVectorStore:
                 rows = [write.entries[i] for i in groups[ns]]
                 claim = await conn.fetchrow(_CLAIM, view, ns, write.cleared.get(ns))
                 await conn.execute(
-                    _WRITE, view, ns, claim["cleared_at"], claim["version"],
-                    [e.position.topic for e in rows], [e.position.partition for e in rows],
-                    [e.position.offset for e in rows], [e.session_id for e in rows],
-                    [e.timestamp for e in rows], [e.sha for e in rows], [e.message.to_json() for e in rows],
-                    ns in write.cleared, [_bytes(write.vectors[i]) for i in groups[ns]],
+                    _WRITE,
+                    view,
+                    ns,
+                    claim["cleared_at"],
+                    claim["version"],
+                    [e.position.topic for e in rows],
+                    [e.position.partition for e in rows],
+                    [e.position.offset for e in rows],
+                    [e.session_id for e in rows],
+                    [e.timestamp for e in rows],
+                    [e.sha for e in rows],
+                    [e.message.to_json() for e in rows],
+                    ns in write.cleared,
+                    [_bytes(write.vectors[i]) for i in groups[ns]],
                 )
                 for (erased_ns, session), at in write.erased.items():
                     if erased_ns == ns:
@@ -254,8 +273,10 @@ class PostgresVectorStore:
     def _merge(self, cached: _Cached, rows: list[asyncpg.Record]) -> None:
         head = rows[0]
         cleared_at = head["cleared_at"]
-        if cleared_at is not None and cached.index is not None and (
-            cached.cleared_at is None or cleared_at > cached.cleared_at
+        if (
+            cleared_at is not None
+            and cached.index is not None
+            and (cached.cleared_at is None or cleared_at > cached.cleared_at)
         ):
             cached.index.drop_until(micros(cleared_at))
         cached.cleared_at = cleared_at
@@ -267,7 +288,9 @@ class PostgresVectorStore:
                 cached.index = VectorIndex(vectors.shape[1])
             seqs = range(len(cached.index), len(cached.index) + len(new))  # unused: no cap here
             cached.index.add(
-                vectors, [micros(r["event_time"]) for r in new], seqs,
+                vectors,
+                [micros(r["event_time"]) for r in new],
+                seqs,
                 [Message.from_json(r["message"]) for r in new],
                 [Position(r["topic"], r["partition"], r["offset"]) for r in new],
             )

@@ -27,7 +27,9 @@ from helix_es.stores.postgres.pool import (
 )
 from helix_es.views.base import State, View
 
-_SCHEMA = CHECKPOINTS + """
+_SCHEMA = (
+    CHECKPOINTS
+    + """
 CREATE TABLE IF NOT EXISTS helix_view_messages (
     view text NOT NULL,
     namespace text NOT NULL,
@@ -44,6 +46,7 @@ CREATE TABLE IF NOT EXISTS helix_view_sessions (
     PRIMARY KEY (view, namespace, session_id)
 );
 """
+)
 
 # One statement, hence one snapshot: each session's guard and messages are read together.
 _LOAD = """
@@ -225,9 +228,11 @@ class PostgresStore:
                     raise StaleWrite(f"{view.name} {lost.key}: guard moved since load (expected {lost.before.applied})")
                 if appends:
                     top = {(r["namespace"], r["session_id"]): r["top"] for r in claimed}
-                    rows = [(view.name, key.namespace, key.session_id, seq, message.to_json())
-                            for key, added in appends
-                            for seq, message in enumerate(added, top[key.namespace, key.session_id] + 1)]
+                    rows = [
+                        (view.name, key.namespace, key.session_id, seq, message.to_json())
+                        for key, added in appends
+                        for seq, message in enumerate(added, top[key.namespace, key.session_id] + 1)
+                    ]
                     if len(rows) >= COPY_ROWS:
                         await conn.copy_records_to_table(sql.messages, records=rows, columns=_COLUMNS)
                     else:

@@ -67,13 +67,17 @@ class RedisKeyStore:
 
     async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
         found = await self.redis.hgetall(self.key(namespace, session_id))
-        rows = [key_row_from(namespace, session_id, k.decode(), json.loads(v)) for k, v in found.items()
-                if k.decode() != _LIVE]
+        rows = [
+            key_row_from(namespace, session_id, k.decode(), json.loads(v))
+            for k, v in found.items()
+            if k.decode() != _LIVE
+        ]
         return sorted(rows, key=lambda r: (r.created_at, r.key_id))
 
     async def insert(self, row: KeyRow) -> None:
-        await self.redis.eval(_REDIS_INSERT, 1, self.key(row.namespace, row.session_id), row.key_id, key_row_json(row),
-                              _LIVE)
+        await self.redis.eval(
+            _REDIS_INSERT, 1, self.key(row.namespace, row.session_id), row.key_id, key_row_json(row), _LIVE
+        )
 
     async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
         erased = await self.redis.eval(_REDIS_ERASE, 1, self.key(namespace, session_id), at.isoformat(), _LIVE)

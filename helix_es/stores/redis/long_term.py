@@ -100,7 +100,9 @@ end
 """
 
 # Returns {'wait', applied} while the view is behind `want`, else {'ok', values...}.
-_GET = _BEHIND + r"""
+_GET = (
+    _BEHIND
+    + r"""
 local out = {'ok'}
 local members = redis.call('ZRANGE', KEYS[2], 0, -1)
 for i = 1, #members, 500 do
@@ -113,9 +115,12 @@ for i = 1, #members, 500 do
 end
 return out
 """
+)
 
 # Returns {'wait', applied} or {'ok', key, value, key, value, ...} of the candidates.
-_SEARCH = _BEHIND + r"""
+_SEARCH = (
+    _BEHIND
+    + r"""
 local needle, ascii = ARGV[4], ARGV[5] == '1'
 local out = {'ok'}
 local cursor = '0'
@@ -147,6 +152,7 @@ repeat
 until cursor == '0'
 return out
 """
+)
 
 
 # A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
@@ -185,8 +191,10 @@ def _value(op: Op, message: Message, at: int) -> str:
     # json.dumps({...}, ensure_ascii=False, separators=(",", ":")) byte for byte, with the message's own
     # compact JSON spliced in; assembled by hand, as every event of a rebuild passes here.
     p = op.record.position
-    return (f'{{"session_id":{_encode_str(op.session_id)},"at":{at},"position":'
-            f'{_encode_str(f"{p.topic}:{p.partition}:{p.offset}")},"message":{message.to_json()}}}')
+    return (
+        f'{{"session_id":{_encode_str(op.session_id)},"at":{at},"position":'
+        f'{_encode_str(f"{p.topic}:{p.partition}:{p.offset}")},"message":{message.to_json()}}}'
+    )
 
 
 _encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s own string encoder (C)
@@ -239,8 +247,9 @@ class RedisLongTerm:
         for op in batch:
             at = max(micros(op.at), 0)
             offset = str(op.offset)
-            if op.message is not None and not any(e.erases(op.session_id, topic, partition, op.offset)
-                                                  for e in erasures):
+            if op.message is not None and not any(
+                e.erases(op.session_id, topic, partition, op.offset) for e in erasures
+            ):
                 rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
             elif op.clear:
                 rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at

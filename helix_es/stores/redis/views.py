@@ -149,9 +149,7 @@ class RedisStore:
             replies = await pipe.execute()
         return {key: _snapshot(replies[2 * i], replies[2 * i + 1]) for i, key in enumerate(keys)}
 
-    async def apply(
-        self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int
-    ) -> None:
+    async def apply(self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int) -> None:
         keys: list[str] = [names.checkpoint_key(view.name)]
         args: list[str | int] = []
         for c in changes:
