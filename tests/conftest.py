@@ -299,9 +299,22 @@ class Deadline:
 async def topic_records(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[Any]:
     """The first `count` records (aiokafka ConsumerRecords) of a topic, read as another program would
     (plain aiokafka), within `timeout` seconds overall."""
+    return await _read_topic(bootstrap, topic, count, timeout, lambda r: True, "records")
+
+
+async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
+    """The first `count` record values of a topic, read as another program would (plain aiokafka),
+    within `timeout` seconds overall (tombstones are left out, and do not count)."""
+    found = await _read_topic(bootstrap, topic, count, timeout, lambda r: r.value is not None, "record values")
+    return [r.value for r in found]
+
+
+async def _read_topic(
+    bootstrap: str, topic: str, count: int, timeout: float, keep: Callable[[Any], bool], what: str
+) -> list[Any]:
     from aiokafka import AIOKafkaConsumer
 
-    deadline = Deadline(timeout, f"{count} records on {topic}")
+    deadline = Deadline(timeout, f"{count} {what} on {topic}")
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -311,31 +324,10 @@ async def topic_records(bootstrap: str, topic: str, count: int, timeout: float =
         while len(records) < count:
             deadline.check(f"{len(records)} so far")
             batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), deadline.left() + 1)
-            records += [r for rs in batch.values() for r in rs]
+            records += [r for rs in batch.values() for r in rs if keep(r)]
     finally:
         await consumer.stop()
     return records
-
-
-async def topic_values(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
-    """The first `count` record values of a topic, read as another program would (plain aiokafka),
-    within `timeout` seconds overall (tombstones are left out, and do not count)."""
-    from aiokafka import AIOKafkaConsumer
-
-    deadline = Deadline(timeout, f"{count} record values on {topic}")
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await asyncio.wait_for(consumer.start(), timeout)
-    values: list[bytes] = []
-    try:
-        while len(values) < count:
-            deadline.check(f"{len(values)} so far")
-            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), deadline.left() + 1)
-            values += [r.value for records in batch.values() for r in records if r.value is not None]
-    finally:
-        await consumer.stop()
-    return values
 
 
 def start_projector(config: dict[str, Any], tmp_path: Path, *, batch_size: int = 50) -> subprocess.Popen[str]:
