@@ -29,6 +29,10 @@ def render(report: AuditReport) -> str:
             f"ERASED at {report.erasure.at.isoformat()} (offset {report.erasure.position.offset}){why}; "
             "the content of its earlier messages is crypto-shredded"
         )
+    if report.opened:
+        lines.append("messages opened with the encryption key held here (--raw shows them as stored)")
+    elif report.sealed is not None:
+        lines.append(report.sealed)
     if report.offset is not None:
         cut = f"events at or below offset {report.offset} of partition {report.partition}"
         if report.cut_time is not None:
@@ -85,6 +89,7 @@ async def _run(args: argparse.Namespace) -> int:
             as_of=args.as_of,
             offset=args.offset,
             view=args.view,
+            raw=args.raw,
         )
     except InvalidInput as exc:  # name the flags the person typed, not the Python arguments
         if exc.field not in _FLAGS:
@@ -121,5 +126,10 @@ def add_command(subparsers: Any) -> None:
     )
     cut.add_argument("--offset", type=int, metavar="O", help="events at or below offset O of the session's partition")
     p.add_argument("--view", metavar="NAME", help="only this view (name or type, e.g. summary-4 or summary)")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="messages as stored: with the encryption middleware, sealed (default: opened with the key held here)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")
     p.set_defaults(run=_run)

@@ -26,12 +26,13 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aiokafka.errors import KafkaError
 
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
+from helix_es.client.reveal import Opener, opener
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
 from helix_es.log.kafka import KafkaUnavailable
 from helix_es.log.port import EventLog
@@ -48,6 +49,7 @@ from helix_es.model.events import (
     SummaryRecorded,
 )
 from helix_es.model.message import Message
+from helix_es.model.times import iso, parse_time, utc
 from helix_es.projection.driver import Driver
 from helix_es.projection.factory import open_log, open_projection
 from helix_es.projection.protocol import Projection
@@ -113,7 +115,7 @@ class AuditedEvent:
             str(event.event_id),
             event.namespace,
             event.session_id,
-            _utc(event.timestamp),
+            utc(event.timestamp),
             kind,
             payload,
             erased,
@@ -194,15 +196,17 @@ class AuditReport:
     # With an offset cut and a namespace-wide view: the time other partitions were cut at (see module doc).
     cut_time: datetime | None = None
     erasure: Erasure | None = None  # the session was forgotten (helix_es.erasure.forget)
+    opened: bool = False  # messages shown as written, opened with the encryption key (`raw` not asked)
+    sealed: str | None = None  # why sealed messages are shown as stored, when they could not be opened
 
     def to_json(self) -> dict[str, Any]:
         cut = None
         if self.as_of is not None or self.offset is not None:
             cut = {
-                "as_of": _iso(self.as_of),
+                "as_of": iso(self.as_of),
                 "offset": self.offset,
                 "partition": self.partition,
-                "time": _iso(self.cut_time),
+                "time": iso(self.cut_time),
             }
         views = (
             None
@@ -218,51 +222,27 @@ class AuditReport:
             if self.erasure is None
             else {
                 "offset": self.erasure.position.offset,
-                "at": _iso(self.erasure.at),
+                "at": iso(self.erasure.at),
                 "reason": self.erasure.reason,
             },
             "events": [e.to_json() for e in self.events],
             "views": views,
+            "opened": self.opened,
+            "sealed": self.sealed,
         }
 
 
-def _utc(at: datetime) -> datetime:
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+def _messages(events: Sequence[AuditedEvent], views: Mapping[str, Sequence[Message]] | None) -> list[Message]:
+    found = [e.payload.message for e in events if isinstance(e.payload, MessageAdded) and not e.erased]
+    return found + [m for messages in (views or {}).values() for m in messages]
 
 
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
-
-
-# --- times ------------------------------------------------------------------------------------------
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_AGO = re.compile(rf"-\s*((?:{_PART.pattern})+)|((?:{_PART.pattern})+)\s+ago")
-
-
-def parse_time(value: datetime | str, *, field: str = "as_of", now: datetime | None = None) -> datetime:
-    """A moment in UTC from ISO-8601 (naive means UTC), `now`, or relative: `-10m`, `-1h30m`, `2d ago`."""
-    if isinstance(value, datetime):
-        return _utc(value)
-    if not isinstance(value, str):
-        raise InvalidInput(field, f"must be a time, got {type(value).__name__}")
-    text = value.strip()
-    now = _utc(now) if now is not None else datetime.now(UTC)
-    if text.lower() == "now":
-        return now
-    ago = _AGO.fullmatch(text.lower())
-    if ago:
-        spec = ago.group(1) or ago.group(4)
-        return now - timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(spec)))
-    try:
-        return _utc(datetime.fromisoformat(text))
-    except ValueError:
-        raise InvalidInput(
-            field,
-            f"cannot read {value!r} as a time; give ISO-8601 like 2024-05-01T12:00:00Z or 2024-05-01 12:00 "
-            "(no zone means UTC), `now`, or a time ago like -10m, -1h30m, 2d ago",
-        ) from None
+def _opened(event: AuditedEvent, open_: Opener) -> AuditedEvent:
+    """The event with its message as written; an erased one stays as it is (its key is destroyed)."""
+    p = event.payload
+    if isinstance(p, MessageAdded) and not event.erased:
+        return replace(event, payload=replace(p, message=open_(p.message)))
+    return event
 
 
 # --- reading the log --------------------------------------------------------------------------------
@@ -366,12 +346,15 @@ async def audit(
     as_of: datetime | str | None = None,
     offset: int | None = None,
     view: str | None = None,
+    raw: bool = False,
 ) -> AuditReport:
     """A session's history from the log; with `as_of` or `offset`, also each view's `get()` at that cut.
 
     `config` is what `open_memory` takes. `namespace` overrides the config's. `as_of` is a datetime
     (naive means UTC) or text for `parse_time`; `offset` an offset in the session's partition; give
     at most one. `view` picks one part of a composite (or checks the one view) by name or type.
+    With the encryption middleware configured and its key here, messages are shown opened; `raw`
+    shows them as stored.
     Raises `InvalidInput` (a `ValueError`) for bad arguments, `HelixError` when the log fails.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
@@ -400,14 +383,14 @@ async def audit(
         partition = _session_partition(records, mine, session_id)
         # Other partitions share no offsets with this one: cut them at the time of the cut event.
         here = [r for r in records if r.position.partition == partition and r.position.offset <= cut_offset]
-        cut_time = _utc(max(here, key=lambda r: r.position.offset).event.timestamp) if here and wide else None
+        cut_time = utc(max(here, key=lambda r: r.position.offset).event.timestamp) if here and wide else None
 
     def kept(r: Record) -> bool:
         if cut_offset is not None:
             if r.position.partition == partition:
                 return r.position.offset <= cut_offset
-            return cut_time is not None and _utc(r.event.timestamp) <= cut_time
-        return cut_at is None or _utc(r.event.timestamp) <= cut_at
+            return cut_time is not None and utc(r.event.timestamp) <= cut_time
+        return cut_at is None or utc(r.event.timestamp) <= cut_at
 
     erasure = erasure_of(mine)  # forgotten now, whatever the cut: its content is gone
     events = [AuditedEvent.from_record(r, erasure) for r in mine if kept(r)]
@@ -421,9 +404,15 @@ async def audit(
             if name in views:  # two parts folding the same view: keep both, apart
                 name = f"{name}#{sum(1 for k in views if k.split('#')[0] == name) + 1}"
             views[name] = await _fold(part, upto, key)
+    sealing = None if raw else await opener(cfg, ns, session_id, _messages(events, views))
+    if callable(sealing):
+        events = [_opened(e, sealing) for e in events]
+        views = None if views is None else {k: [sealing(m) for m in v] for k, v in views.items()}
     return AuditReport(
         events=events,
         views=views,
+        opened=callable(sealing),
+        sealed=sealing if isinstance(sealing, str) else None,
         namespace=ns,
         session_id=session_id,
         topic=names.topic(ns, cfg.log.topic_prefix),

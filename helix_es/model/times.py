@@ -1,0 +1,45 @@
+"""Times people give: ISO-8601 (naive means UTC), `now`, or a time ago (`-10m`, `2d ago`)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from helix_es.model.errors import InvalidInput
+
+
+def utc(at: datetime) -> datetime:
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_AGO = re.compile(rf"-\s*((?:{_PART.pattern})+)|((?:{_PART.pattern})+)\s+ago")
+
+
+def parse_time(value: datetime | str, *, field: str = "as_of", now: datetime | None = None) -> datetime:
+    """A moment in UTC from ISO-8601 (naive means UTC), `now`, or relative: `-10m`, `-1h30m`, `2d ago`."""
+    if isinstance(value, datetime):
+        return utc(value)
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a time, got {type(value).__name__}")
+    text = value.strip()
+    now = utc(now) if now is not None else datetime.now(UTC)
+    if text.lower() == "now":
+        return now
+    ago = _AGO.fullmatch(text.lower())
+    if ago:
+        spec = ago.group(1) or ago.group(4)
+        return now - timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(spec)))
+    try:
+        return utc(datetime.fromisoformat(text))
+    except ValueError:
+        raise InvalidInput(
+            field,
+            f"cannot read {value!r} as a time; give ISO-8601 like 2024-05-01T12:00:00Z or 2024-05-01 12:00 "
+            "(no zone means UTC), `now`, or a time ago like -10m, -1h30m, 2d ago",
+        ) from None
