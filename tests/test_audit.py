@@ -393,7 +393,12 @@ def test_cli_json_is_one_document(summary_log: tuple[Path, str, list[Seen]]) -> 
     out = run("audit", "--config", str(path), "--session", "s-1", "--offset", str(seen[-1].offset), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert set(doc) == {"namespace", "session_id", "topic", "cut", "erased", "events", "views"}
+    # The fields every earlier version printed, and the skipped records (none here) added since.
+    assert set(doc) == {"namespace", "session_id", "topic", "cut", "erased", "events", "views"} | {
+        "skipped",
+        "skipped_records",
+    }
+    assert doc["skipped"] == 0 and doc["skipped_records"] == []
     assert doc["cut"] == {"as_of": None, "offset": seen[-1].offset, "partition": 0, "time": None}
     first = doc["events"][0]
     assert set(first) == {
