@@ -25,11 +25,12 @@ from aiokafka import AIOKafkaProducer
 from helix_es import Message, open_memory
 from helix_es.client.audit import audit
 from helix_es.client.keys import close_shared_keys
-from helix_es.log.check import Checker
+from helix_es.log.check import Checker, concerns, skipped
 from helix_es.log.codec import Codec, event_to_record
 from helix_es.log.embedded import EmbeddedLog
+from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.model.errors import LogCorrupted
+from helix_es.model.errors import InvalidInput, LogCorrupted, UnknownSchema
 from helix_es.model.events import Event, MessageAdded, Position
 from projectors import deadletter, runner
 from projectors.rebuild import pump, rebuild
@@ -152,6 +153,14 @@ async def test_kafka_forget_audit_and_rebuild_skip_what_the_projector_dead_lette
         assert code == 0, err
         assert "3 record(s) skipped: the projector dead-letters them" in out
 
+        # A plain read still raises at the first one: skipping is asked for (`on_bad`), never silent.
+        log = KafkaLog(kafka_bootstrap, topic_prefix=prefix)
+        try:
+            with pytest.raises(UnknownSchema):
+                _ = [r async for r in log.read(ns, session_id="alice")]
+        finally:
+            await log.close()
+
         # rebuild: succeeds, and counts the three as skipped (the checker the projector uses).
         built = await rebuild(cfg, switch=False)
         assert (built.read, built.events, built.skipped) == (len(TURNS) + 3, len(TURNS), 3)
@@ -246,3 +255,22 @@ async def test_embedded_log_skips_well_framed_records_the_checker_refuses(
 
 def test_the_checker_is_one_and_the_projector_uses_it() -> None:
     assert deadletter.Checker is Checker and runner.Checker is Checker and pump.Checker is Checker
+
+
+def test_a_session_read_judges_exactly_the_records_its_audit_lists() -> None:
+    """Which refused records a session's read reports (`concerns`) and which its audit keeps (`claims`) agree."""
+    mine, other = forged("ns", "alice"), forged("ns", "bob")
+    garbage = b"\x00not avro at all"
+    cases = {
+        (b"alice", garbage): True,  # keyed by it
+        (b"mallory", mine): True,  # its envelope names it
+        (b"alice", other): True,  # keyed by it, the envelope says otherwise
+        (b"mallory", other): False,
+        (b"mallory", garbage): False,  # keyed by someone else, nothing else readable
+        (None, garbage): True,  # nothing names anyone: every session's audit shows it
+        (None, other): False,
+    }
+    at = Position("helix.memory.ns", 0, 7)
+    for (key, value), expected in cases.items():
+        assert concerns(b"alice", key, value) is expected, (key, value)
+        assert skipped(at, InvalidInput("x", "y"), value, key).claims("alice") is expected, (key, value)

@@ -18,7 +18,7 @@ from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Event, MessageAdded, Position
 
-__all__ = ["Checker", "OnBad", "Skipped", "claimed", "skipped"]
+__all__ = ["Checker", "OnBad", "Skipped", "claimed", "concerns", "skipped"]
 
 
 class Checker:
@@ -70,9 +70,11 @@ class Skipped:
 
     def claims(self, session_id: str) -> bool:
         """Whether the record names `session_id` by key or envelope, or names no session at all."""
-        if self.key is None and self.session_id is None:
-            return True  # nothing says whose it is: every audit of the namespace shows it
-        return self.key == session_id.encode() or self.session_id == session_id
+        if self.key == session_id.encode():
+            return True
+        if self.session_id is not None:
+            return self.session_id == session_id
+        return self.key is None  # nothing says whose it is: every audit of the namespace shows it
 
     def to_json(self) -> dict[str, object]:
         p = self.position
@@ -85,6 +87,15 @@ OnBad = Callable[[Skipped], None]
 def claimed(value: bytes | None) -> bytes | None:
     """The session id a record's envelope names, read without decoding it; None if it cannot be read."""
     return session_id_of(value) if value and value[:2] == MAGIC else None  # garbage names nobody
+
+
+def concerns(session_id: bytes, key: bytes | None, value: bytes | None) -> bool:
+    """Whether a session's read must judge a record: its key or its envelope names the session, or
+    nothing names anyone (`Skipped.claims` says the same of a record once refused)."""
+    if key == session_id:
+        return True
+    named = claimed(value)
+    return named == session_id if named is not None else key is None
 
 
 def skipped(position: Position, exc: Exception, value: bytes | None, key: bytes | None) -> Skipped:

@@ -11,7 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
-from helix_es.log.check import Checker, OnBad, claimed, skipped
+from helix_es.log.check import Checker, OnBad, concerns, skipped
 from helix_es.log.codec import Codec
 from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
 from helix_es.model import names
@@ -189,9 +189,11 @@ class KafkaLog:
                         if msg.offset >= ends[tp]:
                             done = True
                             break
-                        # A record keyed by another session that claims this one is this session's bad
-                        # record: the projector refuses it, and a read with `on_bad` reports it.
-                        if want is not None and msg.key != want and (check is None or claimed(msg.value) != want):
+                        # With `on_bad`, a record keyed otherwise that claims this session (or no one)
+                        # is judged too: the projector refuses it, and this read reports it.
+                        if want is not None and (
+                            msg.key != want if check is None else not concerns(want, msg.key, msg.value)
+                        ):
                             continue
                         position = Position(topic, tp.partition, msg.offset)
                         if check is None:
