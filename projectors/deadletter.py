@@ -1,10 +1,10 @@
 """Dead letters: records a projector cannot use are parked, with the error and their source, and it moves on.
 
-A record lands here when no schema in `schemas/` decodes it, or when it decodes but breaks the
-rules a helix-es writer keeps (a message that fails validation, an envelope naming another
-namespace than its topic, a key that is not its session id): a foreign producer must not be
-able to write into other sessions' views. Each view parks its own copy (header `helix.view`),
-on `helix.dlq.<namespace>` (`<prefix>-dlq.<namespace>` for another topic prefix).
+A record lands here when `helix_es.log.check.Checker` refuses it: no schema in `schemas/` decodes
+it, or it breaks the rules a helix-es writer keeps (a message that fails validation, an envelope
+naming another namespace than its topic, a key that is not its session id). The rules live in the
+library because rebuild, audit and forget skip the same records. Each view parks its own copy
+(header `helix.view`), on `helix.dlq.<namespace>` (`<prefix>-dlq.<namespace>` for another prefix).
 """
 
 from __future__ import annotations
@@ -14,42 +14,13 @@ import logging
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
+from helix_es.log.check import Checker
 from helix_es.log.kafka import create_topic
 from helix_es.model import names
-from helix_es.model.errors import InvalidInput
-from helix_es.model.events import Event, MessageAdded
+
+__all__ = ["Checker", "DeadLetters"]  # Checker: where it lived before it moved to the library
 
 log = logging.getLogger(__name__)
-
-
-class Checker:
-    """Raises `InvalidInput` if a decoded event breaks what a helix-es writer guarantees.
-
-    Called on every record a projector or a rebuild reads: each topic's namespace and each session
-    id already found valid are remembered (bounded), so a record costs its message's checks."""
-
-    def __init__(self, prefix: str = names.DEFAULT_TOPIC_PREFIX, keep: int = 100_000) -> None:
-        self.prefix = prefix
-        self.keep = keep
-        self._namespaces: dict[str, str] = {}
-        self._sessions: set[str] = set()
-
-    def __call__(self, event: Event, topic: str, key: bytes | None) -> None:
-        namespace = self._namespaces.get(topic)
-        if namespace is None:
-            namespace = self._namespaces[topic] = names.namespace_of(topic, self.prefix)
-        if event.namespace != namespace:
-            raise InvalidInput("namespace", f"the envelope says {event.namespace!r} but the topic is {topic!r}")
-        session_id = event.session_id
-        if session_id not in self._sessions:
-            names.check_session_id(session_id)
-            if len(self._sessions) >= self.keep:
-                self._sessions.clear()
-            self._sessions.add(session_id)
-        if key != session_id.encode():
-            raise InvalidInput("key", f"the record key {key!r} is not the session id {session_id!r}")
-        if isinstance(event.payload, MessageAdded):
-            event.payload.message.check()  # decoded without checks: apply Message()'s rules
 
 
 class DeadLetters:

@@ -34,6 +34,7 @@ import redis.exceptions as redis_errors
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from helix_es.log.check import Checker
 from helix_es.log.codec import Codec
 from helix_es.log.kafka import KafkaLog, KafkaUnavailable
 from helix_es.model import names
@@ -41,7 +42,7 @@ from helix_es.model.events import Event, Position, Record
 from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import CheckpointLost, StaleWrite
-from projectors.deadletter import Checker, DeadLetters
+from projectors.deadletter import DeadLetters
 
 log = logging.getLogger(__name__)
 

@@ -393,8 +393,16 @@ def test_cli_json_is_one_document(summary_log: tuple[Path, str, list[Seen]]) -> 
     out = run("audit", "--config", str(path), "--session", "s-1", "--offset", str(seen[-1].offset), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert set(doc) == {"namespace", "session_id", "topic", "cut", "erased", "events", "views", "opened", "sealed"}
-    assert doc["opened"] is False and doc["sealed"] is None  # nothing sealed without the encryption middleware
+    # The fields every earlier version printed, and those added since: skipped records (none here),
+    # and whether messages were opened (nothing is sealed without the encryption middleware).
+    assert set(doc) == {"namespace", "session_id", "topic", "cut", "erased", "events", "views"} | {
+        "skipped",
+        "skipped_records",
+        "opened",
+        "sealed",
+    }
+    assert doc["skipped"] == 0 and doc["skipped_records"] == []
+    assert doc["opened"] is False and doc["sealed"] is None
     assert doc["cut"] == {"as_of": None, "offset": seen[-1].offset, "partition": 0, "time": None}
     first = doc["events"][0]
     assert set(first) == {

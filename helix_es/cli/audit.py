@@ -55,6 +55,9 @@ def render(report: AuditReport) -> str:
                 ]
             )
         lines += ["", *_table(rows)]
+    if report.skipped:
+        lines += ["", f"{len(report.skipped)} record(s) skipped: the projector dead-letters them"]
+        lines += _table([["", str(b.position.partition), str(b.position.offset), b.error] for b in report.skipped])
     for name, messages in (report.views or {}).items():
         count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
         lines += ["", f"view {name} at the cut: get() returns {count}"]

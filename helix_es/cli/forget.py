@@ -40,6 +40,7 @@ async def _run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json()))
     elif result.already_erased:
         print(f"{ns}/{args.session} was already erased; nothing to do")
+        _skipped(result.skipped)
     else:
         assert result.position is not None
         p = result.position
@@ -47,12 +48,18 @@ async def _run(args: argparse.Namespace) -> int:
             f"forgot {ns}/{args.session}: destroyed {len(result.erased_keys)} key(s), {result.events} event(s) "
             f"stay on the log unreadable; SessionErased at {p.topic}[{p.partition}]@{p.offset}"
         )
+        _skipped(result.skipped)
         if result.unshreddable:
             print(
                 f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the log",
                 file=sys.stderr,
             )
     return 0
+
+
+def _skipped(count: int) -> None:
+    if count:
+        print(f"skipped {count} record(s) that the projector dead-letters (no view held them)")
 
 
 def add_command(subparsers: Any) -> None:

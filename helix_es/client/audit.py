@@ -16,7 +16,8 @@ The cut:
   the time of the last event at or below O in the session's partition.
 
 `helix-es audit` is the command line for it (`helix_es.cli.audit`). Events this version does not know
-are decoded by `helix_es.log.tolerant.AuditCodec`.
+are decoded by `helix_es.log.tolerant.AuditCodec`. Records the projector dead-letters
+(`helix_es.log.check.Checker`) are left out of events and views, and listed in `skipped`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from aiokafka.errors import KafkaError
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
 from helix_es.client.reveal import Opener, opener
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
+from helix_es.log.check import Skipped
 from helix_es.log.kafka import KafkaUnavailable
 from helix_es.log.port import EventLog
 from helix_es.log.tolerant import AuditCodec, UnknownPayload, jsonable
@@ -196,6 +198,8 @@ class AuditReport:
     # With an offset cut and a namespace-wide view: the time other partitions were cut at (see module doc).
     cut_time: datetime | None = None
     erasure: Erasure | None = None  # the session was forgotten (helix_es.erasure.forget)
+    # Records naming the session that the projector dead-letters (helix_es.log.check): not in events or views.
+    skipped: list[Skipped] = field(default_factory=list)
     opened: bool = False  # messages shown as written, opened with the encryption key (`raw` not asked)
     sealed: str | None = None  # why sealed messages are shown as stored, when they could not be opened
 
@@ -229,6 +233,8 @@ class AuditReport:
             "views": views,
             "opened": self.opened,
             "sealed": self.sealed,
+            "skipped": len(self.skipped),
+            "skipped_records": [b.to_json() for b in self.skipped],
         }
 
 
@@ -252,13 +258,15 @@ def _open_log(config: LogConfig) -> EventLog:
     return open_log(config, AuditCodec())  # shows unknown events instead of refusing them
 
 
-async def _read(config: LogConfig, namespace: str, session_id: str | None) -> list[Record]:
+async def _read(config: LogConfig, namespace: str, session_id: str | None) -> tuple[list[Record], list[Skipped]]:
+    """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped."""
     log = _open_log(config)
+    bad: list[Skipped] = []
     try:
         # Asked first so that auditing a namespace never creates its embedded log file.
         if namespace not in await log.namespaces():
-            return []
-        return [r async for r in log.read(namespace, session_id=session_id)]
+            return [], bad
+        return [r async for r in log.read(namespace, session_id=session_id, on_bad=bad.append)], bad
     except KafkaError as exc:
         raise KafkaUnavailable(
             f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
@@ -374,8 +382,9 @@ async def audit(
     parts = _pick(cfg.memory, view) if has_cut else []
 
     wide = any(_needs_namespace(p) for p in parts)
-    records = await _read(cfg.log, ns, None if wide else session_id)
+    records, bad = await _read(cfg.log, ns, None if wide else session_id)
     mine = [r for r in records if r.event.session_id == session_id]
+    skipped = [b for b in bad if b.claims(session_id)]  # whatever the cut: a refused record has no time to trust
 
     partition: int | None = None
     cut_time = cut_at
@@ -421,6 +430,7 @@ async def audit(
         partition=partition,
         cut_time=cut_time,
         erasure=erasure,
+        skipped=skipped,
     )
 
 

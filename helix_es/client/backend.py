@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helix_es.config import LogConfig, MemoryConfig
+from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.aliases import AliasedProjection
@@ -35,6 +36,7 @@ class Backend:
     log: EventLog
     inline: bool  # fold on append (embedded log)
     refs: int = 0
+    skipped: int = 0  # records catch-ups passed over (the projector dead-letters them); a rebuild reports them
     _stores: dict[tuple[str, str | None], ViewStore] = field(default_factory=dict)
     _projections: dict[Ident, Projection] = field(default_factory=dict)
     _attached: dict[str, dict[Ident, Projection]] = field(default_factory=dict)  # namespace -> projections
@@ -116,7 +118,14 @@ class Backend:
     async def _catch_up(self, projection: Projection, namespace: str) -> None:
         """Fold what the log holds past the checkpoint; only the last batch is live."""
         driver = Driver(projection, append=self._append_locked)
-        await driver.replay(self.log.read(namespace), live_tail=True, from_checkpoint=True)
+        # The same rules as the projector's: a record it would dead-letter is passed over, not folded.
+        records = self.log.read(namespace, on_bad=self._passed_over)
+        await driver.replay(records, live_tail=True, from_checkpoint=True)
+
+    def _passed_over(self, bad: Skipped) -> None:
+        self.skipped += 1
+        p = bad.position
+        log.warning("%s[%d]@%d cannot be used (%s); passed over", p.topic, p.partition, p.offset, bad.error)
 
     async def append(self, event: Event) -> Position:
         if not self.inline:

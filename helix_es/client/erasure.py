@@ -33,6 +33,7 @@ from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
 from helix_es.client.memory import JsonExport
 from helix_es.client.open import open_memory
 from helix_es.config import Config, load_config
+from helix_es.log.check import Skipped
 from helix_es.model import names
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, MessageAdded, Position, Record, SessionErased
@@ -83,6 +84,9 @@ class ForgetResult:
     unshreddable: int  # of those, not sealed with a key of the store: plaintext, or a key derived from the master
     position: Position | None  # the SessionErased appended; None when the session was already erased
     already_erased: bool
+    # Records naming the session that the projector dead-letters (helix_es.log.check): passed over, so
+    # neither counted in `events` nor checked for sealing (no view ever held them).
+    skipped: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -149,7 +153,8 @@ async def forget(
         events, messages, unshreddable = 0, 0, 0
         last: Record | None = None
         listed: set[str] = set()  # key ids earlier erasures already name
-        async for record in backend.log.read(ns, session_id=sid):
+        bad: list[Skipped] = []
+        async for record in backend.log.read(ns, session_id=sid, on_bad=bad.append):
             events += 1
             last = record
             payload = record.event.payload
@@ -161,7 +166,7 @@ async def forget(
                 unshreddable += not _sealed_by(payload.message, store_ids)
         live = [r for r in rows if not r.erased]
         if not live and last is not None and isinstance(last.event.payload, SessionErased):
-            return ForgetResult(ns, sid, (), events, 0, 0, None, True)
+            return ForgetResult(ns, sid, (), events, 0, 0, None, True, len(bad))
         if unshreddable and not allow_unshreddable:
             raise NotShreddable(
                 f"{unshreddable} of the {messages} messages of {ns}/{sid} on the log are not sealed with a key of the "
@@ -176,7 +181,7 @@ async def forget(
         await backends.release(cfg.log, backend)
     if any(p.store == "file" for p in cfg.memory.parts):
         await _export(cfg, sid)
-    return ForgetResult(ns, sid, tuple(sorted(erased)), events, messages, unshreddable, position, False)
+    return ForgetResult(ns, sid, tuple(sorted(erased)), events, messages, unshreddable, position, False, len(bad))
 
 
 async def _export(cfg: Config, session_id: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import helix_es.log.frames as frames
+from helix_es.log.check import Checker, OnBad, claimed, skipped
 from helix_es.log.codec import Codec
 from helix_es.log.frames import FRAME, MAGIC
 from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
@@ -175,10 +176,32 @@ class EmbeddedLog:
             offset = await self._unclaimed.wait(event.event_id, sent)
         return Position(names.topic(event.namespace, self.topic_prefix), 0, offset)
 
-    async def read(self, namespace: str, *, session_id: str | None = None, start: int = 0) -> AsyncIterator[Record]:
+    async def read(
+        self, namespace: str, *, session_id: str | None = None, start: int = 0, on_bad: OnBad | None = None
+    ) -> AsyncIterator[Record]:
+        """A damaged frame is `LogCorrupted` (on open); with `on_bad`, a whole frame that `Checker`
+        refuses is reported to it and passed over (see `EventLog.read`)."""
         topic = names.topic(namespace, self.topic_prefix)
+        if on_bad is None:
+            for offset, data in self._file(namespace).frames(start):
+                event = self.codec.decode(data)
+                if session_id is None or event.session_id == session_id:
+                    yield Record(event, Position(topic, 0, offset))
+            return
+        check = Checker(self.topic_prefix)
+        want = None if session_id is None else session_id.encode()
         for offset, data in self._file(namespace).frames(start):
-            event = self.codec.decode(data)
+            if want is not None:
+                peek = claimed(data)
+                if peek is not None and peek != want:
+                    continue  # another session's: not even decoded
+            try:
+                event = self.codec.decode(data)
+                # No keys in the file: the envelope's session id is the key, so only the rest is checked.
+                check(event, topic, event.session_id.encode())
+            except Exception as exc:
+                on_bad(skipped(Position(topic, 0, offset), exc, data, None))
+                continue
             if session_id is None or event.session_id == session_id:
                 yield Record(event, Position(topic, 0, offset))
 

@@ -11,6 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
+from helix_es.log.check import Checker, OnBad, concerns, skipped
 from helix_es.log.codec import Codec
 from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
 from helix_es.model import names
@@ -157,9 +158,15 @@ class KafkaLog:
             "retried; check the brokers (scripts/services status)."
         )
 
-    async def read(self, namespace: str, *, session_id: str | None = None) -> AsyncIterator[Record]:
-        """Everything on the topic up to its end when the read starts, partition by partition."""
+    async def read(
+        self, namespace: str, *, session_id: str | None = None, on_bad: OnBad | None = None
+    ) -> AsyncIterator[Record]:
+        """Everything on the topic up to its end when the read starts, partition by partition.
+
+        With `on_bad`, records `Checker` refuses are reported to it and passed over (see `EventLog.read`)."""
         topic = names.topic(namespace, self.topic_prefix)
+        check = None if on_bad is None else Checker(self.topic_prefix)
+        want = None if session_id is None else session_id.encode()
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             enable_auto_commit=False,
@@ -182,9 +189,23 @@ class KafkaLog:
                         if msg.offset >= ends[tp]:
                             done = True
                             break
-                        if session_id is not None and msg.key != session_id.encode():
+                        # With `on_bad`, a record keyed otherwise that claims this session (or no one)
+                        # is judged too: the projector refuses it, and this read reports it.
+                        if want is not None and (
+                            msg.key != want if check is None else not concerns(want, msg.key, msg.value)
+                        ):
                             continue
-                        yield Record(self.codec.decode(msg.value), Position(topic, tp.partition, msg.offset))
+                        position = Position(topic, tp.partition, msg.offset)
+                        if check is None:
+                            yield Record(self.codec.decode(msg.value), position)
+                            continue
+                        try:
+                            event = check.use(self.codec.decode, msg.value, topic, msg.key)
+                        except Exception as exc:  # what the projector dead-letters, the reader skips
+                            assert on_bad is not None
+                            on_bad(skipped(position, exc, msg.value, msg.key))
+                            continue
+                        yield Record(event, position)
                     if await consumer.position(tp) >= ends[tp]:
                         done = True
         finally:

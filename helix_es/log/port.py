@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
+from helix_es.log.check import OnBad
 from helix_es.model.events import Event, Position, Record
 
 MAX_EVENT_BYTES = 900_000  # below Kafka's default 1 MiB message limit, with room for headers
@@ -21,8 +22,14 @@ class EventLog(Protocol):
         """Write one event durably; raise before writing anything if it is invalid."""
         ...
 
-    def read(self, namespace: str, *, session_id: str | None = None) -> AsyncIterator[Record]:
-        """Every event of a namespace (optionally one session) from the start, in log order."""
+    def read(
+        self, namespace: str, *, session_id: str | None = None, on_bad: OnBad | None = None
+    ) -> AsyncIterator[Record]:
+        """Every event of a namespace (optionally one session) from the start, in log order.
+
+        A record that does not decode raises, unless `on_bad` is given: then every record is judged
+        by `helix_es.log.check.Checker`, and one it refuses goes to `on_bad` instead (with a session,
+        any that names it by key or envelope) and the read goes on."""
         ...
 
     async def namespaces(self) -> list[str]:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from helix_es.log.check import Checker
 from helix_es.log.codec import Codec, session_id_of
 from helix_es.log.frames import FRAME, TailReader
 from helix_es.model import names
@@ -230,7 +231,10 @@ class KafkaSource:
 
 
 class EmbeddedSource:
-    """Every namespace file of an embedded log, from a checkpoint on, while its owner keeps appending."""
+    """Every namespace file of an embedded log, from a checkpoint on, while its owner keeps appending.
+
+    A well-framed record `check` refuses is skipped and counted, as on Kafka; a damaged frame is
+    `LogCorrupted`, never skipped."""
 
     def __init__(
         self,
@@ -238,10 +242,12 @@ class EmbeddedSource:
         topic_prefix: str,
         checkpoint: Checkpoint,
         *,
+        check: Check | None = None,
         batch: int = DEFAULT_BATCH,
         codec: Codec | None = None,
         only: Sequence[tuple[str, int]] | None = None,
     ) -> None:
+        self.check = check or Checker(topic_prefix)  # the file has no keys: the envelope's session id is one
         self.only = None if only is None else {topic for topic, _ in only}  # a worker's share of the files
         self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
         self.path = Path(path).resolve()
@@ -285,7 +291,7 @@ class EmbeddedSource:
         return [(r.topic, 0, r.index) for r in self.readers.values()]
 
     async def read(self, finished: Callable[[], Awaitable[bool]], *, at_end: bool) -> AsyncIterator[list[Record]]:
-        decode = self.codec.decode
+        decode, check = self.codec.decode, self.check
         k, n = self.slice
         next_look = time.monotonic() + 0.5
         strikes = 0
@@ -308,10 +314,12 @@ class EmbeddedSource:
                             continue  # another worker's session: not even decoded
                     self.read_count += 1
                     try:
-                        records.append(Record(decode(data), Position(reader.topic, 0, offset)))
-                    except Exception as exc:
+                        event = decode(data)
+                        check(event, reader.topic, event.session_id.encode())
+                        records.append(Record(event, Position(reader.topic, 0, offset)))
+                    except Exception as exc:  # a well-framed record the projector would refuse
                         self.skipped += 1
-                        log.warning("%s@%d cannot be decoded (%s); skipped", reader.topic, offset, exc)
+                        log.warning("%s@%d cannot be used (%s); skipped", reader.topic, offset, exc)
                 yield records
                 await asyncio.sleep(0)
             if at_end and not got_any:

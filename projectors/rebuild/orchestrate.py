@@ -264,14 +264,16 @@ async def _rebuild_in_process(
         found = await aliases.switch(alias, target, expect=old, base=name)
         if found is not None:
             raise RebuildError(f"the alias of {name} moved to {found} meanwhile")
-        events = 0
+        read, skipped_before = 0, backend.skipped
         aliased: Any = None
         for ns in namespaces:
             projection = await backend.attach(part, ns)
             await backend.current(projection, ns)  # follows the alias: the new target, caught up from the log
             aliased = projection
             done = await projection.checkpoint(names.topic(ns, log_config.topic_prefix), 0)
-            events += 0 if done is None else done + 1
+            read += 0 if done is None else done + 1
+        skipped = backend.skipped - skipped_before  # passed over by the catch-ups, as the projector's checker says
+        events = read - skipped
         dropped = []
         if drop_old and aliased is not None:
             await _drop_in_process(aliased, part, old, await backend.log.namespaces(), log_config.topic_prefix)
@@ -284,10 +286,10 @@ async def _rebuild_in_process(
             old,
             target,
             events,
-            events,
-            0,
+            read,
+            skipped,
             round(seconds, 3),
-            round(events / seconds if seconds else 0.0),
+            round(read / seconds if seconds else 0.0),
             len(namespaces),
             True,
             None,

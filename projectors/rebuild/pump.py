@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from helix_es.config import LogConfig
+from helix_es.log.check import Checker
 from helix_es.log.replay import Checkpoint, EmbeddedSource, KafkaSource, Source
-from projectors.deadletter import Checker
 from projectors.rebuild.sinks import Sink
 from projectors.rebuild.status import ProgressCallback, Status
 
@@ -88,7 +88,14 @@ def open_source(
             batch=batch,
             only=only,
         )
-    return EmbeddedSource(log_config.path, log_config.topic_prefix, checkpoint, batch=batch, only=only)
+    return EmbeddedSource(
+        log_config.path,
+        log_config.topic_prefix,
+        checkpoint,
+        check=Checker(log_config.topic_prefix),
+        batch=batch,
+        only=only,
+    )
 
 
 async def always() -> bool:
