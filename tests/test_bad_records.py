@@ -138,7 +138,7 @@ async def test_kafka_forget_audit_and_rebuild_skip_what_the_projector_dead_lette
             projected = await stored.get()
 
         # audit, from Python: every good event, the three skipped with their positions, the projector's view.
-        report = await audit(cfg, session_id="alice", as_of="now")
+        report = await audit(cfg, session_id="alice", as_of="now", raw=True)  # as stored, like `stored`
         assert [e.position for e in report.events] == good
         assert [(s.position.partition, s.position.offset) for s in report.skipped] == bad
         assert [s.error.split(":")[0] for s in report.skipped] == ["UnknownSchema", "InvalidInput", "InvalidInput"]
@@ -220,7 +220,7 @@ async def test_embedded_log_skips_well_framed_records_the_checker_refuses(
         projected = await stored.get()
     assert len(projected) == len(TURNS)
 
-    report = await audit(cfg, session_id="alice", as_of="now")
+    report = await audit(cfg, session_id="alice", as_of="now", raw=True)  # as stored
     assert len(report.events) == len(TURNS) and [s.position.offset for s in report.skipped] == bad
     assert report.views == {"conversation": projected}
     code, out, err = await cli("audit", "--config", str(path), "--session", "alice", "--json")
