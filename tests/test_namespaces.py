@@ -21,11 +21,12 @@ import pytest
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
-from helix_es import ConfigError, Message, open_memory
+from helix_es import ConfigError, Message, audit, open_memory
 from helix_es.config import load_config
 from helix_es.log.codec import Codec
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
+from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Event, MessageAdded
 from projectors.rebuild import rebuild
 from projectors.service import served_projections
@@ -214,21 +215,23 @@ async def test_a_view_does_not_fold_another_namespace(
 async def test_a_glob_serves_the_namespaces_it_matches_and_lag_lists_only_them(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str, procs: list[subprocess.Popen[str]]
 ) -> None:
-    prefix = unique("ns")
-    cfg = {"log": kafka_log(kafka_bootstrap, prefix), "memory": window(redis_url, 5, namespace="tenant-*")}
+    # Redis keys name the namespace, not the topic prefix: names of this test's own.
+    prefix, tenant, other = unique("ns"), unique("tenant"), unique("other")
+    a, b = f"{tenant}-a", f"{tenant}-b"
+    cfg = {"log": kafka_log(kafka_bootstrap, prefix), "memory": window(redis_url, 5, namespace=f"{tenant}-*")}
     procs.append(start_projector(cfg, tmp_path))
-    for ns in ("tenant-a", "tenant-b"):
+    for ns in (a, b):
         async with open_memory(one(cfg, ns), session_id="s") as mem:
             await mem.add(Message("user", f"hello from {ns}"))
             assert [m.content for m in await mem.get()] == [f"hello from {ns}"]
-    async with open_memory(one(cfg, "other-c", consistency="eventual"), session_id="s") as other:
-        await other.add(Message("user", "hello from other-c"))
+    async with open_memory(one(cfg, other, consistency="eventual"), session_id="s") as other:
+        await other.add(Message("user", f"hello from {other}"))
         await asyncio.sleep(2)
-        assert await other.get() == []  # no projector serves other-c
+        assert await other.get() == []  # no projector serves it
     view = load_config(cfg).memory.view.name
     assert await checkpoint_topics(redis_url, view, prefix) == {
-        names.topic("tenant-a", prefix),
-        names.topic("tenant-b", prefix),
+        names.topic(a, prefix),
+        names.topic(b, prefix),
     }
     path = tmp_path / "helix.yaml"
     path.write_text(json.dumps(cfg))
@@ -236,8 +239,8 @@ async def test_a_glob_serves_the_namespaces_it_matches_and_lag_lists_only_them(
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert {p["topic"] for p in report["partitions"]} == {
-        names.topic("tenant-a", prefix),
-        names.topic("tenant-b", prefix),
+        names.topic(a, prefix),
+        names.topic(b, prefix),
     }
     assert report["total"] == 0
 
@@ -266,3 +269,17 @@ async def test_a_rebuild_reads_only_the_views_namespaces(tmp_path: Path, kafka_b
     report = await rebuild(cfg, switch=False, workers=1)
     assert (report.events, report.read, report.namespaces) == (12, 12, 1)
     assert await checkpoint_topics(redis_url, report.target, prefix) == {names.topic(x, prefix)}
+
+
+async def test_a_long_term_audit_reads_only_the_session_namespace(kafka_bootstrap: str, postgres_dsn: str) -> None:
+    prefix, tenant = unique("ns"), unique("tenant")
+    memory = {"type": "long-term", "store": "postgres", "dsn": postgres_dsn, "namespace": f"{tenant}-*"}
+    cfg = {"log": kafka_log(kafka_bootstrap, prefix), "memory": memory}
+    await produce(kafka_bootstrap, prefix, f"{tenant}-a", 3, session="s")
+    await produce(kafka_bootstrap, prefix, f"{tenant}-b", 2, session="s")
+    with pytest.raises(InvalidInput, match="one concrete namespace"):
+        await audit(cfg, session_id="s", as_of="now")  # a projector's glob names no one namespace
+    report = await audit(cfg, session_id="s", namespace=f"{tenant}-a", as_of="now")
+    assert [e.namespace for e in report.events] == [f"{tenant}-a"] * 3
+    assert report.views is not None
+    assert [m.content for m in report.views["long-term"]] == [f"{tenant}-a {i}" for i in range(3)]
