@@ -100,13 +100,15 @@ def test_a_topic_pattern_names_exact_namespaces_and_globs() -> None:
     assert [ns for ns in yes if pattern.fullmatch(f"p.{ns}")] == yes
     assert [ns for ns in no if pattern.fullmatch(f"p.{ns}")] == []
     assert not pattern.fullmatch("p-dlq.tenant-a") and not pattern.fullmatch("pp.tenant-a")
-    # Without namespaces: every namespace, as before.
-    assert re.compile(names.topic_pattern("p")).fullmatch("p.anything")
+    # `*` is every namespace, as no namespaces at all (what a bare `Projector` subscribes to) is.
+    for every in (names.topic_pattern("p", ["*"]), names.topic_pattern("p")):
+        assert re.compile(every).fullmatch("p.anything") and not re.compile(every).fullmatch("p.a b")
 
 
 def test_globs_are_for_projectors_of_a_kafka_log_only(kafka_bootstrap: str, redis_url: str) -> None:
     cfg = {"log": kafka_log(kafka_bootstrap, "p"), "memory": window(redis_url, namespace="tenant-*")}
     assert load_config(cfg).memory.served == ("tenant-*",)
+    assert load_config({**cfg, "memory": window(redis_url, namespace="*")}).memory.namespace == "*"
     with pytest.raises(ConfigError, match="one concrete namespace") as err:
         load_config({"memory": {"type": "conversation", "namespace": "tenant-*"}})  # embedded
     assert err.value.field == "memory.namespace"
@@ -283,3 +285,15 @@ async def test_a_long_term_audit_reads_only_the_session_namespace(kafka_bootstra
     assert [e.namespace for e in report.events] == [f"{tenant}-a"] * 3
     assert report.views is not None
     assert [m.content for m in report.views["long-term"]] == [f"{tenant}-a {i}" for i in range(3)]
+
+
+async def test_the_embedded_mode_folds_each_namespace_into_its_own_views(tmp_path: Path) -> None:
+    log = {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False}
+    a, b = ({"log": log, "memory": {"type": "long-term", "namespace": ns}} for ns in (unique("a"), unique("b")))
+    async with open_memory(a, session_id="s") as mem_a, open_memory(b, session_id="t") as mem_b:
+        await mem_a.add(Message("user", "only a"))
+        await mem_b.add(Message("user", "only b"))
+        assert [m.content for m in await mem_a.get()] == ["only a"]  # namespace-wide, and still its own
+        assert [m.content for m in await mem_b.get()] == ["only b"]
+    async with open_memory(a, session_id="s") as again:  # caught up from the log on open: its file only
+        assert [m.content for m in await again.get()] == ["only a"]
