@@ -297,3 +297,26 @@ async def test_the_embedded_mode_folds_each_namespace_into_its_own_views(tmp_pat
         assert [m.content for m in await mem_b.get()] == ["only b"]
     async with open_memory(a, session_id="s") as again:  # caught up from the log on open: its file only
         assert [m.content for m in await again.get()] == ["only a"]
+
+
+async def test_one_view_of_two_agents_serves_both_and_rebuilds_both(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    prefix, a, b, y = unique("ns"), unique("a"), unique("b"), unique("y")
+    doc = {
+        "log": kafka_log(kafka_bootstrap, prefix),
+        "agents": [{"id": a, "memory": window(redis_url, 4)}, {"id": b, "memory": window(redis_url, 4)}],
+    }
+    await produce(kafka_bootstrap, prefix, y, 50)  # nobody's
+    procs.append(start_projector(doc, tmp_path))
+    for agent in (a, b):
+        async with open_memory(doc, session_id="s", agent=agent) as mem:
+            await mem.add(Message("user", f"hi from {agent}"))
+            assert [m.content for m in await mem.get()] == [f"hi from {agent}"]  # one group serves both
+    await asyncio.sleep(2)
+    assert await checkpoint_topics(redis_url, "sliding-window-4", prefix) == {
+        names.topic(a, prefix),
+        names.topic(b, prefix),
+    }
+    report = await rebuild(doc, switch=False, workers=1)
+    assert (report.events, report.read, report.namespaces) == (2, 2, 2)
