@@ -203,6 +203,12 @@ class MemoryConfig:
     summariser: Summariser | None = None  # summary views only
     file_path: str | None = None  # store: file: the JSON export; the log lives beside it
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES  # largest content (and tool arguments) an add may write
+    namespaces: tuple[str, ...] = ()  # projectors: all the namespaces (or globs) of agents sharing this view
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The namespaces (names or globs) a projector of this view folds: only these, never the rest."""
+        return self.namespaces or (self.namespace,)
 
     @property
     def parts(self) -> tuple[MemoryConfig, ...]:
@@ -349,10 +355,11 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         raise ConfigError("memory_middleware", "must be a list of middleware names")
     log = parse_log(doc.get("log"), "log")
     parsed = parse_memory(memory, where, log)
-    longest = max(
-        len(names.topic_name(parsed.namespace, log.topic_prefix)),
-        len(names.dlq_topic(parsed.namespace, log.topic_prefix)),
-    )
+    if names.is_pattern(parsed.namespace) and log.type != "kafka":
+        raise ConfigError(
+            f"{where}.namespace", "a pattern is for projectors of a Kafka log; clients open one concrete namespace"
+        )
+    longest = names.longest_topic(parsed.namespace, log.topic_prefix)
     if longest > names.MAX_TOPIC:
         raise ConfigError(
             f"{where}.namespace",
@@ -446,7 +453,8 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
             raise ConfigError(f"{where}.file_path", f"must be a path ending in .json, got {file_path!r}")
     elif file_path is not None:
         raise ConfigError(f"{where}.file_path", "only store: file uses file_path")
-    namespace = names.check_namespace(raw.get("namespace", "default"), f"{where}.namespace", ConfigError)
+    # A glob (`tenant-*`) lets one projector config serve many namespaces; clients refuse it (open_memory).
+    namespace = names.check_namespace_pattern(raw.get("namespace", "default"), f"{where}.namespace", ConfigError)
     consistency = raw.get("consistency", "read-your-writes")
     if consistency not in ("read-your-writes", "eventual"):
         raise ConfigError(f"{where}.consistency", f"must be read-your-writes or eventual, got {consistency!r}")

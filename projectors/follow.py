@@ -70,6 +70,7 @@ class TargetFollower:
                     self.projection,
                     bootstrap_servers=self.bootstrap_servers,
                     topic_prefix=self.topic_prefix,
+                    namespaces=self.memory.served,
                     **self.options,
                 )
                 projector.progress = self.progress  # one running total across targets

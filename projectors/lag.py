@@ -63,7 +63,7 @@ async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
 
 
 async def lag(source: str) -> LagReport:
-    """The lag of every view a config's projectors serve (all agents, all parts)."""
+    """The lag of every view a config's projectors serve (all agents, all parts), over its namespaces' topics."""
     log_config, parts = served_projections(source)
     bootstrap, prefix = log_config.bootstrap_servers, log_config.topic_prefix
     ends = await _ends(bootstrap, names.topic_pattern(prefix))
@@ -72,8 +72,11 @@ async def lag(source: str) -> LagReport:
         store = open_store(part) if isinstance(part.view, View) else None
         # The target readers use now (a rebuild may have switched it), not the view's first name.
         projection = target_projection(part, await current_target(part, prefix), store)
+        mine = re.compile(names.topic_pattern(prefix, part.served))  # a view lags only on its own namespaces
         try:
             for tp, end in sorted(ends.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+                if not mine.match(tp.topic):
+                    continue
                 applied = await projection.checkpoint(tp.topic, tp.partition)
                 rows.append(
                     PartitionLag(
@@ -91,8 +94,10 @@ async def lag(source: str) -> LagReport:
             if store is not None:
                 await store.close()
     dlq_prefix = "helix.dlq." if prefix == names.DEFAULT_TOPIC_PREFIX else prefix + "-dlq."
+    served = names.namespace_matcher(ns for part in parts for ns in part.served)
     dead: dict[str, int] = {}
     for tp, end in (await _ends(bootstrap, names.dlq_pattern(prefix))).items():
         ns = tp.topic[len(dlq_prefix) :]
-        dead[ns] = dead.get(ns, 0) + end
+        if served.match(ns):  # parked by this config's views, not another deployment's
+            dead[ns] = dead.get(ns, 0) + end
     return LagReport(rows, dict(sorted(dead.items())))

@@ -1,4 +1,4 @@
-"""The consume-fold-checkpoint loop: one Kafka consumer group per view, every namespace topic.
+"""The consume-fold-checkpoint loop: one Kafka consumer group per view, the topics of its namespaces.
 
 On assignment a partition is sought to the view's stored checkpoint + 1 (Kafka's committed
 offsets are only advisory), each batch is folded per session and written with its
@@ -157,7 +157,7 @@ class _SeekToCheckpoint(ConsumerRebalanceListener):  # type: ignore[misc]  # aio
 
 
 class Projector:
-    """Projects every `<topic_prefix>.<namespace>` topic into one view."""
+    """Projects the `<topic_prefix>.<namespace>` topics of `namespaces` (default: every one) into one view."""
 
     def __init__(
         self,
@@ -170,8 +170,11 @@ class Projector:
         metadata_max_age_ms: int = 1000,
         session_timeout: float = 10.0,
         verify_interval: float = 5.0,
+        namespaces: Sequence[str] | None = None,
     ) -> None:
         self.projection = projection
+        # The view's namespaces (names or globs), None for every one: another namespace's events never reach it.
+        self.pattern = names.topic_pattern(topic_prefix, namespaces)
         self.bootstrap_servers = bootstrap_servers
         self.topic_prefix = topic_prefix
         self.batch_size = batch_size
@@ -210,7 +213,7 @@ class Projector:
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(1, session_ms // 3),
         )
-        self.consumer.subscribe(pattern=names.topic_pattern(self.topic_prefix), listener=_SeekToCheckpoint(self))
+        self.consumer.subscribe(pattern=self.pattern, listener=_SeekToCheckpoint(self))
         self.written.clear()
         self.sought.clear()
         try:

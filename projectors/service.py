@@ -7,7 +7,7 @@ import logging
 
 from helix_es.config import LogConfig, MemoryConfig, load_configs
 from helix_es.model.errors import ConfigError
-from helix_es.projection.factory import open_store, store_key
+from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
 from projectors.follow import TargetFollower
 from projectors.runner import run_projectors
@@ -16,20 +16,14 @@ log = logging.getLogger("helix_es.project")
 
 
 def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
-    """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each."""
+    """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each,
+    each over the namespaces of every agent that has it (`MemoryConfig.served`)."""
     configs = load_configs(source)
     log_config = configs[0].log
     if log_config.type != "kafka":
         raise ConfigError("log.type", "the embedded log is projected inside the client; this needs log: kafka")
-    seen: set[tuple[object, ...]] = set()
-    parts: list[MemoryConfig] = []
-    for cfg in configs:
-        for part in cfg.memory.parts:
-            ident = (part.view.name, *store_key(part))
-            if ident not in seen:
-                seen.add(ident)
-                parts.append(part)
-    return log_config, parts
+    every = [part for cfg in configs for part in cfg.memory.parts]
+    return log_config, merge_served(every, lambda part: (part.view.name, *store_key(part)))
 
 
 async def serve(
@@ -55,8 +49,9 @@ async def serve(
             )
         )
         say(
-            "projecting %s.* into view %s (%s store); SIGTERM stops",
+            "projecting %s.{%s} into view %s (%s store); SIGTERM stops",
             log_config.topic_prefix,
+            ",".join(part.served),
             part.view.name,
             part.store,
         )

@@ -389,6 +389,13 @@ CASES = [
         "A-Za-z0-9._-",
     ),
     Bad("namespace-not-text", opening({"namespace": 7}), ConfigError, "memory.namespace", "got 7"),
+    # A glob is for projectors (one view over many namespaces); a client opens one namespace.
+    Bad(
+        "namespace-glob", opening({"namespace": "tenant-*"}), ConfigError, "memory.namespace", "one concrete namespace"
+    ),
+    Bad("namespace-star", opening({"namespace": "*"}), ConfigError, "memory.namespace", "one concrete namespace"),
+    Bad("namespace-glob-range", opening({"namespace": "t[z-a]"}), ConfigError, "memory.namespace", "not a usable glob"),
+    Bad("namespace-glob-chars", opening({"namespace": "t*/x"}), ConfigError, "memory.namespace", "glob (*, ?, [...])"),
     Bad(
         "topic-name-too-long",
         opening({"namespace": "n" * 200}, {"topic_prefix": "p" * 60}),

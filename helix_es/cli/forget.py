@@ -15,7 +15,7 @@ from helix_es.model import names
 
 async def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, agent=args.agent)
-    ns = names.check_namespace(args.namespace or cfg.memory.namespace, "--namespace")
+    ns = names.concrete_namespace(args.namespace or cfg.memory.namespace, "--namespace")
     names.check_session_id(args.session, "--session")
     if not args.yes:
         if not sys.stdin.isatty():

@@ -366,7 +366,8 @@ async def audit(
     Raises `InvalidInput` (a `ValueError`) for bad arguments, `HelixError` when the log fails.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
-    ns = names.check_namespace(namespace if namespace is not None else cfg.memory.namespace, "namespace")
+    # One namespace's topic only, even for long-term as of a cut; a projector's glob needs `namespace=`.
+    ns = names.concrete_namespace(namespace if namespace is not None else cfg.memory.namespace, "namespace")
     names.check_session_id(session_id, "session_id")
     if as_of is not None and offset is not None:
         raise InvalidInput(

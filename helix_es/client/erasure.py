@@ -143,7 +143,7 @@ async def forget(
     `allow_unshreddable` (then views still drop them, but the log keeps them readable).
     """
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
-    ns = names.check_namespace(namespace or cfg.memory.namespace)
+    ns = names.concrete_namespace(namespace or cfg.memory.namespace)
     sid = names.check_session_id(session_id)
     provider = _keys_for(cfg, keys)
     rows = await provider.rows(ns, sid)  # type: ignore[attr-defined]

@@ -13,7 +13,8 @@ from helix_es.client.memory import JsonExport, ViewMemory
 from helix_es.client.middleware import build_chain
 from helix_es.client.protocol import Memory
 from helix_es.config import Config, load_config
-from helix_es.model.errors import InvalidInput
+from helix_es.model import names
+from helix_es.model.errors import ConfigError, InvalidInput
 
 
 @asynccontextmanager
@@ -26,6 +27,7 @@ async def open_memory(
     """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config)."""
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
     mem = cfg.memory
+    names.concrete_namespace(mem.namespace, "memory.namespace", ConfigError)  # a glob is for projectors only
     sid = session_id or mem.session_id
     if sid is None:
         raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")

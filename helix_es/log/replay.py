@@ -72,7 +72,8 @@ class Source(Protocol):
 
 
 class KafkaSource:
-    """Every `<prefix>.<namespace>` topic, every partition, from a checkpoint on: no consumer group.
+    """Every `<prefix>.<namespace>` topic (of `namespaces`, names or globs, if given), every partition, from a
+    checkpoint on: no consumer group.
 
     `check` is applied to every decoded record; one it raises for is skipped (counted in `skipped`),
     as the projector dead-letters it.
@@ -88,11 +89,12 @@ class KafkaSource:
         batch: int = DEFAULT_BATCH,
         codec: Codec | None = None,
         only: Sequence[tuple[str, int]] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> None:
         self.only = None if only is None else {tuple(tp) for tp in only}  # a worker's share of the partitions
         self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
         self.prefix = topic_prefix
-        self.pattern = re.compile(names.topic_pattern(self.prefix))
+        self.pattern = re.compile(names.topic_pattern(self.prefix, namespaces))  # the view's namespaces only
         self.checkpoint = checkpoint
         self.batch = batch
         self.codec = codec or Codec()
@@ -121,7 +123,7 @@ class KafkaSource:
         await self._refresh_ends()
 
     async def _topics(self) -> dict[str, list[int]]:
-        """Every namespace topic of the deployment and its partitions."""
+        """Every namespace topic of the deployment (of `namespaces`) and its partitions."""
         if self.admin is None:
             self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
             await self.admin.start()
@@ -231,7 +233,8 @@ class KafkaSource:
 
 
 class EmbeddedSource:
-    """Every namespace file of an embedded log, from a checkpoint on, while its owner keeps appending.
+    """Every namespace file of an embedded log (of `namespaces`, if given), from a checkpoint on, while its
+    owner keeps appending.
 
     A well-framed record `check` refuses is skipped and counted, as on Kafka; a damaged frame is
     `LogCorrupted`, never skipped."""
@@ -246,9 +249,11 @@ class EmbeddedSource:
         batch: int = DEFAULT_BATCH,
         codec: Codec | None = None,
         only: Sequence[tuple[str, int]] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> None:
         self.check = check or Checker(topic_prefix)  # the file has no keys: the envelope's session id is one
         self.only = None if only is None else {topic for topic, _ in only}  # a worker's share of the files
+        self.wanted = names.namespace_matcher(namespaces) if namespaces is not None else names.NAMESPACE_RE
         self.slice = (0, 1)  # (k, n): only the sessions whose crc32(id) % n == k (session views' workers)
         self.path = Path(path).resolve()
         self.prefix = topic_prefix
@@ -268,7 +273,7 @@ class EmbeddedSource:
             return []
         head = self.prefix + "."
         found = (p.name[len(head) : -len(".log")] for p in self.path.glob(f"{head}*.log"))
-        return sorted(ns for ns in found if names.NAMESPACE_RE.fullmatch(ns))
+        return sorted(ns for ns in found if names.NAMESPACE_RE.fullmatch(ns) and self.wanted.fullmatch(ns))
 
     async def _discover(self) -> None:
         for ns in await self.namespaces():

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from helix_es.model.errors import ConfigError, InvalidInput
 
 NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_CHAR = "[A-Za-z0-9._-]"
+# A namespace pattern (projectors only): fnmatch's `*`, `?`, `[...]` and `[!...]` over the namespace charset.
+_GLOB_TOKEN = re.compile(rf"\*|\?|\[!?{_CHAR}+\]|{_CHAR}+")
 DEFAULT_TOPIC_PREFIX = "helix.memory"
 MAX_SESSION_ID = 512
 MAX_TOPIC = 249  # Kafka's limit on a topic name (the embedded log adds ".log" to it: still a legal file name)
@@ -17,6 +20,60 @@ def check_namespace(namespace: object, field: str = "namespace", error: type[Inv
     if not isinstance(namespace, str) or not NAMESPACE_RE.fullmatch(namespace):
         raise error(field, f"must match [A-Za-z0-9._-]{{1,200}}, got {namespace!r}")
     return namespace
+
+
+def is_pattern(namespace: str) -> bool:
+    """A glob (`*`, `tenant-*`) rather than one namespace: no namespace holds these characters."""
+    return any(c in namespace for c in "*?[")
+
+
+def check_namespace_pattern(
+    namespace: object, field: str = "namespace", error: type[InvalidInput] = InvalidInput
+) -> str:
+    """A namespace, or a glob of them (what a projector config may name)."""
+    if not isinstance(namespace, str) or not is_pattern(namespace):
+        return check_namespace(namespace, field, error)
+    tokens = _GLOB_TOKEN.findall(namespace)
+    if len(namespace) > 200 or "".join(tokens) != namespace:
+        raise error(field, f"a namespace pattern is a glob (*, ?, [...]) over [A-Za-z0-9._-], got {namespace!r}")
+    try:
+        re.compile(_glob_regex(namespace))
+    except re.error as exc:  # e.g. a range written backwards, [z-a]
+        raise error(field, f"is not a usable glob ({exc}), got {namespace!r}") from None
+    return namespace
+
+
+def concrete_namespace(namespace: str, field: str = "namespace", error: type[InvalidInput] = InvalidInput) -> str:
+    """`namespace`, refused if it is a pattern: a client reads and writes one namespace."""
+    if is_pattern(namespace):
+        raise error(
+            field,
+            f"is the pattern {namespace!r}, which only projectors serve; clients open one concrete "
+            "namespace: set it (or pass namespace=/--namespace)",
+        )
+    return check_namespace(namespace, field, error)
+
+
+def _glob_regex(glob: str) -> str:
+    out = []
+    for token in _GLOB_TOKEN.findall(glob):
+        if token == "*":
+            out.append(_CHAR + "*")
+        elif token == "?":
+            out.append(_CHAR)
+        elif token.startswith("[!"):
+            out.append("[^" + token[2:])  # the lookahead in `topic_pattern` keeps it to the charset
+        elif token.startswith("["):
+            out.append(token)  # charset characters only: `.` is literal and `-` a range, as in fnmatch
+        else:
+            out.append(re.escape(token))
+    return "".join(out)
+
+
+def namespace_matcher(namespaces: Iterable[str]) -> re.Pattern[str]:
+    """Matches the namespaces named (exactly) or matched by a glob among `namespaces`."""
+    alternatives = "|".join(re.escape(n) if not is_pattern(n) else _glob_regex(n) for n in sorted(set(namespaces)))
+    return re.compile(rf"(?={_CHAR}{{1,200}}$)(?:{alternatives})$")
 
 
 def check_session_id(session_id: object, field: str = "session_id", error: type[InvalidInput] = InvalidInput) -> str:
@@ -48,8 +105,19 @@ def topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     return name
 
 
-def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
-    return "^" + re.escape(prefix + ".") + r"[A-Za-z0-9._-]{1,200}$"
+def longest_topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> int:
+    """The longer of a namespace's topic and dead-letter topic names; 0 for a pattern (it names none itself)."""
+    return 0 if is_pattern(namespace) else max(len(topic_name(namespace, prefix)), len(dlq_topic(namespace, prefix)))
+
+
+def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX, namespaces: Iterable[str] | None = None) -> str:
+    """The topics of `namespaces` (names and globs), or of every namespace when None."""
+    if namespaces is None:
+        return "^" + re.escape(prefix + ".") + r"[A-Za-z0-9._-]{1,200}$"
+    wanted = sorted(set(namespaces))
+    if not wanted:
+        raise ValueError("a topic pattern needs at least one namespace")
+    return "^" + re.escape(prefix + ".") + namespace_matcher(wanted).pattern
 
 
 def dlq_topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:

@@ -5,6 +5,8 @@ Store kinds are looked up in `helix_es.stores.registry`; nothing else decides be
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from helix_es.config import LogConfig, MemoryConfig
@@ -64,6 +66,18 @@ def _located(memory: MemoryConfig, kind: StoreKind, what: str) -> str | None:
 def store_key(memory: MemoryConfig) -> tuple[str, str | None]:
     """Where a memory's store lives: memories with the same key share one store connection."""
     return memory.store, location(memory) if memory.store in registry.KINDS else None
+
+
+def merge_served(parts: Iterable[MemoryConfig], key: Callable[[MemoryConfig], Hashable]) -> list[MemoryConfig]:
+    """One memory per `key` (a view in its store), serving the union of the namespaces of all that share it:
+    two agents with the same view are one consumer group (its name is a contract), folding both."""
+    merged: dict[Hashable, MemoryConfig] = {}
+    for part in parts:
+        first = merged.setdefault(key(part), part)
+        if first is not part:
+            union = tuple(dict.fromkeys((*first.served, *part.served)))
+            merged[key(part)] = replace(first, namespaces=union)
+    return list(merged.values())
 
 
 def open_store(memory: MemoryConfig) -> ViewStore:

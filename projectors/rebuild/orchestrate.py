@@ -87,7 +87,7 @@ async def rebuild(
         if shards:  # the bulk, partitions shared out to worker processes (one core each)
             await run_workers(config, part, target, shards, batch_size, status, on_progress)
         # What is left (all of it without workers, else what arrived meanwhile), in this process.
-        source = open_source(log_config, projection.checkpoint, batch_size)
+        source = open_source(log_config, projection.checkpoint, batch_size, namespaces=part.served)
         await source.start()
         await drain(source, sink, status, always, at_end=True, on_progress=on_progress)
         build_seconds, build_read = status.seconds, status.read
@@ -202,8 +202,8 @@ async def drop_target(part: MemoryConfig, log_config: LogConfig, target: str, na
     await drop_target_data(part, target, namespaces, topics)
 
 
-async def _namespaces(log_config: LogConfig) -> list[str]:
-    source = open_source(log_config, _no_checkpoint, DEFAULT_BATCH)
+async def _namespaces(log_config: LogConfig, part: MemoryConfig) -> list[str]:
+    source = open_source(log_config, _no_checkpoint, DEFAULT_BATCH, namespaces=part.served)
     try:
         return await source.namespaces()
     finally:
@@ -230,7 +230,7 @@ async def drop(config: ConfigSource, target: str, *, view: str | None = None) ->
         known = await aliases.targets(alias) | {name}
         if target not in known:
             raise RebuildError(f"{target} is not a target of {name}; its targets: {sorted(known)}")
-        namespaces = await _namespaces(log_config)
+        namespaces = await _namespaces(log_config, part)
         await drop_target(part, log_config, target, namespaces)
         await aliases.forget_target(alias, target)
         return DropReport(name, part.store, target, len(namespaces))
@@ -260,7 +260,8 @@ async def _rebuild_in_process(
         target = check_target(into) if into else next_target(name, sorted({*await aliases.targets(alias), old}))
         if target == old:
             raise RebuildError(f"{target} is the target readers use now: rebuild into another one (into=...)")
-        namespaces = await backend.log.namespaces()
+        served = names.namespace_matcher(part.served)  # the view's namespaces only, as over Kafka
+        namespaces = [ns for ns in await backend.log.namespaces() if served.fullmatch(ns)]
         found = await aliases.switch(alias, target, expect=old, base=name)
         if found is not None:
             raise RebuildError(f"the alias of {name} moved to {found} meanwhile")
@@ -276,7 +277,8 @@ async def _rebuild_in_process(
         events = read - skipped
         dropped = []
         if drop_old and aliased is not None:
-            await _drop_in_process(aliased, part, old, await backend.log.namespaces(), log_config.topic_prefix)
+            now = [ns for ns in await backend.log.namespaces() if served.fullmatch(ns)]
+            await _drop_in_process(aliased, part, old, now, log_config.topic_prefix)
             await aliases.forget_target(alias, old)
             dropped.append(old)
         seconds = time.monotonic() - started

@@ -75,9 +75,14 @@ async def _fold_all(
 
 
 def open_source(
-    log_config: LogConfig, checkpoint: Checkpoint, batch: int, only: Sequence[tuple[str, int]] | None = None
+    log_config: LogConfig,
+    checkpoint: Checkpoint,
+    batch: int,
+    only: Sequence[tuple[str, int]] | None = None,
+    namespaces: Sequence[str] | None = None,
 ) -> Source:
-    """Where a rebuild reads `log_config`'s log from: every namespace, from `checkpoint` on."""
+    """Where a rebuild reads `log_config`'s log from: `namespaces` (names or globs; every one if None), from
+    `checkpoint` on."""
     if log_config.type == "kafka":
         # What the projector dead-letters, the rebuild skips.
         return KafkaSource(
@@ -87,6 +92,7 @@ def open_source(
             check=Checker(log_config.topic_prefix),
             batch=batch,
             only=only,
+            namespaces=namespaces,
         )
     return EmbeddedSource(
         log_config.path,
@@ -95,6 +101,7 @@ def open_source(
         check=Checker(log_config.topic_prefix),
         batch=batch,
         only=only,
+        namespaces=namespaces,
     )
 
 

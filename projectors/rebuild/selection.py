@@ -8,6 +8,7 @@ from typing import Any
 
 from helix_es.config import Config, LogConfig, MemoryConfig, load_configs
 from helix_es.model.errors import ConfigError
+from helix_es.projection.factory import merge_served
 
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str] | Config  # what `rebuild` and `drop` accept
 
@@ -17,11 +18,9 @@ def select(
 ) -> tuple[LogConfig, MemoryConfig]:
     """The log and the one memory (view in its store) `view` names in `config`: every agent, every part."""
     configs = [config] if isinstance(config, Config) else load_configs(config)
-    parts: dict[tuple[str, str], MemoryConfig] = {}
-    for cfg in configs:
-        for part in cfg.memory.parts:
-            if store is None or part.store == store:
-                parts.setdefault((part.view.name, part.store), part)
+    every = [part for cfg in configs for part in cfg.memory.parts if store is None or part.store == store]
+    # A view several agents share is rebuilt over all their namespaces, as the projector service folds it.
+    parts = {(p.view.name, p.store): p for p in merge_served(every, lambda p: (p.view.name, p.store))}
     if view is None:
         if len(parts) != 1:
             raise ConfigError("--view", f"the config has several views; name one of {sorted(n for n, _ in parts)}")

@@ -75,7 +75,7 @@ async def plan_shards(
     """
     if workers < 2 or _config_spec(config) is None:
         return []
-    source = open_source(log_config, checkpoint, DEFAULT_BATCH)
+    source = open_source(log_config, checkpoint, DEFAULT_BATCH, namespaces=part.served)
     try:
         await source.start()
         left = source.remaining()
@@ -218,7 +218,7 @@ async def _worker(spec: Mapping[str, Any]) -> None:
             checkpoint = sliced
     else:
         sink, checkpoint = ProjectionSink(projection), projection.checkpoint
-    source = open_source(log_config, checkpoint, int(spec["batch"]), only=shard.partitions)
+    source = open_source(log_config, checkpoint, int(spec["batch"]), only=shard.partitions, namespaces=part.served)
     source.slice = (shard.k, shard.n)
     every = [0.0]
 
