@@ -25,6 +25,7 @@ from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow, pinned_index
 from helix_es.views.summary import Summary
 from helix_es.views.token_window import TokenWindow
+from helix_es.views.units import front_cut, newest_unit, units
 from projectors.rebuild import rebuild
 from tests.conftest import start_projector, stop, unique
 
@@ -124,6 +125,31 @@ def test_whole_folds_keep_every_exchange_and_split_cuts_them(seed: int) -> None:
         assert split.name == view.name.removesuffix("-pairs")
 
 
+def test_the_units_found_from_either_end_agree() -> None:
+    """`newest_unit` reads from the back what `units` reads from the front, orphans and unanswered
+    calls included; `front_cut` always lands on a unit boundary, never past the newest unit."""
+    rng = random.Random(7)
+    ids = [f"c{i}" for i in range(4)]
+    for _ in range(3000):
+        items: list[Message] = []
+        for _ in range(rng.randint(1, 8)):
+            roll = rng.random()
+            if roll < 0.3:
+                calls = tuple(ToolCall(i, "ls") for i in rng.sample(ids, rng.randint(1, 3)))
+                items.append(Message("assistant", tool_calls=calls))
+            elif roll < 0.7:
+                items.append(Message("tool", "r", tool_call_id=rng.choice(ids)))
+            else:
+                items.append(Message("user", "u"))
+        starts = [start for start, _ in units(items)]
+        assert newest_unit(items) == starts[-1], items
+        for at_least in range(len(items) + 1):
+            cut = front_cut(items, at_least)
+            assert cut in starts and cut <= starts[-1]
+            assert cut >= at_least or cut == starts[-1]
+            assert cut == 0 or cut == starts[-1] or items[cut].role != "tool"
+
+
 def test_an_exchange_goes_whole_and_the_window_may_hold_fewer() -> None:
     call = Message("assistant", tool_calls=(ToolCall("a", "ls"), ToolCall("b", "ls")))
     history = [
@@ -221,7 +247,9 @@ async def test_every_store_embedded_returns_valid_lists(
     elif store == "postgres":
         cfg_store["dsn"] = request.getfixturevalue("postgres_dsn")
     ns = unique("pairs")
-    cfg = composite(ns, cfg_store, {"type": "embedded", "path": str(tmp_path / "log")})
+    # A prefix of its own: a rebuild moves the view's alias, which is per view name and prefix.
+    log = {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": unique("pairs")}
+    cfg = composite(ns, cfg_store, log)
     seen = await run_agent(cfg, "s", seed=11)
     await assert_audited(cfg, seen, every=9, summaries_now=True)
     if store == "redis":  # a rebuild of each new view reads the same lists from the log

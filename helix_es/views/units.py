@@ -40,18 +40,27 @@ def front_cut(items: Sequence[Message], at_least: int) -> int:
     """
     if at_least <= 0 or not items:
         return 0
-    starts = [start for start, _ in units(items)]
-    newest = starts[-1]
-    cut = next((s for s in starts if s >= at_least), newest)
-    cut = min(cut, newest)
+    newest = newest_unit(items)
+    # Lazily from the front: windows ask on every add, and only the oldest units are looked at.
+    cut = min(next((s for s, _ in units(items) if s >= at_least), newest), newest)
     while cut < newest and items[cut].role == "tool":  # orphans are one-message units
         cut += 1
     return cut
 
 
 def newest_unit(items: Sequence[Message]) -> int:
-    """Where the newest unit of `items` starts."""
-    return max((start for start, _ in units(items)), default=0)
+    """Where the newest unit of `items` starts (as `units` would end), found from the back."""
+    if not items:
+        return 0
+    last = len(items) - 1
+    j = last
+    while j > 0 and items[j].role == "tool":
+        j -= 1
+    if j == last or not items[j].tool_calls:
+        return last  # a plain message, or orphan results after one: each its own unit
+    ids = {c.id for c in items[j].tool_calls}
+    answered = all(m.tool_call_id in ids for m in items[j + 1 :])
+    return j if answered else last  # a result of another call after them is an orphan
 
 
 def check_tool_pairs(value: object) -> None:
