@@ -20,7 +20,6 @@ from helix_es.views.base import State, View
 from helix_es.views.sliding_window import (
     cap_length,
     check_max_length,
-    drop_oldest,
     others,
     pinned_index,
     view_suffix,
@@ -63,9 +62,10 @@ class TokenWindow(View):
         if self.tool_pairs == WHOLE and oldest_kept > 0:
             # The same cut, moved later to a unit boundary (fewer tokens: still within budget),
             # counted among the others since the pinned message never goes.
-            over = oldest_kept - (pin is not None and pin < oldest_kept)
-            new = drop_oldest(new, front_cut(others(new, pin), over), pin)
-        elif oldest_kept > 0:
+            before_pin = pin is not None and pin < oldest_kept
+            cut = front_cut(others(new, pin), oldest_kept - before_pin)
+            oldest_kept = cut + (pin is not None and pin <= cut)  # back to an index of `new`
+        if oldest_kept > 0:
             new = (new[pin], *new[oldest_kept:]) if pin is not None and pin < oldest_kept else new[oldest_kept:]
         return cap_length(new, self.max_length, self.tool_pairs)
 

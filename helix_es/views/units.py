@@ -40,6 +40,8 @@ def front_cut(items: Sequence[Message], at_least: int) -> int:
     """
     if at_least <= 0 or not items:
         return 0
+    if at_least < len(items) and items[at_least].role != "tool":
+        return at_least  # only tool messages continue a unit: this one starts one (the common case)
     newest = newest_unit(items)
     # Lazily from the front: windows ask on every add, and only the oldest units are looked at.
     cut = min(next((s for s, _ in units(items) if s >= at_least), newest), newest)
