@@ -17,13 +17,15 @@ from typing import Any
 
 import pytest
 
-from helix_es import ConfigError, Message, ToolCall, load_config, open_memory
+from helix_es import ConfigError, Event, Message, MessageAdded, ToolCall, load_config, open_memory
 from helix_es.client.audit import audit
+from helix_es.model.events import SummaryRecorded
 from helix_es.model.tokens import message_tokens
 from helix_es.views.base import State, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow, pinned_index
 from helix_es.views.summary import Summary
+from helix_es.views.summary import split as summary_split
 from helix_es.views.token_window import TokenWindow
 from helix_es.views.units import front_cut, newest_unit, units
 from projectors.rebuild import rebuild
@@ -191,6 +193,31 @@ def test_summaries_of_one_rule_are_not_applied_to_the_other() -> None:
     recent = [Message("user", "0"), Message("user", "1"), Message("assistant", tool_calls=calls)]
     recent += [Message("tool", "r", tool_call_id=c) for c in "ab"] + [Message("user", str(i)) for i in range(4)]
     assert Summary(8).oldest_half(recent) == 5 and Summary(8, tool_pairs="split").oldest_half(recent) == 4
+
+
+def test_a_summary_recorded_for_one_rule_is_ignored_by_the_other() -> None:
+    whole, split = Summary(2), Summary(2, tool_pairs="split")
+    state: State = ()
+    for i in range(3):
+        state = whole.fold(state, Event("ns", "s", MessageAdded(Message("user", f"u{i}"))))
+    header, _ = summary_split(state)
+    for view, other in ((whole, split), (split, whole)):
+        recorded = Event("ns", "s", SummaryRecorded(other.name, header.epoch, 1, "the other rule's"))
+        assert view.fold(state, recorded) == state
+    mine = Event("ns", "s", SummaryRecorded(whole.name, header.epoch, 1, "mine"))
+    assert whole.fold(state, mine) != state  # the test can fail: its own summary applies
+
+
+async def test_split_through_a_store_still_serves_the_orphans(tmp_path: Path) -> None:
+    memory = {"type": "sliding-window", "window_size": 7, "tool_pairs": "split", "namespace": unique("pairs")}
+    cfg = {"log": {"type": "embedded", "path": str(tmp_path / "log")}, "memory": memory}
+    async with open_memory(cfg, session_id="s") as mem:
+        assert mem.projection.name == "sliding-window-7"  # the seed's view, as stored before
+        bad = 0
+        for m in agent_turns(11):
+            await mem.add(m)
+            bad += invalid(await mem.get()) is not None
+    assert bad > 0
 
 
 def test_config_names_and_checks_tool_pairs() -> None:
