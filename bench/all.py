@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import spine  # noqa: E402
 import vector  # noqa: E402
 
-from helix_es import Message, open_memory  # noqa: E402
+from helix_es import Message, load_config, open_memory  # noqa: E402
 from helix_es.log.codec import Codec  # noqa: E402
 from helix_es.model import names  # noqa: E402
 from helix_es.model.events import Event, MessageAdded  # noqa: E402
@@ -281,7 +281,8 @@ async def run_spine(run: Run) -> None:
                 f"spine: projector caught up with {sum(histories.values()):,} events "
                 f"({time.perf_counter() - t:.1f}s after seeding)"
             )
-            keys = {sid: names.session_key(ns, sid, f"sliding-window-{WINDOW}") for sid in histories}
+            view = load_config(cfg).memory.view.name  # the default keeps tool exchanges whole: ...-pairs
+            keys = {sid: names.session_key(ns, sid, view) for sid in histories}
             for sid, key in keys.items():
                 assert await client.llen(key) == min(histories[sid], WINDOW), f"{key} is not the view's list"
 

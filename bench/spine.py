@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from helix_es import Message, open_memory
+from helix_es import Message, load_config, open_memory
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 
@@ -119,7 +119,7 @@ async def main(n: int, as_json: bool) -> dict[str, float]:
 
             await mem.get()  # caught up; from here get is one round trip
             client = aioredis.Redis.from_url(redis_url)
-            key = names.session_key(ns, "bench", f"sliding-window-{WINDOW}")
+            key = names.session_key(ns, "bench", load_config(cfg).memory.view.name)
             assert len(await client.lrange(key, 0, -1)) == WINDOW
             lrange, get = [], []
             for _ in range(3):  # interleaved, so drift hits both alike

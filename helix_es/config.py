@@ -25,6 +25,7 @@ from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.smart import DEFAULT_TOKENS, Smart
 from helix_es.views.summary import Summary
 from helix_es.views.token_window import TokenWindow
+from helix_es.views.units import TOOL_PAIRS, WHOLE
 from helix_es.views.vector import Vector
 
 ViewFactory = Callable[[Mapping[str, Any], str], View | IndexView]
@@ -45,15 +46,23 @@ def _max_length(options: Mapping[str, Any], where: str) -> int | None:
     return value
 
 
+def _tool_pairs(options: Mapping[str, Any], where: str) -> str:
+    """`tool_pairs: whole` (default) evicts tool exchanges together; `split` is the seed's literal cut."""
+    value = options.get("tool_pairs", WHOLE)
+    if value not in TOOL_PAIRS:
+        raise ConfigError(f"{where}.tool_pairs", f"must be one of {', '.join(TOOL_PAIRS)}, got {value!r}")
+    return str(value)
+
+
 def _conversation(options: Mapping[str, Any], where: str) -> View:
-    return Conversation(max_length=_max_length(options, where))
+    return Conversation(max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
 
 
 def _sliding_window(options: Mapping[str, Any], where: str) -> View:
     size = _int(options, "window_size", where, 30)
     if size < 1:
         raise ConfigError(f"{where}.window_size", f"must be >= 1, got {size}")
-    return SlidingWindow(size, max_length=_max_length(options, where))
+    return SlidingWindow(size, max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
 
 
 def _token_window(options: Mapping[str, Any], where: str) -> View:
@@ -62,7 +71,7 @@ def _token_window(options: Mapping[str, Any], where: str) -> View:
     size = _int(options, "max_tokens", where, 0)
     if size < 1:
         raise ConfigError(f"{where}.max_tokens", f"must be >= 1, got {size}")
-    return TokenWindow(size, max_length=_max_length(options, where))
+    return TokenWindow(size, max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
 
 
 VIEW_TYPES: dict[str, ViewFactory] = {
@@ -71,9 +80,9 @@ VIEW_TYPES: dict[str, ViewFactory] = {
     "token-window": _token_window,
 }
 VIEW_KEYS: dict[str, set[str]] = {
-    "conversation": {"max_length"},
-    "sliding-window": {"window_size", "max_length"},
-    "token-window": {"max_tokens", "max_length"},
+    "conversation": {"max_length", "tool_pairs"},
+    "sliding-window": {"window_size", "max_length", "tool_pairs"},
+    "token-window": {"max_tokens", "max_length", "tool_pairs"},
 }
 VIEW_TYPES["vector"] = Vector.from_config  # search-only; store: memory | postgres
 VIEW_KEYS["vector"] = {"top_k", "embed"}
@@ -112,7 +121,7 @@ def _summary(options: Mapping[str, Any], where: str) -> View:
     size = _int(options, "max_messages", where, 20)
     if size < 2:
         raise ConfigError(f"{where}.max_messages", f"must be >= 2, got {size}")
-    return Summary(size)
+    return Summary(size, tool_pairs=_tool_pairs(options, where))
 
 
 def _smart(options: Mapping[str, Any], where: str) -> View:
@@ -125,7 +134,7 @@ def _smart(options: Mapping[str, Any], where: str) -> View:
 VIEW_TYPES["smart"] = VIEW_TYPES["code"] = _smart  # `code` is the seed's older name
 VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens"}
 VIEW_TYPES["summary"] = _summary
-VIEW_KEYS["summary"] = {"max_messages", "summariser"}
+VIEW_KEYS["summary"] = {"max_messages", "summariser", "tool_pairs"}
 SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
 
 

@@ -85,7 +85,13 @@ async def test_summary_history_and_every_cut_match_what_get_returned(
     ns = unique("aud")
     cfg = {
         "log": {"path": str(tmp_path)},
-        "memory": {"type": "summary", "max_messages": 4, "namespace": ns, "summariser": summariser},
+        "memory": {
+            "type": "summary",
+            "max_messages": 4,
+            "tool_pairs": "split",
+            "namespace": ns,
+            "summariser": summariser,
+        },
     }
     seen: list[Seen] = []
     adds: list[Position] = []
@@ -132,7 +138,7 @@ async def test_summary_history_and_every_cut_match_what_get_returned(
 
 async def test_a_composite_shows_each_part_and_view_picks_one(tmp_path: Path) -> None:
     ns = unique("aud")
-    parts = [{"type": "sliding-window", "window_size": 2}, {"type": "conversation"}]
+    parts = [{"type": "sliding-window", "window_size": 2, "tool_pairs": "split"}, {"type": "conversation"}]
     cfg = {"log": {"path": str(tmp_path)}, "memory": {"type": "composite", "namespace": ns, "backends": parts}}
     seen: list[Seen] = []
     async with open_memory(cfg, session_id="s") as mem:
@@ -293,7 +299,10 @@ async def test_through_kafka_audit_reads_the_topic_and_matches_the_projected_vie
     tmp_path: Path, kafka_bootstrap: str, redis_url: str
 ) -> None:
     ns, prefix = unique("aud"), unique("aud")  # a topic prefix of its own: its own consumer groups
-    parts = [{"type": "sliding-window", "window_size": 3, "store": "redis"}, {"type": "long-term", "store": "redis"}]
+    parts = [
+        {"type": "sliding-window", "window_size": 3, "tool_pairs": "split", "store": "redis"},
+        {"type": "long-term", "store": "redis"},
+    ]
     cfg: dict[str, Any] = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 3, "topic_prefix": prefix},
         "memory": {"type": "composite", "namespace": ns, "read_timeout": 60, "backends": parts},
@@ -351,7 +360,8 @@ async def test_through_kafka_audit_reads_the_topic_and_matches_the_projected_vie
 @pytest.fixture
 async def summary_log(tmp_path: Path) -> tuple[Path, str, list[Seen]]:
     ns = unique("aud")
-    cfg = {"log": {"path": str(tmp_path / "log")}, "memory": {"type": "summary", "max_messages": 4, "namespace": ns}}
+    memory = {"type": "summary", "max_messages": 4, "tool_pairs": "split", "namespace": ns}
+    cfg = {"log": {"path": str(tmp_path / "log")}, "memory": memory}
     seen: list[Seen] = []
     async with open_memory(cfg, session_id="s-1") as mem:
         for i in range(7):
@@ -449,7 +459,7 @@ def test_cli_agent_picks_the_memory_of_an_agents_document(summary_log: tuple[Pat
         "log": log,
         "agents": [
             {"id": "other-agent", "memory": {"type": "conversation"}},
-            {"id": ns, "memory": {"type": "sliding-window", "window_size": 2}},
+            {"id": ns, "memory": {"type": "sliding-window", "window_size": 2, "tool_pairs": "split"}},
         ],
     }
     agents = path.parent / "agents.yaml"

@@ -493,6 +493,20 @@ CASES = [
         ">= 1, got 0",
     ),
     Bad("max-length-zero", opening({"max_length": 0}), ConfigError, "memory.max_length", ">= 1, got 0"),
+    Bad(
+        "tool-pairs-unknown",
+        opening({"type": "sliding-window", "tool_pairs": "together"}),
+        ConfigError,
+        "memory.tool_pairs",
+        "whole, split, got 'together'",
+    ),
+    Bad(
+        "tool-pairs-not-text",
+        opening({"type": "summary", "tool_pairs": True}),
+        ConfigError,
+        "memory.tool_pairs",
+        "whole, split, got True",
+    ),
     Bad("partitions-zero", opening(log={"partitions": 0}), ConfigError, "log.partitions", ">= 1"),
     Bad(
         "read-timeout-nan",
@@ -589,6 +603,7 @@ def test_the_matrix_covers_every_input_it_claims() -> None:
         "log.partitions",
     }
     assert sizes <= fields
+    assert "memory.tool_pairs" in fields  # and the one choice of how windows cut tool exchanges
     known = set(configuration.COMMON_KEYS | configuration.COMPOSITE_KEYS).union(*configuration.VIEW_KEYS.values())
     for c in CASES:
         if c.error is ConfigError and c.field.startswith("memory.") and c.words != "unknown key":

@@ -75,7 +75,13 @@ async def test_composite_over_kafka_with_one_projector_process(
             "namespace": ns,
             "read_timeout": 60,
             "backends": [
-                {"type": "sliding-window", "window_size": 2, "store": "redis", "redis_url": redis_url},
+                {
+                    "type": "sliding-window",
+                    "window_size": 2,
+                    "tool_pairs": "split",
+                    "store": "redis",
+                    "redis_url": redis_url,
+                },
                 {"type": "conversation", "store": "postgres", "dsn": postgres_dsn},
             ],
         },

@@ -136,7 +136,7 @@ def agents(p: Private, prefix: str, ns: str, memories: list[dict[str, Any]]) -> 
 def redis_views(p: Private) -> list[dict[str, Any]]:
     """Windows show a session's last turns; conversation and long-term keep everything (since a clear)."""
     return [
-        {"type": "sliding-window", "window_size": 4, "store": "redis", "redis_url": p.redis.url},
+        {"type": "sliding-window", "window_size": 4, "tool_pairs": "split", "store": "redis", "redis_url": p.redis.url},
         {"type": "token-window", "max_tokens": 40, "store": "redis", "redis_url": p.redis.url},
         {"type": "conversation", "store": "redis", "redis_url": p.redis.url},
         {"type": "long-term", "store": "redis", "redis_url": p.redis.url},

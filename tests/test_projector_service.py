@@ -30,6 +30,7 @@ def two_agents(bootstrap: str, redis_url: str, postgres_dsn: str, prefix: str, n
                 "id": ns,
                 "memory": {
                     "type": "sliding-window",
+                    "tool_pairs": "split",  # asserts the seed-cut view by its name
                     "window_size": 3,
                     "store": "redis",
                     "redis_url": redis_url,
@@ -170,6 +171,7 @@ async def test_the_demo_runs_against_kafka_and_redis_with_the_projector_service(
                 "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix},
                 "memory": {
                     "type": "sliding-window",
+                    "tool_pairs": "split",
                     "window_size": 4,
                     "store": "redis",
                     "redis_url": redis_url,

@@ -90,6 +90,7 @@ async def test_a_read_your_writes_read_waits_five_seconds_by_default(kafka_boots
         },
         "memory": {
             "type": "sliding-window",
+            "tool_pairs": "split",  # asserts the seed-cut view by its name
             "window_size": 7778,
             "store": "redis",
             "redis_url": redis_url,
@@ -122,6 +123,7 @@ async def test_projector_group_dead_letters_and_exit_code_are_named_as_the_readm
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
         "memory": {
             "type": "sliding-window",
+            "tool_pairs": "split",
             "window_size": window,
             "store": "redis",
             "redis_url": redis_url,
@@ -273,6 +275,7 @@ async def test_rebuild_exits_1_when_the_alias_moves_under_it(tmp_path: Path, red
         "log": {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": prefix, "fsync": False},
         "memory": {
             "type": "sliding-window",
+            "tool_pairs": "split",
             "window_size": 3,
             "store": "redis",
             "redis_url": redis_url,

@@ -161,7 +161,14 @@ async def test_embedded_rebuild_switches_open_memories_and_keeps_the_old_target(
 ) -> None:
     ns, prefix = unique("rb"), unique("rb")
     cfg = embedded(
-        tmp_path, prefix, type="sliding-window", window_size=3, store="redis", redis_url=redis_url, namespace=ns
+        tmp_path,
+        prefix,
+        type="sliding-window",
+        window_size=3,
+        tool_pairs="split",
+        store="redis",
+        redis_url=redis_url,
+        namespace=ns,
     )
     path = write_config(tmp_path, cfg)
     async with open_memory(cfg, session_id="s1") as s1, open_memory(cfg, session_id="s2") as s2:
@@ -194,7 +201,14 @@ async def test_embedded_rebuild_switches_open_memories_and_keeps_the_old_target(
 async def test_a_new_token_window_size_is_built_from_the_log(tmp_path: Path, redis_url: str) -> None:
     ns, prefix = unique("tw"), unique("tw")
     old = embedded(
-        tmp_path, prefix, type="token-window", max_tokens=4000, store="redis", redis_url=redis_url, namespace=ns
+        tmp_path,
+        prefix,
+        type="token-window",
+        max_tokens=4000,
+        tool_pairs="split",
+        store="redis",
+        redis_url=redis_url,
+        namespace=ns,
     )
     text = "a sentence of about a dozen tokens for the window to count. " * 4
     async with open_memory(old, session_id="s") as mem:
@@ -202,7 +216,14 @@ async def test_a_new_token_window_size_is_built_from_the_log(tmp_path: Path, red
             await mem.add(Message("user", f"{i}: {text}"))
         assert len(await mem.get()) == 40  # all of it fits in 4000 tokens
     new = embedded(
-        tmp_path, prefix, type="token-window", max_tokens=300, store="redis", redis_url=redis_url, namespace=ns
+        tmp_path,
+        prefix,
+        type="token-window",
+        max_tokens=300,
+        tool_pairs="split",
+        store="redis",
+        redis_url=redis_url,
+        namespace=ns,
     )
     report = await rebuild(new, switch=False)
     assert report.target == "token-window-300@v2" and report.read == 40 and not report.switched
@@ -245,7 +266,14 @@ async def test_flushed_redis_data_is_rebuilt_into_a_fresh_target(
 async def test_drop_old_removes_old_data_only_when_asked(tmp_path: Path, redis_url: str) -> None:
     ns, prefix = unique("drop"), unique("drop")
     cfg = embedded(
-        tmp_path, prefix, type="sliding-window", window_size=2, store="redis", redis_url=redis_url, namespace=ns
+        tmp_path,
+        prefix,
+        type="sliding-window",
+        window_size=2,
+        tool_pairs="split",
+        store="redis",
+        redis_url=redis_url,
+        namespace=ns,
     )
     path = write_config(tmp_path, cfg)
     async with open_memory(cfg, session_id="s") as mem:
@@ -329,6 +357,7 @@ async def test_a_summary_rebuild_replays_recorded_summaries_and_calls_no_model(
         tmp_path,
         prefix,
         type="summary",
+        tool_pairs="split",  # asserts the seed-cut view by its name
         max_messages=4,
         store="redis",
         redis_url=redis_url,
@@ -380,7 +409,9 @@ async def test_a_vector_rebuild_reuses_recorded_embeddings_and_calls_no_model(
 
 async def test_a_memory_store_is_rebuilt_in_its_own_process(tmp_path: Path) -> None:
     ns, prefix = unique("mem"), unique("mem")
-    cfg = embedded(tmp_path, prefix, type="sliding-window", window_size=2, store="memory", namespace=ns)
+    cfg = embedded(
+        tmp_path, prefix, type="sliding-window", window_size=2, tool_pairs="split", store="memory", namespace=ns
+    )
     async with open_memory(cfg, session_id="s") as mem:
         for i in range(5):
             await mem.add(Message("user", f"m{i}"))
@@ -424,6 +455,7 @@ async def test_kafka_rebuild_while_a_projector_serves_then_readers_switch(
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 3, "topic_prefix": prefix},
         "memory": {
             "type": "sliding-window",
+            "tool_pairs": "split",
             "window_size": 5,
             "store": "redis",
             "redis_url": redis_url,

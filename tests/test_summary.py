@@ -103,6 +103,7 @@ async def test_kafka_projector_records_summaries_in_postgres_and_rebuilds_withou
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
         "memory": {
             "type": "summary",
+            "tool_pairs": "split",  # asserts the seed-cut view by its name
             "max_messages": 4,
             "store": "postgres",
             "dsn": postgres_dsn,

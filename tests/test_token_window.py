@@ -84,8 +84,10 @@ def contents(messages: State | list[Message]) -> list[str]:
 
 def test_name_kind_and_validation() -> None:
     assert TokenWindow(2000).kind == "token-window"
-    assert TokenWindow(2000).name == TokenWindow(2000).key_suffix == "token-window-2000"
-    assert TokenWindow(2000, max_length=50).name == "token-window-2000-max50"
+    split = TokenWindow(2000, tool_pairs="split")  # the seed's cut keeps the seed's name
+    assert split.name == split.key_suffix == "token-window-2000"
+    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-max50"
+    assert TokenWindow(2000, max_length=50).name == "token-window-2000-max50-pairs"
     for bad in (0, -5, True, 2.5, "100"):
         with pytest.raises(ConfigError, match="max_tokens"):
             TokenWindow(bad)  # type: ignore[arg-type]
@@ -133,7 +135,7 @@ def test_clear_empties_the_window() -> None:
 @pytest.mark.parametrize("budget", [1, 20, 100, 1000])
 def test_the_fold_agrees_with_the_window_computed_from_scratch(budget: int) -> None:
     rng = random.Random(budget)
-    view = TokenWindow(budget)
+    view = TokenWindow(budget, tool_pairs="split")  # the reference is the seed's cut
     history: list[Message] = []
     state: State = ()
     for i in range(300):
@@ -171,11 +173,14 @@ def test_token_window_is_registered_in_config() -> None:
 
 def test_max_length_names_only_when_set() -> None:
     assert Conversation().name == "conversation" and Conversation().key_suffix == ""
-    assert Conversation(max_length=500).name == Conversation(max_length=500).key_suffix == "conversation-max500"
-    assert SlidingWindow(30).name == "sliding-window-30"
-    assert SlidingWindow(30, max_length=10).name == "sliding-window-30-max10"
-    capped = load_config({"memory": {"type": "conversation", "max_length": 500}}).memory.view
-    assert capped == Conversation(max_length=500) and capped.name == "conversation-max500"
+    split = Conversation(max_length=500, tool_pairs="split")
+    assert split.name == split.key_suffix == "conversation-max500"
+    assert SlidingWindow(30, tool_pairs="split").name == "sliding-window-30"
+    assert SlidingWindow(30, max_length=10, tool_pairs="split").name == "sliding-window-30-max10"
+    capped = load_config({"memory": {"type": "conversation", "max_length": 500, "tool_pairs": "split"}}).memory.view
+    assert capped == split and capped.name == "conversation-max500"
+    whole = load_config({"memory": {"type": "conversation", "max_length": 500}}).memory.view
+    assert whole == Conversation(max_length=500) and whole.name == "conversation-max500-pairs"
     assert load_config({"memory": {"type": "conversation"}}).memory.view == Conversation()
     kinds = [("conversation", {}), ("sliding-window", {"window_size": 5}), ("token-window", {"max_tokens": 9})]
     for kind, extra in kinds:
@@ -224,7 +229,7 @@ async def test_open_memory_serves_the_token_window(
     store: str, tmp_path: Path, session_id: str, request: pytest.FixtureRequest
 ) -> None:
     budget = 120
-    cfg = memory_config(tmp_path, store, request, type="token-window", max_tokens=budget)
+    cfg = memory_config(tmp_path, store, request, type="token-window", max_tokens=budget, tool_pairs="split")
     rng = random.Random(3)
     sent: list[Message] = []
     async with open_memory(cfg, session_id=session_id) as mem:
@@ -248,7 +253,7 @@ async def test_open_memory_serves_the_token_window(
 async def test_max_length_agrees_embedded_and_in_redis(
     store: str, tmp_path: Path, session_id: str, request: pytest.FixtureRequest
 ) -> None:
-    cfg = memory_config(tmp_path, store, request, type="conversation", max_length=4)
+    cfg = memory_config(tmp_path, store, request, type="conversation", max_length=4, tool_pairs="split")
     async with open_memory(cfg, session_id=session_id) as mem:
         await mem.add(Message("system", "rules"))
         for i in range(10):

@@ -53,7 +53,8 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         run = ""
         out(
             "start",
-            f"embedded log in {directory}; view: sliding-window of 4 (the system message stays)",
+            f"embedded log in {directory}; view: sliding-window of 4 (the system message stays; a tool call "
+            "leaves with its results)",
             path=directory,
         )
     names = {who: f"{who}-{run}" if run else who for who in ("alice", "bob")}

@@ -60,8 +60,8 @@ class SummaryProjection(SessionProjection):
             if header.covers > plan.base:  # a recorded summary arrived: plan again from it
                 plan.base, plan.text, plan.asks = header.covers, header.text, []
             open_ = recent[plan.covers - header.covers :]
-            if len(open_) > view.max_messages:
-                half = len(open_) // 2
+            half = view.oldest_half(open_)
+            if half:
                 plan.asks.append((plan.covers + half, open_[:half]))
 
         return observe

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
 from helix_es.model.tokens import message_tokens
 from helix_es.views.base import State, View
+from helix_es.views.units import units
 
 DEFAULT_TOKENS = 100_000
 ROLE = "helix.smart"
@@ -88,19 +88,6 @@ def join(parts: Parts) -> State:
     return (*head, *parts.items)
 
 
-def _groups(items: tuple[Message, ...]) -> Iterator[tuple[int, int]]:
-    """(start, end) of each eviction unit: a tool-calling assistant message with its answers, or one item."""
-    i = 0
-    while i < len(items):
-        end = i + 1
-        if items[i].tool_calls:
-            ids = {c.id for c in items[i].tool_calls}
-            while end < len(items) and items[end].role == "tool" and items[end].tool_call_id in ids:
-                end += 1
-        yield i, end
-        i = end
-
-
 def _note(group: tuple[Message, ...]) -> Message | None:
     """The compressed trace an evicted group leaves, if it held tool results."""
     calls = {c.id: c for m in group for c in m.tool_calls}
@@ -149,7 +136,7 @@ class Smart(View):
         items = list(parts.items)
         used = sum(map(message_tokens, items))
         while used > budget:
-            groups = list(_groups(tuple(items)))
+            groups = list(units(items))
             plain = [g for g in groups[:-1] if items[g[0]].metadata.get(ROLE) != "compressed"]
             if plain:  # evict the oldest real group, leaving a note for its tool results
                 start, end = plain[0]

@@ -8,12 +8,14 @@ a `SummaryRecorded` event, which this fold applies, so a rebuild replays recorde
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased, SummaryRecorded
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
+from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, pairs_suffix
 
 EPOCH = "helix.summary.epoch"  # event id of the session's last clear (or erasure): older summaries are void
 COVERS = "helix.summary.covers"  # messages since that clear the summary stands for
@@ -42,14 +44,18 @@ class Summary(View):
     kind = "summary"
     family = "summary"
     max_messages: int = 20
+    # whole: the oldest half ends on an exchange's boundary. The name differs, and so does the
+    # view of the SummaryRecorded events, so summaries recorded for one rule never apply to the other.
+    tool_pairs: str = field(default=WHOLE, kw_only=True)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_messages, bool) or not isinstance(self.max_messages, int) or self.max_messages < 2:
             raise ConfigError("max_messages", f"must be a whole number >= 2, got {self.max_messages!r}")
+        check_tool_pairs(self.tool_pairs)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.max_messages}"
+        return f"{self.kind}-{self.max_messages}{pairs_suffix(self.tool_pairs)}"
 
     def fold(self, state: State, event: Event) -> State:
         header, recent = split(state)
@@ -75,9 +81,16 @@ class Summary(View):
     def due(self, state: State) -> tuple[Header, State] | None:
         """When a summary is due: the header now, and the oldest half it must fold in."""
         header, recent = split(state)
-        if len(recent) <= self.max_messages:
-            return None
-        return header, recent[: len(recent) // 2]
+        gone = self.oldest_half(recent)
+        return (header, recent[:gone]) if gone else None
+
+    def oldest_half(self, open_: Sequence[Message]) -> int:
+        """How many of the messages no summary covers yet the next summary folds in (0: none due).
+        Whole, at least half of them in whole units, never the newest unit (so maybe none yet)."""
+        if len(open_) <= self.max_messages:
+            return 0
+        half = len(open_) // 2
+        return front_cut(open_, half) if self.tool_pairs == WHOLE else half
 
     def render(self, state: State) -> list[Message]:
         header, recent = split(state)

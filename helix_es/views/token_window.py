@@ -17,7 +17,14 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
 from helix_es.model.tokens import message_tokens
 from helix_es.views.base import State, View
-from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix, pinned_index
+from helix_es.views.sliding_window import (
+    cap_length,
+    check_max_length,
+    others,
+    pinned_index,
+    view_suffix,
+)
+from helix_es.views.units import WHOLE, check_tool_pairs, front_cut
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class TokenWindow(View):
     kind = "token-window"
     max_tokens: int
     max_length: int | None = field(default=None, kw_only=True)  # caps the list, the pinned message included
+    tool_pairs: str = field(default=WHOLE, kw_only=True)  # whole: evict tool exchanges together
     # Seconds a Redis-stored session lives after its last write; not part of the name (same fold).
     ttl: float | None = field(default=None, compare=False, kw_only=True)
 
@@ -32,17 +40,18 @@ class TokenWindow(View):
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ConfigError("max_tokens", f"must be a whole number >= 1, got {self.max_tokens!r}")
         check_max_length(self.max_length)
+        check_tool_pairs(self.tool_pairs)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.max_tokens}{max_length_suffix(self.max_length)}"
+        return f"{self.kind}-{self.max_tokens}{view_suffix(self.max_length, self.tool_pairs)}"
 
     def added(self, state: State, message: Message) -> State:
         new = (*state, message)
         pin = pinned_index(new)
         newest = len(new) - 1 if pin != len(new) - 1 else len(new) - 2
         if newest < 0:
-            return cap_length(new, self.max_length)
+            return cap_length(new, self.max_length, self.tool_pairs)
         counts = [m._tokens or message_tokens(m) for m in new[: newest + 1]]  # counted once per message
         if pin is not None and pin <= newest:
             counts[pin] = 0  # the pinned message does not count
@@ -50,9 +59,15 @@ class TokenWindow(View):
         # newest always stays. Running sums never fall, so bisect finds where the budget runs out.
         fits = max(1, bisect_right(list(accumulate(reversed(counts))), self.max_tokens))
         oldest_kept = newest + 1 - fits
+        if self.tool_pairs == WHOLE and oldest_kept > 0:
+            # The same cut, moved later to a unit boundary (fewer tokens: still within budget),
+            # counted among the others since the pinned message never goes.
+            before_pin = pin is not None and pin < oldest_kept
+            cut = front_cut(others(new, pin), oldest_kept - before_pin)
+            oldest_kept = cut + (pin is not None and pin <= cut)  # back to an index of `new`
         if oldest_kept > 0:
             new = (new[pin], *new[oldest_kept:]) if pin is not None and pin < oldest_kept else new[oldest_kept:]
-        return cap_length(new, self.max_length)
+        return cap_length(new, self.max_length, self.tool_pairs)
 
     def tokens(self, state: State) -> int:
         """What the window's messages count against `max_tokens` (the pinned system message not)."""
