@@ -55,7 +55,7 @@ async def test_audit_opens_messages_with_the_key_and_raw_shows_them_stored(tmp_p
     assert [m.content for m in added] == [SECRET, "", '{"ok": true}']
     assert added[1].tool_calls[0].arguments == CALL.arguments
     assert report.opened and report.sealed is None
-    assert report.views is not None and [m.content for m in report.views["sliding-window-10"]] == [
+    assert report.views is not None and [m.content for m in report.views["sliding-window-10-pairs"]] == [
         SECRET,
         "",
         '{"ok": true}',
@@ -113,4 +113,4 @@ async def test_a_forgotten_session_stays_erased_and_others_open(
     assert all(e.erased for e in gone.events if e.type == "MessageAdded")
     kept = await audit(cfg, session_id="bob", as_of="now")
     assert kept.opened and kept.views is not None
-    assert [m.content for m in kept.views["sliding-window-10"]] == [SECRET, "", '{"ok": true}']
+    assert [m.content for m in kept.views["sliding-window-10-pairs"]] == [SECRET, "", '{"ok": true}']
