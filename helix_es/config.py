@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from helix_es.log.port import MAX_EVENT_BYTES
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
+from helix_es.model.times import parse_ttl
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
@@ -86,29 +86,6 @@ VIEW_KEYS: dict[str, set[str]] = {
 }
 VIEW_TYPES["vector"] = Vector.from_config  # search-only; store: memory | postgres
 VIEW_KEYS["vector"] = {"top_k", "embed"}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_ttl(value: Any, where: str) -> float | None:
-    """`ttl`: a Go duration as in the seed ("168h", "30m", "45s", "1h30m") or a number of seconds.
-
-    Seconds, or None when absent. Only Redis-stored views expire; other stores ignore it.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str) and _DURATION.fullmatch(value.strip()):
-        seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(value))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise ConfigError(where, f"must be a duration (168h, 30m, 45s, 1h30m) or a number of seconds, got {value!r}")
-    if not math.isfinite(seconds) or seconds < 0.001:  # Redis expires in whole milliseconds
-        raise ConfigError(where, f"must be finite and at least 1ms, got {value!r}")
-    return seconds
-
-
 # Namespace-wide (helix_es.views.long_term); sql-long-term is the seed's name for it in PostgreSQL.
 VIEW_TYPES["long-term"] = long_term
 VIEW_TYPES["sql-long-term"] = sql_long_term

@@ -134,7 +134,7 @@ def test_one_view_of_two_agents_is_one_group_over_both_namespaces(
     path = tmp_path / "helix.yaml"
     path.write_text(json.dumps(doc))
     _, parts = served_projections(str(path))
-    assert [(p.view.name, p.served) for p in parts] == [("sliding-window-30", ("a", "b"))]
+    assert [(p.view.name, p.served) for p in parts] == [("sliding-window-30-pairs", ("a", "b"))]
 
 
 # --- the projector service ------------------------------------------------------------------------
@@ -314,7 +314,7 @@ async def test_one_view_of_two_agents_serves_both_and_rebuilds_both(
             await mem.add(Message("user", f"hi from {agent}"))
             assert [m.content for m in await mem.get()] == [f"hi from {agent}"]  # one group serves both
     await asyncio.sleep(2)
-    assert await checkpoint_topics(redis_url, "sliding-window-4", prefix) == {
+    assert await checkpoint_topics(redis_url, "sliding-window-4-pairs", prefix) == {
         names.topic(a, prefix),
         names.topic(b, prefix),
     }

@@ -1,11 +1,13 @@
-"""Times people give: ISO-8601 (naive means UTC), `now`, or a time ago (`-10m`, `2d ago`)."""
+"""Times and durations people give: ISO-8601 (naive means UTC), `now`, a time ago (`-10m`, `2d ago`),
+and Go durations for `ttl`."""
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 
-from helix_es.model.errors import InvalidInput
+from helix_es.model.errors import ConfigError, InvalidInput
 
 
 def utc(at: datetime) -> datetime:
@@ -43,3 +45,26 @@ def parse_time(value: datetime | str, *, field: str = "as_of", now: datetime | N
             f"cannot read {value!r} as a time; give ISO-8601 like 2024-05-01T12:00:00Z or 2024-05-01 12:00 "
             "(no zone means UTC), `now`, or a time ago like -10m, -1h30m, 2d ago",
         ) from None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_ttl(value: object, where: str) -> float | None:
+    """`ttl`: a Go duration as in the seed ("168h", "30m", "45s", "1h30m") or a number of seconds.
+
+    Seconds, or None when absent. Only Redis-stored views expire; other stores ignore it.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and _DURATION.fullmatch(value.strip()):
+        seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(value))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigError(where, f"must be a duration (168h, 30m, 45s, 1h30m) or a number of seconds, got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0.001:  # Redis expires in whole milliseconds
+        raise ConfigError(where, f"must be finite and at least 1ms, got {value!r}")
+    return seconds
