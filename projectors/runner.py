@@ -169,6 +169,7 @@ class Projector:
         metadata_max_age_ms: int = 1000,
         session_timeout: float = 10.0,
         verify_interval: float = 5.0,
+        group_instance_id: str | None = None,
     ) -> None:
         self.projection = projection
         self.bootstrap_servers = bootstrap_servers
@@ -179,6 +180,8 @@ class Projector:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.session_timeout = session_timeout  # how soon the group gives a dead process's partitions away
         self.verify_interval = verify_interval  # how often stored checkpoints are checked against `written`
+        # Static membership (projectors.instance): a restart under the same id takes its partitions back at once.
+        self.group_instance_id = group_instance_id
         self.consumer: AIOKafkaConsumer | None = None
         self._log: KafkaLog | None = None  # appends derived events
         self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
@@ -208,6 +211,7 @@ class Projector:
             max_partition_fetch_bytes=4 * 1024 * 1024,
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(1, session_ms // 3),
+            group_instance_id=self.group_instance_id,
         )
         self.consumer.subscribe(pattern=names.topic_pattern(self.topic_prefix), listener=_SeekToCheckpoint(self))
         self.written.clear()
@@ -232,11 +236,25 @@ class Projector:
             )
         finally:
             self.progress.assigned.clear()
+            if stop.is_set():
+                self._leave_as_dynamic()
             await self.consumer.stop()
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
         return self.progress
+
+    def _leave_as_dynamic(self) -> None:
+        """On a clean stop, make `consumer.stop()` send LeaveGroup, so the others take the partitions now.
+
+        aiokafka (like Kafka's own client) sends no LeaveGroup for a static member, which would leave
+        its partitions unowned for the session timeout; the broker accepts a leave by member id from a
+        static member (checked on Kafka 3.9). A failure (an outage, or not stopping) keeps the id: the
+        restart rejoins in the member's place at once.
+        """
+        coordinator = getattr(self.consumer, "_coordinator", None)
+        if coordinator is not None and self.group_instance_id is not None:
+            coordinator._group_instance_id = None
 
     async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, again and again with backoff while it fails transiently; `_Stopped` once stop is set."""
