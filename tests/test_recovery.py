@@ -31,6 +31,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from helix_es import Message, open_memory
 from helix_es.config import load_config
 from helix_es.model import names
+from helix_es.model.errors import ConfigError
+from projectors import instance
 from projectors.lag import lag
 from tests.conftest import ROOT, Deadline, unique, wait_for
 from tests.test_faults import assert_views_match_log, folded
@@ -246,3 +248,54 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
     # rebalance at its next heartbeat (a third of it), then joins, seeks and folds.
     assert took < SESSION_TIMEOUT * 4 / 3 + 4.0, kept_log.read_text()[-3000:]
     assert kept.poll() is None
+
+
+async def test_a_projector_stopped_by_sigterm_hands_its_partitions_over_at_once(
+    projectors: Projectors, kafka_bootstrap: str
+) -> None:
+    """A static member's client sends no LeaveGroup by itself; the projector leaves explicitly on a clean stop."""
+    cfg = projectors.cfg
+    group = names.consumer_group(views(cfg)[0], "redis", cfg["log"]["topic_prefix"])
+    kept, _ = projectors.start()
+    leaving, leaving_log = projectors.start()
+    async with open_memory(cfg, session_id="warm", agent="a0") as mem:
+        await mem.add(Message("user", "warm up"))
+
+    async def held() -> dict[str, set[int]]:
+        return await members(kafka_bootstrap, group)
+
+    await wait_for(lambda: _count(held, lambda h: len(h) == 2 and all(h.values())), 30, "both to hold partitions")
+    asked = time.monotonic()
+    leaving.terminate()
+    assert leaving.wait(30) == 0, leaving_log.read_text()[-3000:]
+    await wait_for(
+        lambda: _count(held, lambda h: len(h) == 1 and len(next(iter(h.values()))) == PARTITIONS),
+        30,
+        "the other projector to hold every partition",
+    )
+    took = time.monotonic() - asked
+    print(f"handover after SIGTERM: {took:.2f}s (session timeout {SESSION_TIMEOUT}s)")
+    # Without the explicit leave, the group would keep the partitions for the whole session timeout.
+    assert took < SESSION_TIMEOUT, took
+    assert kept.poll() is None
+
+
+async def _count(get: Any, ok: Any) -> bool:
+    return bool(ok(await get()))
+
+
+def test_instance_slots_are_stable_and_never_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(instance.ENV_ID, raising=False)
+    first, second = instance.claim(directory=tmp_path), instance.claim(directory=tmp_path)
+    assert first.id.endswith("-0") and second.id.endswith("-1") and first.id[:-2] == second.id[:-2]
+    first.release()  # as the kernel does for a process that died, SIGKILL included
+    again = instance.claim(directory=tmp_path)
+    assert again.id == first.id
+    again.release()
+    second.release()
+    assert instance.claim("pod-7", directory=tmp_path).id == "pod-7"  # the flag wins
+    monkeypatch.setenv(instance.ENV_ID, "pod-8")
+    assert instance.claim(directory=tmp_path).id == "pod-8"  # then the environment
+    assert instance.claim("pod-9", directory=tmp_path).id == "pod-9"
+    with pytest.raises(ConfigError, match="instance-id"):
+        instance.claim("no spaces")
