@@ -4,8 +4,9 @@ A consumer that rejoins its group under the instance id of a member that died ta
 member's place and partitions at once; without one, the group waits out the dead member's
 session timeout first (10 s by default) before anyone gets its partitions, and a process
 restarted in a crash loop never gets any. So the id must be the same for the same process
-slot after a restart, and never shared by two live processes in one group (the broker fences
-the older one).
+slot after a restart, and never shared by two live processes in one group: aiokafka's heartbeat
+does not carry the id, so the broker cannot fence the older one, and the two take the membership
+from each other at every heartbeat.
 
 `claim()`: the explicit id (`--instance-id`, else `HELIX_INSTANCE_ID`: a Kubernetes pod name)
 wins; else `<hostname>-<n>`, where n is the first slot whose lock file under the runtime dir is
