@@ -249,8 +249,8 @@ class Projector:
 
         aiokafka (like Kafka's own client) sends no LeaveGroup for a static member, which would leave
         its partitions unowned for the session timeout; the broker accepts a leave by member id from a
-        static member (checked on Kafka 3.9). A failure (an outage, or not stopping) keeps the id: the
-        restart rejoins in the member's place at once.
+        static member (Kafka 3.9.1; tests/test_recovery.py times the handover). A failure (an outage)
+        keeps the id: the restart in this process rejoins in the member's place at once.
         """
         coordinator = getattr(self.consumer, "_coordinator", None)
         if coordinator is not None and self.group_instance_id is not None:
