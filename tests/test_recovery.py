@@ -71,9 +71,9 @@ class Projectors:
         self.env.pop("HELIX_INSTANCE_ID", None)
         self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
 
-    def start(self) -> tuple[subprocess.Popen[bytes], Path]:
+    def start(self, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.dir / f"projector-{len(self.started)}.log"
-        cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(self.path)]
+        cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(self.path), *extra]
         cmd += ["--batch-size", "200", "--progress", "1", "--session-timeout", str(SESSION_TIMEOUT)]
         with log.open("wb") as err:  # the child keeps its own copy open
             proc = subprocess.Popen(cmd, cwd=ROOT, stderr=err, env=self.env)
@@ -218,8 +218,9 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
 ) -> None:
     cfg = projectors.cfg
     group = names.consumer_group(views(cfg)[0], "redis", cfg["log"]["topic_prefix"])
-    kept, kept_log = projectors.start()
-    doomed, doomed_log = projectors.start()
+    explicit = unique("pod")  # as a Kubernetes pod name would be given
+    kept, kept_log = projectors.start("--instance-id", explicit)
+    doomed, doomed_log = projectors.start()  # the host's first free slot
 
     async def both_hold_partitions() -> bool:
         held = await members(kafka_bootstrap, group)
@@ -230,7 +231,7 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
         await mem.add(Message("user", "warm up"))
     await wait_for(both_hold_partitions, 30, "both projectors to hold partitions")
     doomed_id = instance_id(doomed_log)
-    assert doomed_id is not None and instance_id(kept_log) != doomed_id  # two slots, two members
+    assert instance_id(kept_log) == explicit and doomed_id is not None and doomed_id.endswith("-0")
     held = await members(kafka_bootstrap, group)
     [lost] = [parts for member, parts in held.items() if member.startswith(f"{doomed_id}-")]
     doomed.kill()  # for good: nothing takes its slot
