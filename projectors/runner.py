@@ -171,6 +171,7 @@ class Projector:
         session_timeout: float = 10.0,
         verify_interval: float = 5.0,
         namespaces: Sequence[str] | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
         self.projection = projection
         # The view's namespaces (names or globs), None for every one: another namespace's events never reach it.
@@ -183,6 +184,8 @@ class Projector:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.session_timeout = session_timeout  # how soon the group gives a dead process's partitions away
         self.verify_interval = verify_interval  # how often stored checkpoints are checked against `written`
+        # Static membership (projectors.instance): a restart under the same id takes its partitions back at once.
+        self.group_instance_id = group_instance_id
         self.consumer: AIOKafkaConsumer | None = None
         self._log: KafkaLog | None = None  # appends derived events
         self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
@@ -212,6 +215,7 @@ class Projector:
             max_partition_fetch_bytes=4 * 1024 * 1024,
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(1, session_ms // 3),
+            group_instance_id=self.group_instance_id,
         )
         self.consumer.subscribe(pattern=self.pattern, listener=_SeekToCheckpoint(self))
         self.written.clear()
@@ -236,11 +240,25 @@ class Projector:
             )
         finally:
             self.progress.assigned.clear()
+            if stop.is_set():
+                self._leave_as_dynamic()
             await self.consumer.stop()
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
         return self.progress
+
+    def _leave_as_dynamic(self) -> None:
+        """On a clean stop, make `consumer.stop()` send LeaveGroup, so the others take the partitions now.
+
+        aiokafka (like Kafka's own client) sends no LeaveGroup for a static member, which would leave
+        its partitions unowned for the session timeout; the broker accepts a leave by member id from a
+        static member (Kafka 3.9.1; tests/test_recovery.py times the handover). A failure (an outage)
+        keeps the id: the restart in this process rejoins in the member's place at once.
+        """
+        coordinator = getattr(self.consumer, "_coordinator", None)
+        if coordinator is not None and self.group_instance_id is not None:
+            coordinator._group_instance_id = None
 
     async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, again and again with backoff while it fails transiently; `_Stopped` once stop is set."""

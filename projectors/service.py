@@ -9,6 +9,7 @@ from helix_es.config import LogConfig, MemoryConfig, load_configs
 from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
+from projectors import instance
 from projectors.follow import TargetFollower
 from projectors.runner import run_projectors
 
@@ -27,12 +28,36 @@ def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
 
 
 async def serve(
-    source: str, stop: asyncio.Event, *, batch_size: int = 500, session_timeout: float = 10.0, progress: float = 10.0
+    source: str,
+    stop: asyncio.Event,
+    *,
+    batch_size: int = 500,
+    session_timeout: float = 10.0,
+    progress: float = 10.0,
+    instance_id: str | None = None,
 ) -> int:
     """Run one projector (consumer group) per view of the config at `source` until `stop` is set; 0 when
-    they stopped cleanly. A progress line every `progress` seconds on the `helix_es.project` logger."""
-    say = log.info
+    they stopped cleanly. A progress line every `progress` seconds on the `helix_es.project` logger.
+    Every view's group knows this process by one static instance id (`projectors.instance.claim`)."""
     log_config, parts = served_projections(source)
+    me = instance.claim(instance_id)
+    try:
+        return await _serve(log_config, parts, stop, me.id, batch_size, session_timeout, progress)
+    finally:
+        me.release()
+
+
+async def _serve(
+    log_config: LogConfig,
+    parts: list[MemoryConfig],
+    stop: asyncio.Event,
+    instance_id: str,
+    batch_size: int,
+    session_timeout: float,
+    progress: float,
+) -> int:
+    say = log.info
+    say("group instance id %s (static membership: a restart under it takes its partitions back at once)", instance_id)
     stores, projectors = [], []
     for part in parts:  # one projector (consumer group) per view: several processes share its partitions
         store = open_store(part) if isinstance(part.view, View) else None
@@ -46,6 +71,7 @@ async def serve(
                 topic_prefix=log_config.topic_prefix,
                 batch_size=batch_size,
                 session_timeout=session_timeout,
+                group_instance_id=instance_id,
             )
         )
         say(

@@ -16,7 +16,12 @@ async def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     return await serve(
-        args.config, stop, batch_size=args.batch_size, session_timeout=args.session_timeout, progress=args.progress
+        args.config,
+        stop,
+        batch_size=args.batch_size,
+        session_timeout=args.session_timeout,
+        progress=args.progress,
+        instance_id=args.instance_id,
     )
 
 
@@ -31,5 +36,12 @@ def add_command(sub: Any) -> None:
         default=10.0,
         help="seconds after which the group gives a dead process's partitions to the others "
         "(default 10; at least the broker's group.min.session.timeout.ms)",
+    )
+    project.add_argument(
+        "--instance-id",
+        default=None,
+        help="this process's static group instance id, the same across its restarts (default: "
+        "HELIX_INSTANCE_ID, else <hostname>-<n> for the first free slot n on this host); never two live "
+        "processes with one id",
     )
     project.set_defaults(run=_run)
