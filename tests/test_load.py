@@ -81,9 +81,10 @@ async def test_concurrent_sessions_read_their_own_writes_and_nothing_else(
     def config(ns: str) -> dict[str, Any]:
         return {"log": log, "memory": {**memory, "namespace": ns}}
 
-    # One view (one consumer group) projects every namespace under the prefix: both share its store. Two
+    # One view (one consumer group) projects both agents' namespaces: both share its store. Two
     # projector processes share the partitions (one core each), rebalancing while the sessions write.
-    procs += [start_projector(config(namespaces[0]), tmp_path, batch_size=500) for _ in range(2)]
+    served = {"log": log, "agents": [{"id": ns, "memory": memory} for ns in namespaces]}
+    procs += [start_projector(served, tmp_path, batch_size=500) for _ in range(2)]
     sids = [f"s-{i:02d}" for i in range(sessions // len(namespaces))]  # the same ids in both namespaces
     latencies: list[float] = []
     started = time.perf_counter()
