@@ -177,7 +177,7 @@ async def test_projector_group_dead_letters_and_exit_code_are_named_as_the_readm
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-        if not own_prefix:  # the default prefix's projector folded every namespace into this view: drop it
+        if not own_prefix:  # the view's keys live under the shared default prefix: drop them after the test
             client = aioredis.Redis.from_url(redis_url)
             try:
                 keys = [k async for k in client.scan_iter(match=f"helix:memory:*:{view}*", count=1000)]
