@@ -330,6 +330,23 @@ async def _read_topic(
     return records
 
 
+async def cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+    """`helix-es ...` in its own process, while this one keeps serving its memories."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "helix_es.cli",
+        *args,
+        cwd=ROOT,
+        env={**os.environ},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 def start_projector(config: dict[str, Any], tmp_path: Path, *, batch_size: int = 50) -> subprocess.Popen[str]:
     """`helix-es project` in its own process, as a deployment runs it."""
     path = tmp_path / f"projector-{uuid.uuid4().hex[:6]}.yaml"

@@ -8,7 +8,6 @@ them and report where they were. Real Kafka, Redis and the embedded log (tests/c
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -34,7 +33,7 @@ from helix_es.model.errors import InvalidInput, LogCorrupted, UnknownSchema
 from helix_es.model.events import Event, MessageAdded, Position
 from projectors import deadletter, runner
 from projectors.rebuild import pump, rebuild
-from tests.conftest import unique, wait_for
+from tests.conftest import cli, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS = ["hello, I am Alice", "hi Alice", "my card ends 4242", "noted"]
@@ -50,22 +49,6 @@ async def file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIte
     monkeypatch.setenv("HELIX_KEY_CACHE_TTL", "0")
     yield
     await close_shared_keys()
-
-
-async def cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "helix_es.cli",
-        *args,
-        cwd=ROOT,
-        env={**os.environ},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def plain(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from helix_es.stores.redis.views import RedisStore
 from helix_es.views.base import View
 from helix_es.views.long_term import target_table
 from projectors.rebuild import PARALLEL_MIN_EVENTS, Display, Status, drop, rebuild
-from tests.conftest import unique, wait_for
+from tests.conftest import cli, unique, wait_for
 from tests.model_server import ModelServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,23 +51,6 @@ def write_config(tmp_path: Path, cfg: dict[str, Any], name: str = "helix.yaml") 
     path = tmp_path / name
     path.write_text(json.dumps(cfg))  # JSON is YAML
     return path
-
-
-async def cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
-    """`helix-es ...` in its own process, while this one keeps serving its memories."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "helix_es.cli",
-        *args,
-        cwd=ROOT,
-        env={**os.environ},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def contents(messages: list[Message]) -> list[str]:
