@@ -188,9 +188,8 @@ async def test_events_of_types_this_version_does_not_know_are_shown_not_fatal(tm
     # A newer writer: the newest schema in schemas/ plus a payload type this version has never seen.
     newest = load_schemas()[-1]
     raw = json.loads((ROOT / "schemas" / f"envelope.v{newest.version}.avsc").read_text())
-    raw["fields"][-1]["type"].append(
-        {"type": "record", "name": "NoteRecorded", "fields": [{"name": "note", "type": "string"}]}
-    )
+    payload = next(f for f in raw["fields"] if f["name"] == "payload")
+    payload["type"].append({"type": "record", "name": "NoteRecorded", "fields": [{"name": "note", "type": "string"}]})
     newer = schema_version(newest.version + 1, raw)
     stamped = now()
     record = {
@@ -215,7 +214,7 @@ async def test_events_of_types_this_version_does_not_know_are_shown_not_fatal(tm
         "avro_type": "unknown",
         "fields": {},
         "schema_fingerprint": newer.fingerprint.hex(),
-        "union_branch": len(raw["fields"][-1]["type"]) - 1,
+        "union_branch": len(payload["type"]) - 1,
     }
     assert report.views is not None and [m.role for m in report.views["conversation"]] == ["user", "assistant"]
 
@@ -426,7 +425,8 @@ def test_cli_json_is_one_document(summary_log: tuple[Path, str, list[Seen]]) -> 
         "known",
         "erased",
         "payload",
-    }
+    } | {"idempotency_key", "duplicate_of"}  # added with idempotency keys
+    assert first["idempotency_key"] is None and first["duplicate_of"] is None
     assert first["payload"] == {"message": {"role": "user", "content": turn(0).content}}
     summary = next(e for e in doc["events"] if e["type"] == "SummaryRecorded")
     assert set(summary["payload"]) == {"view", "epoch", "covers", "text", "model"}

@@ -181,6 +181,17 @@ def searching(query: object, limit: object = 5) -> Action:
     return run
 
 
+def keyed(op: str, key: object) -> Action:
+    """`add` (a good message) or `clear` with a bad idempotency key, on the memory kept open."""
+
+    async def run(h: Harness) -> object:
+        if op == "clear":
+            return await h.mem.clear(idempotency_key=key)
+        return await h.mem.add(Message("user", "must never be written"), idempotency_key=key)
+
+    return run
+
+
 def long_term(table: object) -> Action:
     return opening(
         {"type": "long-term", "store": "postgres", "dsn": "postgresql://helix@127.0.0.1:1/none", "table": table}
@@ -326,6 +337,13 @@ CASES = [
         "must be a helix_es.Message, got dict",
     ),
     Bad("add-none", adding(lambda: None), InvalidMessage, "message", "got NoneType"),
+    # idempotency keys
+    Bad("add-key-an-int", keyed("add", 7), InvalidInput, "idempotency_key", "must be a string or None, got int"),
+    Bad("add-key-empty", keyed("add", ""), InvalidInput, "idempotency_key", "1-255 printable characters"),
+    Bad("add-key-too-long", keyed("add", "k" * 256), InvalidInput, "idempotency_key", "1-255 printable"),
+    Bad("add-key-newline", keyed("add", "a\nb"), InvalidInput, "idempotency_key", "printable characters"),
+    Bad("clear-key-bytes", keyed("clear", b"k"), InvalidInput, "idempotency_key", "got bytes"),
+    Bad("clear-key-nul", keyed("clear", "k\x00"), InvalidInput, "idempotency_key", "printable characters"),
     # sizes of what is written
     Bad(
         "content-over-configured-max",
@@ -564,14 +582,16 @@ def test_the_matrix_covers_every_input_it_claims() -> None:
     message_fields = {f.name for f in dataclasses.fields(Message) if f.init}
     assert message_fields == {"role", "content", "name", "tool_calls", "tool_call_id", "metadata"}
     assert message_fields <= {family(c.field) for c in CASES if c.error is InvalidMessage}
-    # Every public entry point that takes input: the Memory methods with arguments (add, search) and
-    # open_memory (its session_id, the config as a mapping and as YAML text).
+    # Every public entry point that takes input: the Memory methods with arguments (add, search, clear's
+    # key) and open_memory (its session_id, the config as a mapping and as YAML text).
     takes_input = {
         name
         for name, fn in inspect.getmembers(Memory, inspect.isfunction)
         if not name.startswith("_") and len(inspect.signature(fn).parameters) > 1
     }
-    assert takes_input == {"add", "search"}, "a new Memory method taking input needs cases here"
+    assert takes_input == {"add", "search", "clear"}, "a new Memory method taking input needs cases here"
+    keyed_ops = {c.id.split("-")[0] for c in CASES if c.field == "idempotency_key"}
+    assert keyed_ops == {"add", "clear"}  # both writes take a key
     assert builders["message"] >= 20 and builders["adding"] >= 5  # add: each Message rule, the argument, sizes
     assert {family(c.field) for c in CASES if c.run.__qualname__.startswith("searching")} == {"query", "limit"}
     assert builders["opening"] >= 20 and builders["yaml_doc"] >= 5

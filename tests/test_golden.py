@@ -3,7 +3,7 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc as first released, with fastavro alone (`schemaless_writer` on
+schemas/envelope.v1-3.avsc (v4: envelope.v4.avsc) as first released, with fastavro alone (`schemaless_writer` on
 each schema file; no helix-es code), and written down literally.
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
@@ -14,8 +14,10 @@ existing entries never change.
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -133,7 +135,24 @@ EXPECTED: dict[str, Event] = {
         uuid.UUID("44444444-5555-4666-8777-888888888889"),
         datetime(2025, 7, 8, 9, 10, 11, 120001, tzinfo=UTC),
     ),
+    "MessageAdded.keyed": Event(
+        NS,
+        "sitzung-ü",
+        MessageAdded(FULL),
+        uuid.UUID("55555555-6666-4777-8888-999999999999"),
+        datetime(2026, 12, 1, 8, 0, 0, 250000, tzinfo=UTC),
+        "req-7f3a/ü",
+    ),
+    "MemoryCleared.keyed": Event(
+        NS,
+        "s-1",
+        MemoryCleared("retried"),
+        uuid.UUID("55555555-6666-4777-8888-99999999999a"),
+        datetime(2026, 12, 1, 8, 0, 1, tzinfo=UTC),
+        "0b9c2f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f",
+    ),
 }
+KEYED = {k for k, e in EXPECTED.items() if e.idempotency_key is not None}  # need v4 on
 
 # Which payload types each version has (its union's branches, in order), and so the version an
 # event type is first written with.
@@ -141,7 +160,9 @@ TYPES = {
     "v1": ["MessageAdded", "MemoryCleared"],
     "v2": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded"],
     "v3": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded", "SessionErased"],
+    "v4": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded", "SessionErased"],
 }
+HAS_KEYS = {"v4"}  # versions with the envelope's idempotency_key
 OLDEST = {
     "MessageAdded": "v1",
     "MemoryCleared": "v1",
@@ -156,13 +177,24 @@ def kind(key: str) -> str:
     return key.split(".")[0]
 
 
+def oldest(key: str) -> str:
+    """The version an event is written with: the oldest with its type (and, keyed, with keys)."""
+    if key in KEYED:
+        return min(HAS_KEYS)
+    return OLDEST[kind(key)]
+
+
+def writable(key: str, version: str) -> bool:
+    return kind(key) in TYPES[version] and (key not in KEYED or version in HAS_KEYS)
+
+
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3"]
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4"]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
-        assert sorted(records) == sorted(k for k in EXPECTED if kind(k) in TYPES[version]), version
+        assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 3
+    assert len(set(FINGERPRINTS.values())) == 4
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
@@ -190,10 +222,24 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert data[2:10] == bytes.fromhex(FINGERPRINTS[version])
     assert Codec().decode(data) == EXPECTED[key]
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
-    # A codec pinned to any version that has the type reads it too (Avro resolution between versions).
-    for reader in (1, 2, 3):
+    # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
+    # one that predates keys reads a keyed event without its key.
+    for reader in (1, 2, 3, 4):
         if kind(key) in TYPES[f"v{reader}"]:
-            assert Codec(reader=reader).decode(data) == EXPECTED[key], f"reader v{reader}"
+            want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
+            assert Codec(reader=reader).decode(data) == want, f"reader v{reader}"
+
+
+@pytest.mark.parametrize("key", sorted(KEYED))
+def test_readers_that_predate_keys_read_keyed_events_with_fastavro_alone(key: str) -> None:
+    """An old reader (its own schema, v3) given the writer's schema from schemas/ reads a v4 event."""
+    data = bytes.fromhex(RECORDS["v4"][key])
+    writer = json.loads((ROOT / "schemas" / "envelope.v4.avsc").read_text())
+    reader = json.loads((ROOT / "schemas" / "envelope.v3.avsc").read_text())
+    record = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer, reader)
+    assert "idempotency_key" not in record
+    assert record["session_id"] == EXPECTED[key].session_id
+    assert fastavro.schemaless_reader(io.BytesIO(data[10:]), writer)["idempotency_key"] == EXPECTED[key].idempotency_key
 
 
 @pytest.mark.parametrize("key", list(EXPECTED))
@@ -201,9 +247,9 @@ def test_events_are_encoded_as_the_golden_bytes_of_the_oldest_version_with_their
     event = EXPECTED[key]
     data = Codec().encode(event)
     assert Codec().decode(data) == event
-    oldest = OLDEST[kind(key)]
+    first = oldest(key)
     assert data[:2] == b"\xc3\x01"
-    assert data[2:10] == bytes.fromhex(FINGERPRINTS[oldest]), f"{kind(key)} must be written with {oldest}"
-    assert data.hex() == RECORDS[oldest][key]  # byte for byte (the hand-written MessageAdded encoder too)
+    assert data[2:10] == bytes.fromhex(FINGERPRINTS[first]), f"{key} must be written with {first}"
+    assert data.hex() == RECORDS[first][key]  # byte for byte (the hand-written MessageAdded encoder too)
     # The generic path (fastavro) writes the same bytes as the fast one.
     assert Codec().encode_record(event_to_record(event)) == data

@@ -25,6 +25,7 @@ from helix_es.config import load_config
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.projection.factory import open_projection
+from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
@@ -57,11 +58,17 @@ def embedded(tmp_path: Path, store: dict[str, Any], namespace: str, **extra: Any
 
 def projection_of(mem: object) -> Projection:
     assert isinstance(mem, ViewMemory)
-    return mem.projection
+    return unwrapped(mem.projection)
+
+
+def unwrapped(projection: Projection) -> Projection:
+    """The long-term store itself, under the layer that marks retried writes."""
+    return projection.inner if isinstance(projection, IdempotentProjection) else projection
 
 
 async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
     """The session id kept beside each message, read from the store itself, in view order."""
+    projection = unwrapped(projection)
     if isinstance(projection, MemoryLongTerm):
         return projection.sessions(namespace)
     if isinstance(projection, RedisLongTerm):
@@ -383,7 +390,7 @@ def test_other_config_errors_name_their_key(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("HELIX_POSTGRES_DSN", "postgresql://env/db")
     cfg = load_config({"memory": {"type": "sql-long-term"}}).memory
     assert cfg.postgres_dsn == "postgresql://env/db"
-    opened = open_projection(cfg)
+    opened = unwrapped(open_projection(cfg))
     assert isinstance(opened, PostgresLongTerm) and opened.dsn == "postgresql://env/db"
 
 

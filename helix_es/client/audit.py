@@ -54,7 +54,9 @@ from helix_es.model.message import Message
 from helix_es.model.times import iso, parse_time, utc
 from helix_es.projection.driver import Driver
 from helix_es.projection.factory import open_log, open_projection
+from helix_es.projection.idempotency import mark_duplicates
 from helix_es.projection.protocol import Projection
+from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
@@ -105,6 +107,8 @@ class AuditedEvent:
     type: str  # MessageAdded, MemoryCleared, SummaryRecorded, EmbeddingRecorded, or an unknown type's name
     payload: Payload | UnknownPayload
     erased: bool = False  # written before the session was forgotten: its content is crypto-shredded
+    idempotency_key: str | None = None
+    duplicate_of: int | None = None  # a retry of the write at this offset: no view folds it
 
     @classmethod
     def from_record(cls, record: Record, erasure: Erasure | None = None) -> AuditedEvent:
@@ -121,6 +125,8 @@ class AuditedEvent:
             kind,
             payload,
             erased,
+            event.idempotency_key,
+            record.duplicate_of,
         )
 
     @property
@@ -159,11 +165,21 @@ class AuditedEvent:
             "type": self.type,
             "known": self.known,
             "erased": self.erased,
+            "idempotency_key": self.idempotency_key,
+            "duplicate_of": self.duplicate_of,
             "payload": self.payload_json(),
         }
 
     def describe(self) -> str:
-        """The payload on one line, for people; text is JSON-quoted so control characters stay inert."""
+        """The payload on one line, for people, with a retry marked as the duplicate it is."""
+        text = self._describe()
+        if self.duplicate_of is not None:
+            key = quote(self.idempotency_key or "")
+            return f"duplicate of @{self.duplicate_of} (idempotency key {key}), not folded: {text}"
+        return text
+
+    def _describe(self) -> str:
+        """The payload on one line; text is JSON-quoted so control characters stay inert."""
         p = self.payload
         if isinstance(p, MessageAdded) and self.erased:
             return f"{p.message.role}: content erased (its key was destroyed by forget)"
@@ -384,7 +400,10 @@ async def audit(
 
     wide = any(_needs_namespace(p) for p in parts)
     records, bad = await _read(cfg.log, ns, None if wide else session_id)
-    mine = [r for r in records if r.event.session_id == session_id]
+    # Retries are marked as a view marks them: against the keys of the session's earlier events.
+    mine = list(
+        await mark_duplicates(MemoryIdempotency(), "audit", [r for r in records if r.event.session_id == session_id])
+    )
     skipped = [b for b in bad if b.claims(session_id)]  # whatever the cut: a refused record has no time to trust
 
     partition: int | None = None

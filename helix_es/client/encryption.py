@@ -352,11 +352,11 @@ class EncryptedMemory:
                 ids |= envelope_key_ids(m)
         await prepare(self.namespace, self.session_id, write=stored is None, key_ids=ids)
 
-    async def add(self, message: Message) -> Position:
+    async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
         if not isinstance(message, Message):
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
         await self._prepare()
-        return await self.inner.add(self.encrypt(message))
+        return await self.inner.add(self.encrypt(message), idempotency_key=idempotency_key)
 
     async def get(self) -> list[Message]:
         stored = await self.inner.get()
@@ -378,8 +378,8 @@ class EncryptedMemory:
         needle = query.casefold()
         return [m for m in await self.get() if needle in m.content.casefold()][:limit]
 
-    async def clear(self) -> Position:
-        return await self.inner.clear()
+    async def clear(self, *, idempotency_key: str | None = None) -> Position:
+        return await self.inner.clear(idempotency_key=idempotency_key)
 
 
 def _arg_field(call: ToolCall) -> str:

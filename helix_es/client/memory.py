@@ -14,7 +14,7 @@ from helix_es.client import backend as backends
 from helix_es.client.protocol import Memory
 from helix_es.model import names
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, check_idempotency_key
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size, check_text
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.protocol import Projection
@@ -33,22 +33,24 @@ class EventWriter:
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     _in_doubt: tuple[Event, ...] = ()  # events of the last adds and clears that raised
 
-    async def add(self, message: Message) -> Position:
+    async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
         if not isinstance(message, Message):
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
         check_size(message, self.max_content_bytes)
-        return await self._append(MessageAdded(message))
+        return await self._append(MessageAdded(message), check_idempotency_key(idempotency_key))
 
-    async def clear(self) -> Position:
-        return await self._append(MemoryCleared())
+    async def clear(self, *, idempotency_key: str | None = None) -> Position:
+        return await self._append(MemoryCleared(), check_idempotency_key(idempotency_key))
 
-    async def _append(self, payload: MessageAdded | MemoryCleared) -> Position:
+    async def _append(self, payload: MessageAdded | MemoryCleared, key: str | None) -> Position:
         """Append one event. An add or clear that raised may land yet (a caller's timeout cancels only
         the wait for the broker), so the same add (an equal message) or clear called again re-sends
-        that event, same id, and the log returns the first send's position instead of writing twice."""
-        event = self._retry_of(payload) if self._in_doubt else None
+        that event, same id, and the log returns the first send's position instead of writing twice.
+        Across processes, and after a crash, only an idempotency key says two writes are one: the views
+        fold the first event with a key and pass over the rest (`helix_es.projection.idempotency`)."""
+        event = self._retry_of(payload, key) if self._in_doubt else None
         if event is None:
-            event = Event(self.namespace, self.session_id, payload)
+            event = Event(self.namespace, self.session_id, payload, idempotency_key=key)
         try:
             position = await self.backend.append(event)
         except BaseException:
@@ -64,9 +66,12 @@ class EventWriter:
         self.wrote(position)
         return position
 
-    def _retry_of(self, payload: MessageAdded | MemoryCleared) -> Event | None:
+    def _retry_of(self, payload: MessageAdded | MemoryCleared, key: str | None) -> Event | None:
         oldest = datetime.now(UTC) - RETRY_WINDOW
-        return next((e for e in self._in_doubt if e.payload == payload and e.timestamp > oldest), None)
+        return next(
+            (e for e in self._in_doubt if e.payload == payload and e.idempotency_key == key and e.timestamp > oldest),
+            None,
+        )
 
     def wrote(self, position: Position) -> None:
         """Reads from now on wait until the views have applied `position`."""
@@ -173,13 +178,13 @@ class JsonExport:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def add(self, message: Message) -> Position:
-        position = await self.inner.add(message)
+    async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
+        position = await self.inner.add(message, idempotency_key=idempotency_key)
         await self.export()
         return position
 
-    async def clear(self) -> Position:
-        position = await self.inner.clear()
+    async def clear(self, *, idempotency_key: str | None = None) -> Position:
+        position = await self.inner.clear(idempotency_key=idempotency_key)
         await self.export()
         return position
 

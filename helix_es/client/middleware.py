@@ -62,8 +62,8 @@ class LoggingMemory:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def add(self, message: Message) -> Position:
-        position = await self.inner.add(message)
+    async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
+        position = await self.inner.add(message, idempotency_key=idempotency_key)
         self.log.debug("add role=%s chars=%d -> %s", message.role, len(message.content), position)
         return position
 
@@ -77,8 +77,8 @@ class LoggingMemory:
         self.log.debug("search %r limit=%d -> %d hits", query, limit, len(hits))
         return hits
 
-    async def clear(self) -> Position:
-        position = await self.inner.clear()
+    async def clear(self, *, idempotency_key: str | None = None) -> Position:
+        position = await self.inner.clear(idempotency_key=idempotency_key)
         self.log.debug("clear -> %s", position)
         return position
 

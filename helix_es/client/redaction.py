@@ -209,13 +209,13 @@ class RedactingMemory:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)  # .namespace, .session_id, ... of the wrapped memory
 
-    async def add(self, message: Message) -> Position:
+    async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
         if not isinstance(message, Message):
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
         if not self._warned and message.content.startswith(SEALED_PREFIX):
             self._warned = True
             log.warning("redaction sees encrypted text and cannot redact it: list redaction before encryption")
-        return await self.inner.add(self.redactor.redact_message(message))
+        return await self.inner.add(self.redactor.redact_message(message), idempotency_key=idempotency_key)
 
     async def get(self) -> list[Message]:
         return await self.inner.get()
@@ -223,8 +223,8 @@ class RedactingMemory:
     async def search(self, query: str, limit: int = 10) -> list[Message]:
         return await self.inner.search(query, limit)
 
-    async def clear(self) -> Position:
-        return await self.inner.clear()
+    async def clear(self, *, idempotency_key: str | None = None) -> Position:
+        return await self.inner.clear(idempotency_key=idempotency_key)
 
 
 def redaction_middleware(redactor: Redactor | None = None) -> Middleware:

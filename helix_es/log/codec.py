@@ -17,7 +17,7 @@ from typing import Any, cast
 import fastavro
 import fastavro.schema
 
-from helix_es.model.errors import UnknownSchema
+from helix_es.model.errors import InvalidInput, UnknownSchema
 from helix_es.model.events import (
     EmbeddingRecorded,
     Event,
@@ -115,10 +115,14 @@ class Codec:
         self.reader = by_version[reader] if reader is not None else known[-1]
         # Unpinned, each payload type is written with the oldest version that has it, so readers
         # that predate a new event type keep reading every event of the types they know.
+        # An event with an idempotency key needs a version with that field (v4 on): the oldest that has it.
         self._writer_for: dict[str, SchemaVersion] = {}
+        self._keyed_writer_for: dict[str, SchemaVersion] = {}
         for v in reversed(known if writer is None else [self.writer]):
             for name in _payload_names(v.schema):
                 self._writer_for[name] = v
+                if _has_key_field(v.schema):
+                    self._keyed_writer_for[name] = v
         # Parsed with fastavro's hint, so it does not parse the schema again on every call (2x faster).
         self._write_schemas = {v.fingerprint: fastavro.parse_schema(copy.deepcopy(v.schema)) for v in known}
         # Reading with the newest schema, resolution only adds defaults that `record_to_event` fills in
@@ -129,23 +133,34 @@ class Codec:
             self._fast_read = {v.fingerprint: _fast_schema(v.schema) for v in known}
         # `encode` writes MessageAdded (nearly every event) by hand, 2-3x faster than fastavro; used only
         # if it writes the very bytes fastavro writes for a probe covering every field.
-        self._added_prefix: bytes | None = None
-        added = self._writer_for.get(_ADDED)
-        if added is not None:
-            index = _payload_names(added.schema).index(_ADDED)
-            self._added_prefix = MAGIC + added.fingerprint
-            self._added_branch = _long(index)
-            for probe in _probes():
-                if self._encode_added(probe) != self.encode_record(event_to_record(probe)):
-                    self._added_prefix = None
-                    break
+        self._added: dict[bool, tuple[bytes, bytes, bool]] = {}  # keyed? -> (prefix, branch, has the key field)
+        for keyed, table in ((False, self._writer_for), (True, self._keyed_writer_for)):
+            added = table.get(_ADDED)
+            if added is not None:
+                index = _payload_names(added.schema).index(_ADDED)
+                self._added[keyed] = (MAGIC + added.fingerprint, _long(index), _has_key_field(added.schema))
+        for probe in _probes():
+            if (probe.idempotency_key is not None) in self._added and self._encode_added(probe) != self.encode_record(
+                event_to_record(probe)
+            ):
+                self._added = {}
+                break
 
     # --- records (plain dicts), as any Avro program sees them ---
 
     def encode_record(self, record: Mapping[str, Any]) -> bytes:
         payload = record.get("payload")
         name = payload[0] if isinstance(payload, tuple) else None
-        writer = self._writer_for.get(name, self.writer) if name else self.writer
+        if record.get("idempotency_key") is not None:
+            writer = self._keyed_writer_for.get(name) if name else None
+            if writer is None:
+                raise InvalidInput(
+                    "idempotency_key",
+                    f"schema v{self.writer.version} has no idempotency keys (v4 on has); "
+                    "unpin the log's writer version to send keyed writes",
+                )
+        else:
+            writer = self._writer_for.get(name, self.writer) if name else self.writer
         buf = io.BytesIO()
         buf.write(MAGIC + writer.fingerprint)
         fastavro.schemaless_writer(buf, self._write_schemas.get(writer.fingerprint, writer.schema), record)
@@ -168,7 +183,7 @@ class Codec:
     # --- events ---
 
     def encode(self, event: Event) -> bytes:
-        if self._added_prefix is not None and type(event.payload) is MessageAdded:
+        if self._added and type(event.payload) is MessageAdded and (event.idempotency_key is not None) in self._added:
             try:
                 return self._encode_added(event)
             except (TypeError, AttributeError, UnicodeError, ValueError):
@@ -184,13 +199,15 @@ class Codec:
         if type(event.event_id) is not _UUID:
             raise TypeError("not a uuid.UUID event id")
         m = event.payload.message  # type: ignore[union-attr]
+        key = event.idempotency_key
+        prefix, branch, key_field = self._added[key is not None]
         out = [
-            self._added_prefix,
+            prefix,
             _str(str(event.event_id)),
             _str(event.namespace),
             _str(event.session_id),
             _micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds),
-            self._added_branch,
+            branch,
             _str(m.role),
             _str(m.content),
             _NULL if m.name is None else _SOME + _str(m.name),
@@ -204,7 +221,9 @@ class Codec:
             out.append(_long(len(m.metadata)))
             out += [_str(k) + _str(v) for k, v in m.metadata.items()]
         out.append(_END)
-        return b"".join(out)  # type: ignore[arg-type]
+        if key_field:
+            out.append(_NULL if key is None else _SOME + _str(key))
+        return b"".join(out)
 
     def decode(self, data: bytes) -> Event:
         schema = self._fast_read.get(data[2:HEADER_LEN]) if data[:2] == MAGIC else None
@@ -219,7 +238,12 @@ class Codec:
         if name == _ADDED:  # nearly every event: built here, without the generic dispatch
             added = MessageAdded(Message.from_record(fields["message"]))
             return Event(
-                record["namespace"], record["session_id"], added, _uuid(record["event_id"]), record["timestamp"]
+                record["namespace"],
+                record["session_id"],
+                added,
+                _uuid(record["event_id"]),
+                record["timestamp"],
+                record.get("idempotency_key"),
             )
         record["event_id"] = _uuid(record["event_id"])
         return record_to_event(record)
@@ -294,6 +318,8 @@ def _probes() -> list[Event]:
             uuid.uuid4(),
             datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
         ),
+        Event("ns", "s", MessageAdded(Message("user", "")), uuid.UUID(int=2), _EPOCH, "k"),
+        Event("n" * 63, "s" * 64, MessageAdded(full), uuid.UUID(int=3), when, "ü" * 200),
     ]
 
 
@@ -315,6 +341,10 @@ def _fast_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
         if f["name"] == "event_id":
             f["type"] = "string"
     return cast(dict[str, Any], fastavro.parse_schema(plain))
+
+
+def _has_key_field(schema: Mapping[str, Any]) -> bool:
+    return any(f["name"] == "idempotency_key" for f in schema["fields"])
 
 
 def _payload_names(schema: Mapping[str, Any]) -> list[str]:
@@ -353,6 +383,7 @@ def event_to_record(event: Event) -> dict[str, Any]:
         "session_id": event.session_id,
         "timestamp": event.timestamp,
         "payload": body,
+        "idempotency_key": event.idempotency_key,  # written by v4 on (a keyed event needs one)
     }
 
 
@@ -377,4 +408,5 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         payload=payload,
         event_id=record["event_id"],
         timestamp=record["timestamp"],
+        idempotency_key=record.get("idempotency_key"),
     )

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from helix_es.model.errors import InvalidInput
 from helix_es.model.message import Message
 
 
@@ -73,14 +74,42 @@ class Event:
     payload: Payload
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
     timestamp: datetime = field(default_factory=_now)
+    # The caller's key for this add or clear (schema v4): a later event of the session with the
+    # same key is its retry, which every view ignores (DESIGN.md "Idempotent writes").
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """An event read back from the log, with its position."""
+    """An event read back from the log, with its position.
+
+    `duplicate_of` is set by the projection that found the event to be a retry: the offset of the
+    session's first event with the same idempotency key, which the folds applied instead.
+    """
 
     event: Event
     position: Position
+    duplicate_of: int | None = None
+
+
+REMEMBERED_KEYS = 10_000
+"""Idempotency keys each view remembers per session: a retry within the session's last this many
+keyed writes shows once (older keys are forgotten, newest kept)."""
+MAX_KEY_LENGTH = 255
+
+
+def check_idempotency_key(key: object) -> str | None:
+    """`key` if it is a valid idempotency key (or None); else `InvalidInput` naming it."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise InvalidInput("idempotency_key", f"must be a string or None, got {type(key).__name__}")
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        raise InvalidInput(
+            "idempotency_key",
+            f"must be 1-{MAX_KEY_LENGTH} printable characters (a UUID, a request id), got {key[:40]!r}",
+        )
+    return key
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

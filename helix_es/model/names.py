@@ -151,6 +151,11 @@ def applied_key(namespace: str, session_id: str, view: str) -> str:
     return f"helix:memory:{namespace}:{{{session_id}}}:{view}:applied"
 
 
+def idempotency_key_name(namespace: str, session_id: str, view: str) -> str:
+    """Sorted set of a session's idempotency keys (score: the offset of each one's first event)."""
+    return f"helix:memory:{namespace}:{{{session_id}}}:{view}:idempotency"
+
+
 def checkpoint_key(view: str) -> str:
     """Hash of `<topic>:<partition>` -> last applied offset, for one view."""
     return f"helix:checkpoint:{view}"

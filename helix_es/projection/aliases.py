@@ -35,7 +35,14 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
 from helix_es.model.names import alias_id, check_target
-from helix_es.projection.factory import open_aliases, open_long_term, open_projection, open_store, open_vectors
+from helix_es.projection.factory import (
+    open_aliases,
+    open_idempotency,
+    open_long_term,
+    open_projection,
+    open_store,
+    open_vectors,
+)
 from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, Applied, Change, SessionKey, Snapshot, ViewStore
@@ -207,6 +214,11 @@ async def drop_target_data(
             await vectors.drop(target, namespaces, topics)
         finally:
             await vectors.close()
+    keys = open_idempotency(memory)
+    try:
+        await keys.drop(target, namespaces)
+    finally:
+        await keys.close()
 
 
 # --- the read side: follow the alias ---

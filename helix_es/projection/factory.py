@@ -15,13 +15,14 @@ from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.log.port import EventLog
 from helix_es.model.errors import ConfigError
+from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.protocol import Projection
 from helix_es.projection.session import SessionProjection
 from helix_es.projection.summary import SummaryProjection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores import registry
-from helix_es.stores.ports import AliasStore, LongTermStore, StoreKind, VectorStore, ViewStore
+from helix_es.stores.ports import AliasStore, IdempotencyStore, LongTermStore, StoreKind, VectorStore, ViewStore
 from helix_es.views.base import View
 from helix_es.views.long_term import LongTerm
 from helix_es.views.summary import Summary
@@ -112,16 +113,33 @@ def open_vectors(memory: MemoryConfig) -> VectorStore:
     return kind.vectors(_located(memory, kind, f"store: {kind.name}"))
 
 
-def open_projection(memory: MemoryConfig, store: ViewStore | None = None, *, name: str | None = None) -> Projection:
+def open_idempotency(memory: MemoryConfig) -> IdempotencyStore:
+    """Where `memory`'s view remembers idempotency keys: beside its data, in the same store kind."""
+    view = memory.view
+    name = view.store if isinstance(view, LongTerm) else memory.store
+    kind = registry.KINDS.get(name) or registry.KINDS["memory"]
+    if kind.idempotency is None:
+        raise ConfigError("memory.store", f"{kind.name} keeps no idempotency keys")
+    return kind.idempotency(_located(memory, kind, f"store: {kind.name}"))
+
+
+def open_projection(
+    memory: MemoryConfig,
+    store: ViewStore | None = None,
+    *,
+    name: str | None = None,
+    keys: IdempotencyStore | None = None,
+) -> Projection:
     """The projection a memory config describes; session views use `store` (else their own).
 
     `name` (a rebuild target) names its checkpoints, keys, rows and consumer group in place of the
     view's name; derived events keep the view's own name, so every target reuses what was recorded.
+    It remembers idempotency keys in `keys` (else in its own store kind), and closes them.
     """
     projection = _open(memory, store)
     if name is not None:
         projection.name = name
-    return projection
+    return IdempotentProjection(projection, keys or open_idempotency(memory), ttl=getattr(memory.view, "ttl", None))
 
 
 def _open(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | VectorProjection | Any:

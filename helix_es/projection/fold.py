@@ -33,7 +33,8 @@ async def fold_batch(
 ) -> Folded:
     """Apply `records` (one topic-partition, in offset order) to `view` and write them atomically.
 
-    Events at or below a session's guard are skipped, so a re-delivered batch changes nothing.
+    Events at or below a session's guard are skipped, so a re-delivered batch changes nothing; a
+    retry (`Record.duplicate_of`) changes nothing either, and moves the guard.
     `observer()` makes a fresh observer for each attempt, which sees the state after every
     event, so work that depends on the state at a point (a summary) does not depend on batching.
 
@@ -77,6 +78,10 @@ async def fold_batch(
             for r in recs:
                 offset = r.position.offset
                 if last is not None and offset <= last:
+                    continue
+                if r.duplicate_of is not None:  # a retry: nothing changes, but the guard moves past it
+                    last = offset
+                    applied += 1
                     continue
                 state, last = fold(state, r.event), offset
                 applied += 1

@@ -124,6 +124,8 @@ class VectorProjection:
             erased: dict[tuple[str, str], Position] = {}
             learned: dict[str, np.ndarray] = {}
             for r in fresh:
+                if r.duplicate_of is not None:
+                    continue  # a retried write: its first event was applied
                 payload, ns = r.event.payload, r.event.namespace
                 if isinstance(payload, MessageAdded):
                     if payload.message.content.strip():  # a bare tool call has nothing to embed

@@ -301,6 +301,41 @@ def key_row_from(namespace: str, session_id: str, key_id: str, doc: Mapping[str,
     )
 
 
+# --- idempotency keys: which write a retry repeats ---
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A keyed event of a session, at `offset` of its partition (a session keeps to one partition)."""
+
+    key: SessionKey
+    idempotency_key: str
+    offset: int
+
+
+class IdempotencyStore(Protocol):
+    """Per view and session, the idempotency keys seen and the offset of each one's first event.
+
+    A projection claims a batch's keys before it folds the batch: an event whose key was first seen
+    at another offset is a retry. Claiming again at the same offset (a re-delivered batch, a crash
+    between claim and fold) finds the event itself, so claims need not be atomic with the fold.
+    Each session keeps at least its newest `REMEMBERED_KEYS` keys.
+    """
+
+    kind: str
+
+    async def claim(self, view: str, claims: Sequence[Claim], *, ttl: float | None = None) -> list[int]:
+        """For each claim in order, the offset of its key's first event (its own when the key is new).
+        `ttl`: seconds the session's keys live after this claim (a view whose sessions expire)."""
+        ...
+
+    async def drop(self, view: str, namespaces: Collection[str]) -> None:
+        """Forget `view`'s keys of every session in `namespaces` (a rebuild target readers left)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 # --- a store kind: what one technology offers ---
 
 
@@ -335,3 +370,4 @@ class StoreKind:
     aliases: Callable[[str | None], AliasStore]
     vectors: Callable[[str | None], VectorStore] | None = None
     keys: Callable[[str | None], KeyStore] | None = None
+    idempotency: Callable[[str | None], IdempotencyStore] | None = None

@@ -239,6 +239,9 @@ def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:
         if (r.position.topic, r.position.partition) != (topic, partition):
             raise ValueError(f"a batch holds one topic-partition: {topic}[{partition}], then {r.position}")
         payload = r.event.payload
+        if r.duplicate_of is not None:  # a retried write: applied as nothing
+            out.append(Op(r, None, False))
+            continue
         message = payload.message if isinstance(payload, MessageAdded) else None
         out.append(Op(r, message, isinstance(payload, MemoryCleared)))
     return topic, partition, out

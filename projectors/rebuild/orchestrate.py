@@ -20,10 +20,10 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.names import alias_id, check_target, next_target
 from helix_es.projection import aliases as alias_names
 from helix_es.projection.aliases import drop_target_data, resolve_alias, target_projection, target_store
-from helix_es.projection.factory import open_aliases, open_store
+from helix_es.projection.factory import open_aliases, open_idempotency, open_store
 from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
-from helix_es.stores.ports import AliasStore, ViewStore
+from helix_es.stores.ports import AliasStore, IdempotencyStore, ViewStore
 from helix_es.views.base import View
 from projectors.rebuild.progress import Display
 from projectors.rebuild.pump import always, drain, open_source
@@ -69,6 +69,7 @@ async def rebuild(
     store = open_store(part) if isinstance(part.view, View) else None
     projection: Projection | None = None
     source: Source | None = None
+    keys: IdempotencyStore | None = None
     try:
         old = await resolve_alias(aliases, alias, name)
         target = check_target(into) if into else next_target(name, sorted({*await aliases.targets(alias), old}))
@@ -76,11 +77,11 @@ async def rebuild(
             raise RebuildError(f"{target} is the target readers use now: rebuild into another one (--into NAME)")
         await aliases.add_target(alias, target)
         projection = target_projection(part, target, store)
-        sink: Sink = (
-            SessionSink(part.view, target_store(store, part.view, target))
-            if store is not None and isinstance(part.view, View)
-            else ProjectionSink(projection)
-        )
+        if store is not None and isinstance(part.view, View):
+            keys = open_idempotency(part)
+            sink: Sink = SessionSink(part.view, target_store(store, part.view, target), target=target, keys=keys)
+        else:
+            sink = ProjectionSink(projection)
         status = Status(name, target, "building")
         log.info("rebuilding %s (%s) into %s; readers use %s", name, part.store, target, old)
         shards = await plan_shards(log_config, projection.checkpoint, worker_count(workers), config, part)
@@ -150,6 +151,8 @@ async def rebuild(
             await source.close()
         if projection is not None:
             await projection.close()
+        if keys is not None:
+            await keys.close()
         if store is not None:
             await store.close()
         await aliases.close()

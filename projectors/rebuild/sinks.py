@@ -10,9 +10,10 @@ from typing import Protocol
 
 from helix_es.model.events import Record
 from helix_es.projection.driver import Driver
+from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.protocol import Projection
 from helix_es.projection.session import SessionProjection
-from helix_es.stores.ports import StaleWrite, ViewStore
+from helix_es.stores.ports import IdempotencyStore, StaleWrite, ViewStore
 from helix_es.views.base import View
 
 
@@ -45,16 +46,18 @@ class SessionSink(ProjectionSink):
         view: View,
         store: ViewStore,
         *,
+        target: str,
+        keys: IdempotencyStore,
         max_sessions: int = 200_000,
         checkpoint_partition: Callable[[int], int] | None = None,
     ) -> None:
         # A worker folding a slice of a partition's sessions keeps its progress under another partition
         # number: the partition's own checkpoint is written once every slice is done (see `workers`).
-        super().__init__(
-            SessionProjection(
-                view, store, cache={}, max_cached=max_sessions, checkpoint_partition=checkpoint_partition, retries=4
-            )
+        projection = SessionProjection(
+            view, store, cache={}, max_cached=max_sessions, checkpoint_partition=checkpoint_partition, retries=4
         )
+        projection.name = target  # the name its idempotency keys are kept under (its rows: `store`'s)
+        super().__init__(IdempotentProjection(projection, keys))
         self.view = view
 
     async def apply(self, records: Sequence[Record]) -> int:

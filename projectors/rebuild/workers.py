@@ -23,7 +23,8 @@ from typing import Any
 from helix_es.config import Config, LogConfig, MemoryConfig
 from helix_es.log.replay import DEFAULT_BATCH, Checkpoint
 from helix_es.projection.aliases import target_projection, target_store
-from helix_es.projection.factory import open_store
+from helix_es.projection.factory import open_idempotency, open_store
+from helix_es.stores.ports import IdempotencyStore
 from helix_es.views.base import View
 from projectors.rebuild.pump import always, drain, open_source
 from projectors.rebuild.selection import ConfigSource, select
@@ -199,11 +200,15 @@ async def _worker(spec: Mapping[str, Any]) -> None:
     shard = Shard([(t, int(p)) for t, p in spec["shard"]["partitions"]], spec["shard"]["k"], spec["shard"]["n"])
     store = open_store(part) if isinstance(part.view, View) else None
     projection = target_projection(part, target, store)
+    keys: IdempotencyStore | None = None
     if store is not None:
         assert isinstance(part.view, View)
+        keys = open_idempotency(part)
         sink: Sink = SessionSink(
             part.view,
             target_store(store, part.view, target),
+            target=target,
+            keys=keys,
             checkpoint_partition=shard.scratch if shard.n > 1 else None,
         )
         # A slice resumes from its own scratch checkpoint, else from the partition's.
@@ -244,6 +249,8 @@ async def _worker(spec: Mapping[str, Any]) -> None:
     finally:
         await source.close()
         await projection.close()
+        if keys is not None:
+            await keys.close()
         if store is not None:
             await store.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from helix_es.stores.file.keys import DEFAULT_DIRECTORY, FileKeyStore
 from helix_es.stores.memory.aliases import MemoryAliases
+from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import StoreKind
@@ -17,4 +18,5 @@ KIND = StoreKind(
     long_term=lambda _, table, name: MemoryLongTerm(name=name),
     aliases=lambda _: MemoryAliases(),
     keys=lambda directory: FileKeyStore(directory or DEFAULT_DIRECTORY),
+    idempotency=lambda _: MemoryIdempotency(),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from helix_es.stores.memory.aliases import MemoryAliases
+from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.memory.views import MemoryStore
@@ -16,4 +17,5 @@ KIND = StoreKind(
     long_term=lambda _, table, name: MemoryLongTerm(name=name),
     aliases=lambda _: MemoryAliases(),
     vectors=lambda _: MemoryVectorStore(),
+    idempotency=lambda _: MemoryIdempotency(),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.redis.aliases import RedisAliases
+from helix_es.stores.redis.idempotency import RedisIdempotency
 from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.long_term import RedisLongTerm
 from helix_es.stores.redis.views import RedisStore
@@ -22,4 +23,5 @@ KIND = StoreKind(
     long_term=lambda url, table, name: RedisLongTerm(_url(url), name=name),
     aliases=lambda url: RedisAliases(_url(url)),
     keys=lambda url: RedisKeyStore(_url(url)),
+    idempotency=lambda url: RedisIdempotency(_url(url)),
 )

@@ -108,7 +108,7 @@ async def drop_checkpoints(client: aioredis.Redis, view: str, topics: Collection
         await client.hdel(key, *fields)
 
 
-def _every_session(key: str) -> tuple[str, re.Pattern[str]]:
+def every_session(key: str) -> tuple[str, re.Pattern[str]]:
     """A session key made with session id `*`: the SCAN glob of that key of every session, and its exact form."""
     return key, re.compile(re.escape(key).replace(re.escape("{*}"), r"\{[^{}]*\}") + "$")
 
@@ -187,14 +187,14 @@ class RedisStore:
     async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
         for ns in namespaces:
             for key in (names.session_key(ns, "*", view.key_suffix), names.applied_key(ns, "*", view.name)):
-                await delete_matching(self.redis, *_every_session(key))
+                await delete_matching(self.redis, *every_session(key))
         await drop_checkpoints(self.redis, view.name, topics)
         key = names.checkpoint_key(view.name)
         self._seen = {(k, f) for k, f in self._seen if k != key or f.rpartition(":")[0] not in topics}
 
     async def sessions(self, view: View, namespace: str) -> list[str]:
         # Every session the view has applied an event of keeps a guard beside its data (one SCAN, no Lua).
-        glob, exact = _every_session(names.applied_key(namespace, "*", view.name))
+        glob, exact = every_session(names.applied_key(namespace, "*", view.name))
         found = set()
         async for key in self.redis.scan_iter(match=glob, count=1000):
             name = text(key)

@@ -1,0 +1,72 @@
+"""Idempotency keys in Redis: a sorted set per view and session, in the session's hash slot.
+
+`helix:memory:<ns>:{<sid>}:<view>:idempotency` scores each key with the offset of its first event;
+one script per session (one round trip for a batch: a pipeline) adds the new keys, trims to the
+newest `REMEMBERED_KEYS` and returns every key's first offset. One key per script, so it stays
+inside one hash slot on a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from helix_es.model import names
+from helix_es.model.events import REMEMBERED_KEYS
+from helix_es.stores.ports import Claim, SessionKey
+from helix_es.stores.redis.pool import redis_client
+from helix_es.stores.redis.views import delete_matching, every_session
+
+# ARGV: remembered, ttl in ms (0: none), then (key, offset) pairs in log order.
+_CLAIM = """
+local out = {}
+local added = false
+for i = 3, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score then
+    out[#out + 1] = tonumber(score)
+  else
+    redis.call('ZADD', KEYS[1], ARGV[i + 1], ARGV[i])
+    out[#out + 1] = tonumber(ARGV[i + 1])
+    added = true
+  end
+end
+if added then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[1]) + 1)) end
+if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return out
+"""
+
+
+class RedisIdempotency:
+    kind = "redis"
+
+    def __init__(self, url: str, remembered: int = REMEMBERED_KEYS) -> None:
+        self.redis = redis_client(url)
+        self.remembered = remembered
+        self._claim = self.redis.register_script(_CLAIM)
+
+    def __repr__(self) -> str:
+        return "RedisIdempotency()"  # a URL may hold a password
+
+    async def claim(self, view: str, claims: Sequence[Claim], *, ttl: float | None = None) -> list[int]:
+        by_session: dict[SessionKey, list[Claim]] = {}
+        for c in claims:
+            by_session.setdefault(c.key, []).append(c)
+        ttl_ms = 0 if not ttl else max(1, int(ttl * 1000))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key, group in by_session.items():
+                args: list[str | int] = [self.remembered, ttl_ms]
+                for c in group:
+                    args += [c.idempotency_key, c.offset]
+                await self._claim(
+                    keys=[names.idempotency_key_name(key.namespace, key.session_id, view)], args=args, client=pipe
+                )
+            replies = await pipe.execute()
+        firsts = {key: iter(reply) for key, reply in zip(by_session, replies, strict=True)}
+        return [int(next(firsts[c.key])) for c in claims]
+
+    async def drop(self, view: str, namespaces: Collection[str]) -> None:
+        for namespace in namespaces:
+            await delete_matching(self.redis, *every_session(names.idempotency_key_name(namespace, "*", view)))
+
+    async def close(self) -> None:
+        await self.redis.aclose()
