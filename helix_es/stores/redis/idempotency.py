@@ -9,6 +9,9 @@ inside one hash slot on a Redis Cluster.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import cast
+
+from redis.exceptions import NoScriptError
 
 from helix_es.model import names
 from helix_es.model.events import REMEMBERED_KEYS
@@ -42,27 +45,36 @@ class RedisIdempotency:
     def __init__(self, url: str, remembered: int = REMEMBERED_KEYS) -> None:
         self.redis = redis_client(url)
         self.remembered = remembered
-        self._claim = self.redis.register_script(_CLAIM)
+        self._sha: str | None = None
 
     def __repr__(self) -> str:
         return "RedisIdempotency()"  # a URL may hold a password
 
     async def claim(self, view: str, claims: Sequence[Claim], *, ttl: float | None = None) -> list[int]:
-        by_session: dict[SessionKey, list[Claim]] = {}
-        for c in claims:
-            by_session.setdefault(c.key, []).append(c)
+        by_session: dict[SessionKey, list[str | int]] = {}
         ttl_ms = 0 if not ttl else max(1, int(ttl * 1000))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for key, group in by_session.items():
-                args: list[str | int] = [self.remembered, ttl_ms]
-                for c in group:
-                    args += [c.idempotency_key, c.offset]
-                await self._claim(
-                    keys=[names.idempotency_key_name(key.namespace, key.session_id, view)], args=args, client=pipe
-                )
-            replies = await pipe.execute()
+        for c in claims:
+            by_session.setdefault(c.key, [self.remembered, ttl_ms]).extend((c.idempotency_key, c.offset))
+        try:
+            replies = await self._run(view, by_session)
+        except NoScriptError:  # the server lost its scripts (a restart, SCRIPT FLUSH): load it again
+            self._sha = None
+            replies = await self._run(view, by_session)
         firsts = {key: iter(reply) for key, reply in zip(by_session, replies, strict=True)}
         return [int(next(firsts[c.key])) for c in claims]
+
+    async def _run(self, view: str, by_session: dict[SessionKey, list[str | int]]) -> list[list[int]]:
+        # EVALSHA by hand: redis-py's pipelined Script asks SCRIPT EXISTS first, a round trip per batch.
+        if self._sha is None:
+            self._sha = str(await self.redis.script_load(_CLAIM))
+        if len(by_session) == 1:  # a live batch: one session, and a pipeline costs more than it saves
+            ((key, args),) = by_session.items()
+            name = names.idempotency_key_name(key.namespace, key.session_id, view)
+            return [cast(list[int], await self.redis.evalsha(self._sha, 1, name, *args))]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key, args in by_session.items():
+                pipe.evalsha(self._sha, 1, names.idempotency_key_name(key.namespace, key.session_id, view), *args)
+            return cast(list[list[int]], await pipe.execute())
 
     async def drop(self, view: str, namespaces: Collection[str]) -> None:
         for namespace in namespaces:
