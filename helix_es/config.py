@@ -341,6 +341,14 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         raise ConfigError("memory_middleware", "must be a list of middleware names")
     log = parse_log(doc.get("log"), "log")
     parsed = parse_memory(memory, where, log)
+    if "encryption" in middleware:
+        sealed = [p.view.name for p in parsed.parts if p.type == "summary"]
+        if sealed:
+            raise ConfigError(
+                "memory_middleware",
+                f"encryption seals every message, and the summary view {sealed[0]} would summarise ciphertext "
+                "(its projector holds no key): use a window view with encryption, or drop encryption",
+            )
     if names.is_pattern(parsed.namespace) and log.type != "kafka":
         raise ConfigError(
             f"{where}.namespace", "a pattern is for projectors of a Kafka log; clients open one concrete namespace"
