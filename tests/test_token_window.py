@@ -84,10 +84,11 @@ def contents(messages: State | list[Message]) -> list[str]:
 
 def test_name_kind_and_validation() -> None:
     assert TokenWindow(2000).kind == "token-window"
-    split = TokenWindow(2000, tool_pairs="split")  # the seed's cut keeps the seed's name
-    assert split.name == split.key_suffix == "token-window-2000"
-    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-max50"
-    assert TokenWindow(2000, max_length=50).name == "token-window-2000-max50-pairs"
+    # The seed's cut has no `-pairs`; `-est2` names the estimator's weights (a refit renames).
+    split = TokenWindow(2000, tool_pairs="split")
+    assert split.name == split.key_suffix == "token-window-2000-est2"
+    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-est2-max50"
+    assert TokenWindow(2000, max_length=50).name == "token-window-2000-est2-max50-pairs"
     for bad in (0, -5, True, 2.5, "100"):
         with pytest.raises(ConfigError, match="max_tokens"):
             TokenWindow(bad)  # type: ignore[arg-type]
