@@ -12,7 +12,7 @@ the estimator does on text shaped unlike anything it was fitted to.
   (paginated lists of resources, nested attributes, links, errors) with indent=2 or 4.
 - json-compact: the same two generators, separators=(",", ":").
 - json-numeric: fit on random flat lists of numbers; eval on coordinates (GeoJSON), time series,
-  matrices, histograms, token ids and pixels, compact and default separators.
+  matrices, histograms, token ids, pixels and embeddings, compact and default separators.
 - json-tool-args: fit on random tool payloads, default separators, some with source text; eval on the arguments a
   model writes for tool calls (search, SQL, shell, file edits with escaped source code).
 """
@@ -148,18 +148,21 @@ def _payloads(seed: int, n: int = 400) -> list[dict[str, Any]]:
     return docs
 
 
+def _number(rng: random.Random, places: int, scale: int) -> float:
+    if not places:
+        return rng.randint(0, scale)
+    x = rng.uniform(-scale, scale)
+    return x if places == 9 else round(x, places)
+
+
 def _fit_numeric(seed: int = 4, n: int = 300) -> list[Any]:
+    """Flat lists of numbers of one random scale and precision each; `places` 9 is a float's
+    full repr (up to 17 digits), as `json.dumps` writes computed values."""
     rng = random.Random(seed)
     docs: list[Any] = []
     for _ in range(n):
-        places = rng.randrange(0, 9)
-        scale = 10 ** rng.randrange(0, 11)
-        docs.append(
-            [
-                round(rng.uniform(-scale, scale), places) if places else rng.randint(0, scale)
-                for _ in range(rng.randint(3, 60))
-            ]
-        )
+        places, scale = rng.randrange(0, 10), 10 ** rng.randrange(0, 11)
+        docs.append([_number(rng, places, scale) for _ in range(rng.randint(3, 60))])
     return docs
 
 
@@ -241,7 +244,9 @@ def _api_response(rng: random.Random, words: list[str]) -> dict[str, Any]:
 
 
 def _numeric_doc(rng: random.Random) -> Any:
-    kind = rng.randrange(5)
+    kind = rng.randrange(6)
+    if kind == 5:  # an embedding, as computed
+        return {"embedding": [rng.gauss(0, 0.05) for _ in range(rng.randint(8, 96))], "model": "text-embed"}
     if kind == 4:  # token ids, pixels
         if rng.random() < 0.5:
             return {"input_ids": [rng.randint(0, 50_000) for _ in range(rng.randint(10, 200))]}

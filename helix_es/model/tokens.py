@@ -71,9 +71,7 @@ FEATURES = (
     "letter",  # each letter: long and rare words split into more pieces
     "upper",  # each capital: all-caps and random-case strings split finely
     "number",  # a run of digits: one token for up to three digits,
-    "number4",  # one more from the fourth digit on,
-    "number7",  # and one more from the seventh
-    "digit",  # each digit
+    "number_group",  # and one more for each three after those (up to 18 digits)
     "punct",  # each punctuation character: repeated ones merge ("----" is one token)
     "punct_run",  # a run of punctuation: `":` and `},{` are one or two tokens
     "escape",  # a backslash before a letter
@@ -84,8 +82,8 @@ FEATURES = (
     "non_ascii",  # per UTF-8 byte above 127: a CJK character (3 bytes) is about one token
 )
 WEIGHTS: tuple[float, ...] = (
-    0.896, 0.6, 0.03, 0.051, 1.117, 0.778, 0.881, 0.076, 0.107,
-    0.596, 1.06, 1.074, 0.017, 0.157, 1.276, 0.36,
+    0.881, 0.6, 0.031, 0.047, 1.268, 1.023, 0.103,
+    0.611, 1.086, 1.103, 0.023, 0.092, 1.0, 0.36,
 )  # fmt: skip
 
 
@@ -104,7 +102,14 @@ def _counts(text: str) -> tuple[int, ...]:
     # `x >> 8` puts each byte's bit on the next byte (the one before it looks back), `x << 8` on
     # the byte before it (looks ahead).
     number = digits & ~(digits >> 8)
-    number4 = number & (digits << 8) & (digits << 16) & (digits << 24)
+    # Runs with a fourth, seventh, ... digit: each starts another group of three.
+    groups = 0
+    longer = number
+    for k in range(3, 18, 3):
+        longer &= (digits << 8 * (k - 2)) & (digits << 8 * (k - 1)) & (digits << 8 * k)
+        if not longer:
+            break
+        groups += longer.bit_count()
     blank_run = blanks & ~(blanks >> 8) & (blanks << 8)
     return (
         (letters & ~(letters >> 8)).bit_count(),
@@ -112,9 +117,7 @@ def _counts(text: str) -> tuple[int, ...]:
         letters.bit_count(),
         upper.bit_count(),
         number.bit_count(),
-        number4.bit_count(),
-        (number4 & (digits << 32) & (digits << 40) & (digits << 48)).bit_count(),
-        digits.bit_count(),
+        groups,
         punct.bit_count(),
         (punct & ~(punct >> 8)).bit_count(),
         (((bits >> 7) & ones) & (letters << 8)).bit_count(),
