@@ -1,21 +1,21 @@
 """Token estimates for token-budgeted views, without a tokenizer at run time.
 
 `estimate_tokens` counts what a byte-level BPE tokenizer spends tokens on (`FEATURES`): runs of
-letters, capitals, runs of digits (BPE vocabularies split numbers into groups of up to three,
-so the fourth and seventh digit of a run start new tokens), punctuation and runs of it,
-escapes, newlines, runs of blanks and a blank before a digit (`, 2` is three tokens), and
-non-ASCII bytes, and weighs them. The counts are a few big-int operations over the text, so
-a 1 KB string costs about 20-40 µs in CPython: cheap enough for a fold that runs on every add.
-The plain `len(text) / 4` heuristic undercounts JSON (quotes, colons, braces and digits are
-tokens of their own; dense numeric JSON by half) and overcounts prose and code.
+letters, case changes and capitals, runs of digits and each further group of three digits in
+them (BPE vocabularies split numbers so), punctuation and runs of it, escapes, newlines, runs of
+blanks and a blank before a digit (`, 2` is three tokens), and non-ASCII bytes, and weighs them.
+The counts are a few big-int operations over the text, so 1 KB costs about 20-25 µs in
+CPython: cheap enough for a fold that runs on every add. The plain `len(text) / 4` heuristic
+undercounts JSON (quotes, colons, braces and digits are tokens of their own; dense numeric JSON
+by half) and overcounts prose and code.
 
-The weights (version 2, `VERSION`) were fitted against OpenAI's cl100k_base on the `fit`
-corpora of `bench/token_corpora.py` (`python bench/tokens.py --fit`). On its held-out `eval`
-corpora, from other sources and generators, the totals come within 4 % of cl100k_base's for
-every kind: prose 1.000, code 1.001, pretty-printed API JSON 0.981, compact JSON 1.007, dense
-numeric JSON 0.988, tool-call arguments 1.034 (and within 3 % of o200k_base's). One text can be
-off by more: 80 % of the held-out texts of 20 tokens or more are within 0.92-1.10 of the real
-count. Base64 and other random-case strings are undercounted. Changing a weight changes what
+The weights (`VERSION` 2) were fitted against OpenAI's cl100k_base on the `fit` corpora of
+`bench/token_corpora.py` (`python bench/tokens.py --fit`). On its held-out `eval` corpora,
+from other sources and other generators, the totals come within 3 % of cl100k_base's for every
+kind: prose 0.995, code 1.001, pretty-printed API JSON 0.989, compact JSON 1.013, dense numeric
+JSON 0.997, tool-call arguments 1.029 (and within 2 % of o200k_base's). One text can be off by
+more: 80 % of the held-out texts of 20 tokens or more are within 0.92-1.08 of the real count.
+Base64 and other random-case strings are undercounted. Changing a weight changes what
 token-window and smart views keep, so it bumps `VERSION`, which is part of their names.
 """
 
