@@ -43,9 +43,8 @@ def _gist(text: str, tokenizer: str, limit: int = 120) -> str:
     lines = text.splitlines()
     first = next((line.strip() for line in lines if line.strip()), "")
     first = first if len(first) <= limit else first[: limit - 1] + "…"
-    return (
-        f"{first!r} ({len(lines)} lines, ~{message_tokens(Message('tool', text, tool_call_id='x'), tokenizer)} tokens)"
-    )
+    tokens = message_tokens(Message("tool", text, tool_call_id="x"), tokenizer)
+    return f"{first!r} ({len(lines)} lines, ~{tokens} tokens)"
 
 
 def _paths(arguments: str) -> list[str]:
