@@ -21,7 +21,10 @@ import json
 import time
 from collections.abc import Callable
 
-from bench.token_corpora import CORPORA, KINDS, Split
+try:
+    from bench.token_corpora import CORPORA, KINDS, Split
+except ModuleNotFoundError:  # run as `python bench/tokens.py`: bench/ itself is on the path
+    from token_corpora import CORPORA, KINDS, Split  # type: ignore[no-redef]
 from helix_es.model import tokens
 from helix_es.model.tokenizers import EXACT, counter
 from helix_es.model.tokens import estimate_tokens
