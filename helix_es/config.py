@@ -16,6 +16,7 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
 from helix_es.model.times import parse_ttl
+from helix_es.model.tokenizers import ESTIMATE
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
@@ -24,7 +25,7 @@ from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.smart import DEFAULT_TOKENS, Smart
 from helix_es.views.summary import Summary
-from helix_es.views.token_window import TokenWindow
+from helix_es.views.token_window import TokenWindow, check_exact
 from helix_es.views.units import TOOL_PAIRS, WHOLE
 from helix_es.views.vector import Vector
 
@@ -54,6 +55,13 @@ def _tool_pairs(options: Mapping[str, Any], where: str) -> str:
     return str(value)
 
 
+def _tokenizer(options: Mapping[str, Any], where: str) -> str:
+    try:  # estimate (default) | cl100k_base | o200k_base, and an exact one must be installed
+        return check_exact(options.get("tokenizer", ESTIMATE))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.tokenizer", exc.problem) from None
+
+
 def _conversation(options: Mapping[str, Any], where: str) -> View:
     return Conversation(max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
 
@@ -71,7 +79,12 @@ def _token_window(options: Mapping[str, Any], where: str) -> View:
     size = _int(options, "max_tokens", where, 0)
     if size < 1:
         raise ConfigError(f"{where}.max_tokens", f"must be >= 1, got {size}")
-    return TokenWindow(size, max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
+    return TokenWindow(
+        size,
+        max_length=_max_length(options, where),
+        tool_pairs=_tool_pairs(options, where),
+        tokenizer=_tokenizer(options, where),
+    )
 
 
 VIEW_TYPES: dict[str, ViewFactory] = {
@@ -82,7 +95,7 @@ VIEW_TYPES: dict[str, ViewFactory] = {
 VIEW_KEYS: dict[str, set[str]] = {
     "conversation": {"max_length", "tool_pairs"},
     "sliding-window": {"window_size", "max_length", "tool_pairs"},
-    "token-window": {"max_tokens", "max_length", "tool_pairs"},
+    "token-window": {"max_tokens", "max_length", "tool_pairs", "tokenizer"},
 }
 VIEW_TYPES["vector"] = Vector.from_config  # search-only; store: memory | postgres
 VIEW_KEYS["vector"] = {"top_k", "embed"}
@@ -105,11 +118,11 @@ def _smart(options: Mapping[str, Any], where: str) -> View:
     budget = _int(options, "max_tokens", where, 0)
     if budget < 0:
         raise ConfigError(f"{where}.max_tokens", f"must be >= 0 (0 means {DEFAULT_TOKENS}), got {budget}")
-    return Smart(budget)
+    return Smart(budget, tokenizer=_tokenizer(options, where))
 
 
 VIEW_TYPES["smart"] = VIEW_TYPES["code"] = _smart  # `code` is the seed's older name
-VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens"}
+VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens", "tokenizer"}
 VIEW_TYPES["summary"] = _summary
 VIEW_KEYS["summary"] = {"max_messages", "summariser", "tool_pairs"}
 SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
