@@ -27,7 +27,7 @@ import string
 from collections.abc import Callable
 from functools import cache
 
-from helix_es.model.message import Message
+from helix_es.model.message import SEALED_OVERHEAD, SEALED_PREFIX, Message
 from helix_es.model.tokenizers import ESTIMATE, counter
 
 VERSION = 2
@@ -149,12 +149,30 @@ def estimate_tokens(text: str) -> int:
     return min(MAX_TOKENS, max(1, int(total + 0.5)))
 
 
+def sealed_tokens(text: str) -> int | None:
+    """Tokens of a text the encryption middleware sealed (None if it is not sealed): a quarter per
+    byte of what was written, known from the envelope's length. Counting the ciphertext itself would
+    depend on its random nonce, so one deployment's window would keep what another's drops."""
+    body = text[1:-1] if text.startswith('"' + SEALED_PREFIX) and text.endswith('"') else text  # tool arguments
+    if not body.startswith(SEALED_PREFIX):
+        return None
+    _, sep, encoded = body[len(SEALED_PREFIX) :].partition(":")
+    if not sep:
+        return None
+    plain = len(encoded) * 3 // 4 - encoded[-2:].count("=") - SEALED_OVERHEAD
+    return max(0, -(-plain // 4))
+
+
 def _message_tokens(message: Message, count: Callable[[str], int]) -> int:
-    total = MESSAGE_OVERHEAD + count(message.content)
+    def counted(text: str) -> int:
+        sealed = sealed_tokens(text) if text.startswith((SEALED_PREFIX, '"' + SEALED_PREFIX)) else None
+        return count(text) if sealed is None else sealed
+
+    total = MESSAGE_OVERHEAD + counted(message.content)
     if message.name:
-        total += NAME_OVERHEAD + count(message.name)
+        total += NAME_OVERHEAD + counted(message.name)
     for call in message.tool_calls:
-        total += TOOL_CALL_OVERHEAD + count(call.name) + count(call.arguments)
+        total += TOOL_CALL_OVERHEAD + counted(call.name) + counted(call.arguments)
     return min(MAX_TOKENS, total)
 
 
