@@ -8,7 +8,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from helix_es.log.check import Checker, OnBad, concerns, skipped
@@ -23,10 +23,27 @@ TOPIC_ALREADY_EXISTS = 36
 TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 
 
-async def create_topic(admin: AIOKafkaAdminClient, topic: str, partitions: int, replication_factor: int) -> None:
-    """Create a topic that keeps everything; one that exists already is fine."""
-    new = NewTopic(topic, partitions, replication_factor, topic_configs=TOPIC_CONFIGS)
-    response = await admin.create_topics([new])
+def default_min_insync(replication_factor: int) -> int:
+    """2 from 3 replicas up: an acked add is on two brokers, and one broker may be lost without
+    stopping writes. Below 3, 1: with 2 replicas, 2 in sync would stop writes at the first loss."""
+    return 2 if replication_factor >= 3 else 1
+
+
+async def create_topic(
+    admin: AIOKafkaAdminClient,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    min_insync_replicas: int | None = None,
+) -> None:
+    """Create a topic that keeps everything; one that exists already is fine (its configs stay)."""
+    insync = default_min_insync(replication_factor) if min_insync_replicas is None else min_insync_replicas
+    configs = {**TOPIC_CONFIGS, "min.insync.replicas": str(insync)}
+    new = NewTopic(topic, partitions, replication_factor, topic_configs=configs)
+    try:
+        response = await admin.create_topics([new])
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"could not create topic {topic}: {exc!r}; check the brokers") from exc
     want = partitions  # an existing topic keeps the partitions it has: any will do
     for name, code, *rest in response.topic_errors:
         if code == TOPIC_ALREADY_EXISTS:
@@ -43,6 +60,11 @@ async def create_topic(admin: AIOKafkaAdminClient, topic: str, partitions: int, 
         if asyncio.get_running_loop().time() >= deadline:
             raise HelixError(f"topic {topic} was created but its partitions did not appear within 10 s")
         await asyncio.sleep(0.05)
+
+
+class KafkaUnavailable(HelixError):
+    """The brokers did not answer, or gave up on a write. An `add` that raised this may have landed
+    (a broker can fail after writing): retrying it is safe, and with an idempotency key shows once."""
 
 
 class KeyPartitioner:
@@ -64,10 +86,6 @@ class KeyPartitioner:
         return all_partitions[hashed % len(all_partitions)]
 
 
-class KafkaUnavailable(HelixError):
-    """The brokers did not answer."""
-
-
 class KafkaLog:
     def __init__(
         self,
@@ -76,6 +94,7 @@ class KafkaLog:
         topic_prefix: str = names.DEFAULT_TOPIC_PREFIX,
         partitions: int = 6,
         replication_factor: int = 1,
+        min_insync_replicas: int | None = None,
         codec: Codec | None = None,
         producer_config: dict[str, Any] | None = None,
     ) -> None:
@@ -83,6 +102,7 @@ class KafkaLog:
         self.topic_prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas  # None: default_min_insync(replication_factor)
         self.codec = codec or Codec()
         self._producer_config = producer_config or {}
         self._producer: AIOKafkaProducer | None = None
@@ -109,7 +129,7 @@ class KafkaLog:
                     )
                     try:
                         await producer.start()
-                    except KafkaConnectionError as exc:
+                    except KafkaError as exc:
                         await producer.stop()
                         raise KafkaUnavailable(
                             f"no Kafka broker answers at {self.bootstrap_servers} ({exc}); "
@@ -130,7 +150,9 @@ class KafkaLog:
         async with self._topic_lock:
             if topic in self._topics:
                 return topic
-            await create_topic(await self._admin_client(), topic, self.partitions, self.replication_factor)
+            await create_topic(
+                await self._admin_client(), topic, self.partitions, self.replication_factor, self.min_insync_replicas
+            )
             self._topics.add(topic)
         return topic
 
@@ -145,12 +167,31 @@ class KafkaLog:
             try:
                 sent = await producer.send(topic, data, key=event.session_id.encode())
             except KafkaError as exc:  # not queued: nothing was written
+                await self._drop_if_dead(producer)
                 raise self._unavailable(topic, exc) from exc
         try:
             meta = await self._unclaimed.wait(event.event_id, sent)
-        except KafkaError as exc:  # the idempotent producer gave up on it: nothing was written
+        except KafkaError as exc:
+            # The idempotent producer retries in flight without end; it fails a batch only when its
+            # partition had no leader for request_timeout_ms, or on a fatal error. A batch failed
+            # after a retry may have been written: the caller's retry can write it again, and the
+            # event's idempotency key (or id, for audit) tells the two apart.
+            if self._producer is not None:
+                await self._drop_if_dead(self._producer)
             raise self._unavailable(names.topic(event.namespace, self.topic_prefix), exc) from exc
         return Position(meta.topic, meta.partition, meta.offset)
+
+    async def _drop_if_dead(self, producer: AIOKafkaProducer) -> None:
+        """A producer whose sender stopped (OutOfOrderSequenceNumber after a failed batch left a gap
+        in its sequence numbers, aiokafka#1017) refuses every later send: the next append starts a
+        new one, with a new producer id and fresh sequences."""
+        sender = getattr(producer, "_sender", None)
+        task = getattr(sender, "sender_task", None)
+        if task is None or not task.done():
+            return
+        if self._producer is producer:
+            self._producer = None
+        await producer.stop()  # returns at once: the sender is gone, nothing left to flush
 
     def _unavailable(self, topic: str, exc: Exception) -> KafkaUnavailable:
         return KafkaUnavailable(
