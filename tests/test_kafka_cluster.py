@@ -28,7 +28,6 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, MessageAdded, Position, Record
-from tests.conftest import ROOT, unique, wait_for
 from helix_es.projection.factory import open_store
 from helix_es.projection.fold import project
 from helix_es.projection.idempotency import mark_duplicates
@@ -36,6 +35,7 @@ from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
+from tests.conftest import ROOT, unique, wait_for
 from tests.test_faults import PARTITIONS, Projector, by_partition, caught_up, read_log, running
 
 pytestmark = pytest.mark.timeout(300)
