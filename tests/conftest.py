@@ -385,7 +385,7 @@ def copy_always(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster() -> str:
+def kafka_cluster() -> Iterator[str]:
     """The 3-broker KRaft cluster `scripts/services kafka-cluster up` starts (scripts/test does, with
     `up --kafka-cluster`): HELIX_KAFKA_CLUSTER_BOOTSTRAP, every broker answering. No Testcontainers
     path: the fault tests SIGKILL its nodes through scripts/services, which knows their pids."""
@@ -400,7 +400,8 @@ def kafka_cluster() -> str:
         if REQUIRE:
             pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
         pytest.skip(message)
-    return value
+    yield value
+    asyncio.run(_delete_run_topics(value))
 
 
 def _split_hostport(hostport: str) -> tuple[str, int]:
