@@ -26,7 +26,7 @@ from helix_es import Message, open_memory
 from helix_es.config import load_config, parse_log
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.model.errors import HelixError
+from helix_es.model.errors import ConfigError, HelixError
 from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.factory import open_store
 from helix_es.projection.fold import project
@@ -140,6 +140,13 @@ async def assert_views_are_clean_folds(cfg: dict[str, Any], ns: str) -> list[Rec
         assert not wrong, f"{view.name} ({memory.store}): {wrong} differ from a clean fold"
         assert all(stored[k].applied == last_of[k] for k in keys), view.name
     return records
+
+
+@pytest.mark.parametrize("bad", [0, 4, -1, True, "2"])
+def test_min_insync_replicas_must_be_1_to_the_replication_factor(bad: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_log({"type": "kafka", "replication_factor": 3, "min_insync_replicas": bad}, "log")
+    assert err.value.field == "log.min_insync_replicas"
 
 
 @dataclass
