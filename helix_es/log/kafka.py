@@ -8,7 +8,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+)
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from helix_es.log.check import Checker, OnBad, concerns, skipped
@@ -19,6 +25,8 @@ from helix_es.model.errors import EventTooLarge, HelixError
 from helix_es.model.events import Event, Position, Record
 
 TOPIC_ALREADY_EXISTS = 36
+# Errors after which a producer's sequence numbers or id are no good: the broker wrote nothing.
+BROKEN = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch, ProducerFenced)
 # The log is the audit trail: no time or size retention, ever.
 TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 
@@ -112,6 +120,8 @@ class KafkaLog:
         self._topic_lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
         self._unclaimed = Unclaimed()
+        self._stopping: set[asyncio.Future[None]] = set()  # producers retired, still flushing
+        self.replaced = 0  # producers retired as broken
 
     async def _started(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -160,38 +170,56 @@ class KafkaLog:
         data = self.codec.encode(event)
         if len(data) > MAX_EVENT_BYTES:
             raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
+        topic = names.topic(event.namespace, self.topic_prefix)
         sent = self._unclaimed.take(event.event_id)  # a retry after a timeout: the send under way
-        if sent is None:
-            producer = await self._started()
-            topic = await self.ensure_topic(event.namespace)
+        producer = None  # the one that sent it, when this call did
+        for attempt in range(2):
+            if sent is None:
+                producer = await self._started()
+                topic = await self.ensure_topic(event.namespace)
+                try:
+                    sent = await producer.send(topic, data, key=event.session_id.encode())
+                except KafkaError as exc:  # not queued: nothing was written
+                    self._retire(producer, exc)
+                    raise self._unavailable(topic, exc) from exc
             try:
-                sent = await producer.send(topic, data, key=event.session_id.encode())
-            except KafkaError as exc:  # not queued: nothing was written
-                await self._drop_if_dead(producer)
+                meta = await self._unclaimed.wait(event.event_id, sent)
+            except BROKEN as exc:
+                # The broker refused the batch: nothing was written. This producer's sequence for
+                # the partition stays broken (aiokafka#1017): a new producer sends it once more.
+                if producer is not None:
+                    self._retire(producer, exc)
+                if attempt:
+                    raise self._unavailable(topic, exc) from exc
+                sent = None
+                continue
+            except KafkaError as exc:
+                # The idempotent producer retries in flight without end; it fails a batch only when its
+                # partition had no leader for request_timeout_ms, or on a fatal error. A batch failed
+                # after a retry may have been written: the caller's retry can write it again, and the
+                # event's idempotency key (or id, for audit) tells the two apart.
+                if producer is not None:
+                    self._retire(producer, exc)
                 raise self._unavailable(topic, exc) from exc
-        try:
-            meta = await self._unclaimed.wait(event.event_id, sent)
-        except KafkaError as exc:
-            # The idempotent producer retries in flight without end; it fails a batch only when its
-            # partition had no leader for request_timeout_ms, or on a fatal error. A batch failed
-            # after a retry may have been written: the caller's retry can write it again, and the
-            # event's idempotency key (or id, for audit) tells the two apart.
-            if self._producer is not None:
-                await self._drop_if_dead(self._producer)
-            raise self._unavailable(names.topic(event.namespace, self.topic_prefix), exc) from exc
-        return Position(meta.topic, meta.partition, meta.offset)
+            return Position(meta.topic, meta.partition, meta.offset)
+        raise AssertionError("unreachable")
 
-    async def _drop_if_dead(self, producer: AIOKafkaProducer) -> None:
-        """A producer whose sender stopped (OutOfOrderSequenceNumber after a failed batch left a gap
-        in its sequence numbers, aiokafka#1017) refuses every later send: the next append starts a
-        new one, with a new producer id and fresh sequences."""
-        sender = getattr(producer, "_sender", None)
-        task = getattr(sender, "sender_task", None)
-        if task is None or not task.done():
+    def _retire(self, producer: AIOKafkaProducer, exc: KafkaError) -> None:
+        """Stop using `producer` if it cannot send again: its sender stopped (aiokafka fails every
+        later send then), or its sequence numbers went wrong (a batch failed while its partition had
+        no leader leaves a gap: every later batch there gets OutOfOrderSequenceNumber). The next
+        append starts a new producer, with a new producer id and fresh sequences."""
+        task = getattr(getattr(producer, "_sender", None), "sender_task", None)
+        dead = task is not None and task.done()
+        stop = producer.stop
+        if self._producer is not producer or not (dead or isinstance(exc, BROKEN)):
             return
-        if self._producer is producer:
-            self._producer = None
-        await producer.stop()  # returns at once: the sender is gone, nothing left to flush
+        self._producer = None
+        self.replaced += 1
+        # In the background: stopping flushes the batches other appends still wait for.
+        stopping = asyncio.ensure_future(stop())
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)
 
     def _unavailable(self, topic: str, exc: Exception) -> KafkaUnavailable:
         return KafkaUnavailable(
@@ -275,6 +303,7 @@ class KafkaLog:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+        await asyncio.gather(*self._stopping, return_exceptions=True)
         if self._admin is not None:
             await self._admin.close()
             self._admin = None
