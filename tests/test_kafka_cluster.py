@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError
 
 from helix_es import Message, open_memory
 from helix_es.config import load_config, parse_log
-from helix_es.log.kafka import KafkaLog
+from helix_es.log.codec import Codec
+from helix_es.log.kafka import KafkaLog, KafkaUnavailable
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError
 from helix_es.model.events import Event, MessageAdded, Position, Record
@@ -35,7 +37,7 @@ from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
-from tests.conftest import ROOT, unique, wait_for
+from tests.conftest import ROOT, topic_records, unique, wait_for
 from tests.test_faults import PARTITIONS, Projector, by_partition, caught_up, read_log, running
 
 pytestmark = pytest.mark.timeout(300)
@@ -77,6 +79,17 @@ async def topic_config(bootstrap: str, topic: str, name: str) -> str:
         await admin.close()
     (resource,) = response.to_object()["resources"]
     return str(next(e["config_value"] for e in resource["config_entries"] if e["config_names"] == name))
+
+
+async def leader_of(bootstrap: str, topic: str, partition: int) -> int:
+    """The partition's leader (-1: none), asking until a live broker answers."""
+    while True:
+        try:
+            parts = await describe(bootstrap, topic)
+        except KafkaError:  # the admin client picked the node that is down
+            await asyncio.sleep(0.2)
+            continue
+        return int(next(p["leader"] for p in parts if p["partition"] == partition))
 
 
 async def all_in_sync(bootstrap: str, topic: str) -> bool:
@@ -140,6 +153,50 @@ async def assert_views_are_clean_folds(cfg: dict[str, Any], ns: str) -> list[Rec
         assert not wrong, f"{view.name} ({memory.store}): {wrong} differ from a clean fold"
         assert all(stored[k].applied == last_of[k] for k in keys), view.name
     return records
+
+
+async def test_an_add_refused_after_a_leaderless_partition_goes_through_a_new_producer(kafka_cluster: str) -> None:
+    """A topic with one replica, its broker killed: the partition has no leader, and an add raises
+    KafkaUnavailable after request_timeout_ms (nothing written). aiokafka has counted that batch in
+    its sequence, so every later batch there gets OutOfOrderSequenceNumber from the broker, for good
+    (aiokafka#1017): KafkaLog retires that producer and sends the add again on a new one. The log
+    holds exactly the adds that returned."""
+    prefix, ns = unique("kq"), unique("ns")
+    topic = names.topic(ns, prefix)
+    log = KafkaLog(
+        kafka_cluster,
+        topic_prefix=prefix,
+        partitions=1,
+        replication_factor=1,
+        producer_config={"request_timeout_ms": 3000},
+    )
+
+    def add(content: str) -> Event:
+        return Event(ns, "s", MessageAdded(Message("user", content)))
+
+    try:
+        first = await log.append(add("before"))
+        node = await leader_of(kafka_cluster, topic, 0)
+        try:
+            await services("kafka-cluster", "kill", str(node))
+            await wait_for(lambda: _leaderless(kafka_cluster, topic), 30, f"{topic}[0] to have no leader")
+            with pytest.raises(KafkaUnavailable):
+                await asyncio.wait_for(log.append(add("while leaderless")), 30)
+        finally:
+            await services("kafka-cluster", "up")
+        await wait_for(lambda: _leaderless(kafka_cluster, topic, False), 60, f"{topic}[0] to have its leader back")
+        after = [await asyncio.wait_for(log.append(add(f"after-{i}")), 30) for i in range(3)]
+        assert log.replaced == 1
+    finally:
+        await log.close()
+    assert [p.offset for p in [first, *after]] == [0, 1, 2, 3]
+    events = [Codec().decode(r.value) for r in await topic_records(kafka_cluster, topic, 4)]
+    contents = [e.payload.message.content for e in events if isinstance(e.payload, MessageAdded)]
+    assert contents == ["before", "after-0", "after-1", "after-2"]
+
+
+async def _leaderless(bootstrap: str, topic: str, want: bool = True) -> bool:
+    return (await leader_of(bootstrap, topic, 0) == -1) == want
 
 
 @pytest.mark.parametrize("bad", [0, 4, -1, True, "2"])
@@ -253,6 +310,7 @@ async def test_partition_leader_killed_under_concurrent_adds(
             await wait_for(lambda: all_in_sync(kafka_cluster, topic), 60, f"node {leader} back in every ISR")
         finally:
             stop_adding.set()
+            await services("kafka-cluster", "up")  # the node back, whatever failed (a no-op if it is)
             await asyncio.wait_for(writers, 120)
         assert raised, "no add raised while the leader was away: the retry path went untested"
         await caught_up(projector, 120)
