@@ -158,9 +158,9 @@ async def assert_views_are_clean_folds(cfg: dict[str, Any], ns: str) -> list[Rec
 async def test_an_add_refused_after_a_leaderless_partition_goes_through_a_new_producer(kafka_cluster: str) -> None:
     """A topic with one replica, its broker killed: the partition has no leader, and an add raises
     KafkaUnavailable after request_timeout_ms (nothing written). aiokafka has counted that batch in
-    its sequence, so every later batch there gets OutOfOrderSequenceNumber from the broker, for good
-    (aiokafka#1017): KafkaLog retires that producer and sends the add again on a new one. The log
-    holds exactly the adds that returned."""
+    its sequence, so every later batch there would get OutOfOrderSequenceNumber from the broker, for
+    good (aiokafka#1017): KafkaLog retires that producer, and the adds after go through a new one.
+    The log holds exactly the adds that returned."""
     prefix, ns = unique("kq"), unique("ns")
     topic = names.topic(ns, prefix)
     log = KafkaLog(

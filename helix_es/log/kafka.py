@@ -180,7 +180,7 @@ class KafkaLog:
                 try:
                     sent = await producer.send(topic, data, key=event.session_id.encode())
                 except KafkaError as exc:  # not queued: nothing was written
-                    self._retire(producer, exc)
+                    self._retire(producer, broken=False)
                     raise self._unavailable(topic, exc) from exc
             try:
                 meta = await self._unclaimed.wait(event.event_id, sent)
@@ -188,7 +188,7 @@ class KafkaLog:
                 # The broker refused the batch: nothing was written. This producer's sequence for
                 # the partition stays broken (aiokafka#1017): a new producer sends it once more.
                 if producer is not None:
-                    self._retire(producer, exc)
+                    self._retire(producer)
                 if attempt:
                     raise self._unavailable(topic, exc) from exc
                 sent = None
@@ -197,22 +197,23 @@ class KafkaLog:
                 # The idempotent producer retries in flight without end; it fails a batch only when its
                 # partition had no leader for request_timeout_ms, or on a fatal error. A batch failed
                 # after a retry may have been written: the caller's retry can write it again, and the
-                # event's idempotency key (or id, for audit) tells the two apart.
+                # event's idempotency key (or id, for audit) tells the two apart. The failed batch
+                # had its sequence numbers: the next one on that partition would be refused.
                 if producer is not None:
-                    self._retire(producer, exc)
+                    self._retire(producer)
                 raise self._unavailable(topic, exc) from exc
             return Position(meta.topic, meta.partition, meta.offset)
         raise AssertionError("unreachable")
 
-    def _retire(self, producer: AIOKafkaProducer, exc: KafkaError) -> None:
-        """Stop using `producer` if it cannot send again: its sender stopped (aiokafka fails every
-        later send then), or its sequence numbers went wrong (a batch failed while its partition had
-        no leader leaves a gap: every later batch there gets OutOfOrderSequenceNumber). The next
-        append starts a new producer, with a new producer id and fresh sequences."""
+    def _retire(self, producer: AIOKafkaProducer, *, broken: bool = True) -> None:
+        """Stop using `producer` if it cannot send again: its sequence numbers went wrong (`broken`:
+        aiokafka does not renumber after a failed batch, so every later batch on that partition gets
+        OutOfOrderSequenceNumber, for good), or its sender stopped (it fails every later send then).
+        The next append starts a new producer, with a new producer id and fresh sequences."""
         task = getattr(getattr(producer, "_sender", None), "sender_task", None)
         dead = task is not None and task.done()
         stop = producer.stop
-        if self._producer is not producer or not (dead or isinstance(exc, BROKEN)):
+        if self._producer is not producer or not (broken or dead):
             return
         self._producer = None
         self.replaced += 1
