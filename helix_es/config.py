@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -173,7 +173,6 @@ COMPOSITE_KEYS = {
 }
 # parts inherit them
 SHARED_KEYS = ("namespace", "consistency", "read_timeout", "session_id", "session_id_header", "max_content_bytes")
-LOG_KEYS = {"type", "bootstrap_servers", "topic_prefix", "partitions", "replication_factor", "path", "fsync"}
 
 
 @dataclass(frozen=True)
@@ -185,6 +184,11 @@ class LogConfig:
     replication_factor: int = 1
     path: str = ".helix/log"
     fsync: bool = True
+    # New topics' min.insync.replicas; None: 2 from replication_factor 3 up, else 1.
+    min_insync_replicas: int | None = None
+
+
+LOG_KEYS = {f.name for f in fields(LogConfig)}  # the `log:` keys are its fields
 
 
 @dataclass(frozen=True)
@@ -403,12 +407,19 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     replication = _int(raw, "replication_factor", where, default.replication_factor)
     if partitions < 1 or replication < 1:
         raise ConfigError(f"{where}.partitions", "partitions and replication_factor must be >= 1")
+    insync = None
+    if raw.get("min_insync_replicas") is not None:
+        insync = _int(raw, "min_insync_replicas", where, 1)
+        if not 1 <= insync <= replication:
+            raise ConfigError(
+                f"{where}.min_insync_replicas", f"must be 1 to replication_factor ({replication}), got {insync}"
+            )
     fsync = raw.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError(f"{where}.fsync", f"must be true or false, got {fsync!r}")
     _text_option(bootstrap, f"{where}.bootstrap_servers")
     path = _text_option(raw.get("path", default.path), f"{where}.path")
-    return LogConfig(kind, bootstrap, prefix, partitions, replication, path, fsync)
+    return LogConfig(kind, bootstrap, prefix, partitions, replication, path, fsync, insync)
 
 
 def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -> MemoryConfig:
