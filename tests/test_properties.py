@@ -1,0 +1,459 @@
+"""Property: however adds, tool exchanges, clears, erasures and projector restarts interleave, every
+way of folding the log gives the same views.
+
+Hypothesis draws one scenario (a list of operations over two sessions of one namespace) and runs it
+against two deployments side by side: the embedded mode (local log file, views in memory) and a
+Kafka log with a real `helix-es project` process writing Redis and PostgreSQL views, which the
+scenario stops (SIGTERM) or kills (SIGKILL) and starts again at random points. At the end, per
+session and view, these must all be equal:
+
+1. what the embedded mode's `get()` returns;
+2. what the Kafka deployment's `get()` returns, read from Redis / PostgreSQL once the projector has
+   caught up with the log;
+3. what a rebuild (`projectors.rebuild.rebuild`) of the Kafka log folds into a fresh target;
+4. what `audit` folds from the Kafka log, as of the session's last offset and as of now;
+
+and the count-based windows must equal the pure fold (`View.added`) of the messages this test
+expects since the session's last clear or erasure. Two tracks:
+
+- `sealed`: the encryption middleware with a PostgreSQL key store, so an erasure is a real
+  `forget` (crypto-shredding); views sliding-window, token-window and capped conversation.
+- `plain`: no encryption, adding the summary view (extractive summariser: offline and
+  deterministic); an erasure is `forget(..., allow_unshreddable=True)`, which drops the session
+  from every view all the same.
+
+Kept cheap for CI: few examples (derandomized, no example database), one projector process per
+track reused across examples (each example has its own session ids), all waiting bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from helix_es import Message, ToolCall, open_memory
+from helix_es.client.audit import audit
+from helix_es.client.encryption import EncryptedMemory
+from helix_es.client.erasure import forget
+from helix_es.client.keys import close_shared_keys, provider_from_env
+from helix_es.client.protocol import Memory
+from helix_es.config import load_config
+from helix_es.model.events import Position
+from helix_es.projection.aliases import target_projection
+from helix_es.projection.factory import open_store
+from helix_es.stores.ports import SessionKey
+from helix_es.views.base import State, View
+from projectors.lag import lag
+from projectors.rebuild import rebuild
+from tests.conftest import ROOT, Deadline, unique
+
+# Retried idempotency keys (DESIGN.md "Idempotent writes"): `add(message, idempotency_key=k)` and
+# `clear(idempotency_key=k)`, where a retry with the same key in the same session shows once in
+# every view. Not on main yet: set True once the API lands, and the scenarios also retry earlier
+# writes with their keys (the expected fold ignores the retries).
+RETRIES = False
+
+# Small windows, so that evicting a whole tool exchange happens within a short scenario.
+SLIDING: dict[str, Any] = {"type": "sliding-window", "window_size": 3, "store": "redis"}
+TOKENS: dict[str, Any] = {"type": "token-window", "max_tokens": 120, "store": "redis"}
+CAPPED: dict[str, Any] = {"type": "conversation", "max_length": 5, "store": "postgres"}
+SUMMARY: dict[str, Any] = {"type": "summary", "max_messages": 4, "store": "postgres"}
+# Token windows and summaries of sealed messages are not the same in every mode (see the two xfail
+# tests at the end): the sealed track folds only the count-based views until that is fixed.
+SEALED_VIEWS = [SLIDING, CAPPED]
+PLAIN_VIEWS = [SLIDING, TOKENS, CAPPED, SUMMARY]
+SESSIONS = ("a", "b")
+WAIT = 90.0  # seconds: the projector catching up after a restart, at most
+
+
+# --- scenarios ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Say:
+    session: int
+    role: str
+    words: int
+
+
+@dataclass(frozen=True)
+class Tools:
+    """An assistant message with 1-3 tool calls, then their results (in any order)."""
+
+    session: int
+    calls: int
+    order: tuple[int, ...]  # a permutation of range(calls)
+    lines: int  # size of each result, so token windows evict exchanges too
+
+
+@dataclass(frozen=True)
+class Clear:
+    session: int
+
+
+@dataclass(frozen=True)
+class Erase:
+    session: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    kill: bool  # SIGKILL (a crash, mid-batch perhaps) rather than SIGTERM (drain and leave)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Write again, with its idempotency key, the n-th earlier write (modulo how many there were)."""
+
+    n: int
+
+
+Op = Say | Tools | Clear | Erase | Restart | Retry
+
+session = st.integers(0, len(SESSIONS) - 1)
+say = st.builds(Say, session, st.sampled_from(["user", "assistant"]), st.integers(1, 12))
+tools = st.integers(1, 3).flatmap(
+    lambda n: st.builds(Tools, session, st.just(n), st.permutations(range(n)).map(tuple), st.integers(1, 6))
+)
+kinds = [say, say, tools, tools, st.builds(Clear, session), st.builds(Erase, session), st.builds(Restart, st.booleans())]
+if RETRIES:
+    kinds.append(st.builds(Retry, st.integers(0, 1000)))
+scenarios = st.lists(st.one_of(kinds), min_size=6, max_size=24)
+
+
+# --- the two deployments -------------------------------------------------------------------------------
+
+
+def view_name(memory: dict[str, Any]) -> str:
+    return str(load_config({"memory": memory}).memory.view.name)
+
+
+class Projector:
+    """One `helix-es project` process over the Kafka track's namespace, restarted as scenarios ask."""
+
+    def __init__(self, config: dict[str, Any], tmp: Path) -> None:
+        self.path = tmp / "projector.yaml"
+        self.path.write_text(json.dumps(config))  # JSON is YAML
+        self.instance = unique("props")  # static membership: a restart after a kill takes the place at once
+        self.proc: subprocess.Popen[str] | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(self.path)]
+        cmd += ["--batch-size", "7", "--instance-id", self.instance, "--session-timeout", "6"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+
+    def stop(self, *, kill: bool = False) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is not None:  # it died on its own: that is a failure, with its stderr as the reason
+            raise AssertionError(f"the projector exited {proc.returncode}: {proc.communicate()[1][-3000:]}")
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"the projector did not drain within 30 s after SIGTERM: {err[-3000:]}") from None
+        # SIGTERM drains and exits 0; one that lands while Python still imports (before the handler is
+        # installed, as when two restarts follow each other) ends it by the signal, with nothing consumed.
+        if not kill:
+            assert proc.returncode in (0, -signal.SIGTERM), err[-3000:]
+
+    def restart(self, *, kill: bool) -> None:
+        self.stop(kill=kill)
+        self.start()
+        self.restarts += 1
+
+
+@dataclass
+class Track:
+    """What one test function shares across its examples: names, configs and the projector."""
+
+    sealed: bool
+    tmp: Path
+    kafka_log: dict[str, Any]
+    namespace: str
+    views: list[dict[str, Any]]
+    names: list[str]
+    projector: Projector
+    examples: int = 0
+
+    def part(self, view: dict[str, Any], *, embedded: bool) -> dict[str, Any]:
+        return {**view, "store": "memory"} if embedded else dict(view)  # the embedded mode keeps views in process
+
+    def memory(self, view: dict[str, Any], *, embedded: bool) -> dict[str, Any]:
+        return {**self.part(view, embedded=embedded), "namespace": self.namespace, "read_timeout": WAIT}
+
+    def config(self, memory: dict[str, Any], log: dict[str, Any]) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"log": log, "memory": memory}
+        if self.sealed:
+            cfg["memory_middleware"] = ["encryption"]
+        return cfg
+
+    def composite(self, log: dict[str, Any], *, embedded: bool) -> dict[str, Any]:
+        parts = [self.part(v, embedded=embedded) for v in self.views]
+        memory = {"type": "composite", "namespace": self.namespace, "read_timeout": WAIT, "backends": parts}
+        return self.config(memory, log)
+
+
+@pytest.fixture
+def track_env(monkeypatch: pytest.MonkeyPatch, postgres_dsn: str, redis_url: str) -> None:
+    """Data keys in PostgreSQL (destroyable by `forget`) under a master of this test's own."""
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    monkeypatch.delenv("HELIX_ENCRYPTION_OLD_KEYS", raising=False)
+    monkeypatch.setenv("HELIX_KEY_STORE", "postgres")
+    monkeypatch.setenv("HELIX_KEY_STORE_URL", postgres_dsn)
+    monkeypatch.setenv("HELIX_KEY_CACHE_TTL", "0")  # the projector never opens keys; readers see forget at once
+    monkeypatch.setenv("HELIX_POSTGRES_DSN", postgres_dsn)
+    monkeypatch.setenv("HELIX_REDIS_URL", redis_url)
+
+
+def make_track(sealed: bool, tmp: Path, kafka_bootstrap: str) -> Iterator[Track]:
+    views = SEALED_VIEWS if sealed else PLAIN_VIEWS
+    kafka_log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": unique("props")}
+    ns = unique("props")
+    projector_cfg = {
+        "log": kafka_log,
+        "memory": {"type": "composite", "namespace": ns, "backends": [dict(v) for v in views]},
+    }
+    track = Track(sealed, tmp, kafka_log, ns, views, [view_name(v) for v in views], Projector(projector_cfg, tmp))
+    track.projector.start()
+    try:
+        yield track
+    finally:
+        track.projector.stop()
+
+
+@pytest.fixture
+def sealed_track(track_env: None, tmp_path: Path, kafka_bootstrap: str) -> Iterator[Track]:
+    yield from make_track(True, tmp_path, kafka_bootstrap)
+
+
+@pytest.fixture
+def plain_track(track_env: None, tmp_path: Path, kafka_bootstrap: str) -> Iterator[Track]:
+    yield from make_track(False, tmp_path, kafka_bootstrap)
+
+
+# --- running a scenario --------------------------------------------------------------------------------
+
+
+@dataclass
+class Mode:
+    """One deployment's memories for the example's sessions: a composite to write, one memory per view to read."""
+
+    writers: dict[str, Memory]
+    readers: dict[tuple[str, str], Memory]  # (session, view name)
+    config: dict[str, Any]
+    last: dict[str, Position] = field(default_factory=dict)  # each session's last write
+
+
+@dataclass
+class Expected:
+    """The messages each session's uncapped conversation holds, as this test understands the API."""
+
+    messages: dict[str, list[Message]]
+    writes: list[tuple[str, Message | None, str]] = field(default_factory=list)  # (session, message or clear, key)
+
+
+async def open_mode(track: Track, stack: AsyncExitStack, log: dict[str, Any], sids: list[str]) -> Mode:
+    embedded = log["type"] == "embedded"
+    config = track.composite(log, embedded=embedded)
+    mode = Mode({}, {}, config)
+    for sid in sids:
+        mode.writers[sid] = await stack.enter_async_context(open_memory(config, session_id=sid))
+        for view, name in zip(track.views, track.names, strict=True):
+            cfg = track.config(track.memory(view, embedded=embedded), log)
+            mode.readers[sid, name] = await stack.enter_async_context(open_memory(cfg, session_id=sid))
+    return mode
+
+
+async def write(mode: Mode, sid: str, message: Message | None, key: str) -> None:
+    extra: dict[str, Any] = {"idempotency_key": key} if RETRIES else {}
+    mem = mode.writers[sid]
+    pos = await (mem.add(message, **extra) if message is not None else mem.clear(**extra))
+    mode.last[sid] = pos
+
+
+async def erase(track: Track, mode: Mode, sid: str) -> None:
+    if track.sealed:
+        result = await forget(mode.config, session_id=sid, reason="property test")
+    else:  # nothing is sealed: the views drop the session all the same, the log keeps it readable
+        result = await forget(
+            mode.config, session_id=sid, keys=provider_from_env(), allow_unshreddable=True, reason="property test"
+        )
+    if result.position is not None:
+        mode.last[sid] = result.position
+
+
+def messages_of(op: Say | Tools, sid: str, n: int) -> list[Message]:
+    if isinstance(op, Say):
+        return [Message(op.role, f"{sid} turn {n}: " + "words " * op.words)]
+    calls = tuple(ToolCall(f"{sid}-{n}-{j}", "read_file", json.dumps({"path": f"src/m{n}_{j}.py"})) for j in range(op.calls))
+    out = [Message("assistant", "", tool_calls=calls)]
+    out += [Message("tool", f"{calls[j].id}: " + "line of code\n" * op.lines, tool_call_id=calls[j].id) for j in op.order]
+    return out
+
+
+async def play(track: Track, ops: list[Op], modes: list[Mode], sids: list[str], expected: Expected) -> None:
+    for n, op in enumerate(ops):
+        if isinstance(op, Restart):
+            track.projector.restart(kill=op.kill)
+            continue
+        if isinstance(op, Retry):
+            if not expected.writes:
+                continue
+            sid, message, key = expected.writes[op.n % len(expected.writes)]
+            for mode in modes:  # a retry of a write that was made: no view may show it twice
+                await write(mode, sid, message, key)
+            continue
+        sid = sids[op.session]
+        if isinstance(op, Erase):
+            for mode in modes:
+                await erase(track, mode, sid)
+            expected.messages[sid] = []
+            continue
+        batch: list[Message | None] = [None] if isinstance(op, Clear) else list(messages_of(op, sid, n))
+        for j, message in enumerate(batch):
+            key = f"{sid}-{n}-{j}"
+            for mode in modes:
+                await write(mode, sid, message, key)
+            expected.writes.append((sid, message, key))
+            expected.messages[sid] = [] if message is None else [*expected.messages[sid], message]
+
+
+async def caught_up(track: Track) -> None:
+    """Every view's checkpoint at the log's end, twice in a row: a summary the projector records lands too."""
+    deadline = Deadline(WAIT, "the projector to catch up")
+    quiet = 0
+    while quiet < 2:
+        behind = (await lag(str(track.projector.path))).total()
+        quiet = quiet + 1 if behind == 0 else 0
+        if quiet < 2:
+            deadline.check(f"{behind} events behind")
+            await asyncio.sleep(0.2)
+
+
+class Stored:
+    """A memory whose `get` returns what a view stored, for the encryption middleware to open."""
+
+    def __init__(self, stored: list[Message]) -> None:
+        self.stored = stored
+
+    async def get(self) -> list[Message]:
+        return list(self.stored)
+
+
+async def opened(track: Track, sid: str, stored: list[Message]) -> list[Message]:
+    if not track.sealed:
+        return stored
+    mem = EncryptedMemory(Stored(stored), provider_from_env(), namespace=track.namespace, session_id=sid)  # type: ignore[arg-type]
+    return await mem.get()
+
+
+async def rebuilt(track: Track, view: dict[str, Any], sids: list[str]) -> dict[str, list[Message]]:
+    """A rebuild of the Kafka log into a fresh target (readers not switched), read back per session."""
+    cfg = track.config(track.memory(view, embedded=False), track.kafka_log)
+    target = f"{view_name(view)}@p{uuid.uuid4().hex[:8]}"
+    report = await rebuild(cfg, into=target, switch=False)
+    assert report.target == target and not report.switched
+    part = load_config(cfg).memory
+    store = open_store(part)
+    projection = target_projection(part, target, store)
+    try:
+        return {sid: await opened(track, sid, await projection.get(SessionKey(track.namespace, sid), None) or []) for sid in sids}
+    finally:
+        await projection.close()
+        await store.close()
+
+
+def pure(view: View, messages: list[Message]) -> list[Message]:
+    state: State = ()
+    for m in messages:
+        state = view.added(state, m)
+    return list(view.render(state))
+
+
+async def run(track: Track, ops: list[Op]) -> None:
+    track.examples += 1
+    sids = [unique(s) for s in SESSIONS]
+    expected = Expected({sid: [] for sid in sids})
+    embedded_log = {"type": "embedded", "path": str(track.tmp / f"log-{track.examples}"), "fsync": False}
+    async with AsyncExitStack() as stack:
+        emb = await open_mode(track, stack, embedded_log, sids)
+        kafka = await open_mode(track, stack, track.kafka_log, sids)
+        await play(track, ops, [emb, kafka], sids, expected)
+        await caught_up(track)
+        got: dict[str, dict[tuple[str, str], list[Message]]] = {"embedded": {}, "kafka": {}}
+        for label, mode in (("embedded", emb), ("kafka", kafka)):
+            for key, reader in mode.readers.items():
+                got[label][key] = await reader.get()
+        kafka_last = dict(kafka.last)
+    rebuilds = await asyncio.gather(*(rebuilt(track, v, sids) for v in track.views))
+    got["rebuild"] = {(sid, name): r[sid] for name, r in zip(track.names, rebuilds, strict=True) for sid in sids}
+    audit_cfg = track.composite(track.kafka_log, embedded=False)
+    got["audit now"], got["audit at offset"] = {}, {}
+    for sid in sids:
+        now = (await audit(audit_cfg, session_id=sid, as_of="now")).views
+        assert now is not None
+        got["audit now"].update({(sid, name): now[name] for name in track.names})
+        if sid in kafka_last:
+            cut = (await audit(audit_cfg, session_id=sid, offset=kafka_last[sid].offset)).views
+            assert cut is not None
+            # A summary is recorded on the log after the add that made it due: compared as of now only.
+            got["audit at offset"].update({(sid, n): cut[n] for n in track.names if not n.startswith("summary")})
+
+    reference = got["embedded"]
+    for label, views in got.items():
+        for key, messages in views.items():
+            assert messages == reference[key], f"{label} differs from embedded for session {key[0]}, view {key[1]}"
+    for sid in sids:  # and the count-based windows are the fold this test expects
+        for view in (load_config({"memory": v}).memory.view for v in track.views):
+            if not view.name.startswith("summary"):  # a summary's cut depends on when it was recorded
+                assert isinstance(view, View)
+                assert reference[sid, view.name] == pure(view, expected.messages[sid]), (sid, view.name)
+
+
+PROFILE = settings(
+    max_examples=6,
+    # Each example costs seconds: shrinking a failure takes many, so only when asked (HELIX_PROPS_SHRINK=1).
+    phases=[Phase.explicit, Phase.generate, *([Phase.shrink] if os.environ.get("HELIX_PROPS_SHRINK") else [])],
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@pytest.fixture
+async def keys_closed() -> AsyncIterator[None]:
+    yield
+    await close_shared_keys()
+
+
+@PROFILE
+@given(ops=scenarios)
+async def test_sealed_views_agree_in_every_mode(sealed_track: Track, keys_closed: None, ops: list[Op]) -> None:
+    await run(sealed_track, ops)
+
+
+@PROFILE
+@given(ops=scenarios)
+async def test_plain_views_with_a_summary_agree_in_every_mode(plain_track: Track, keys_closed: None, ops: list[Op]) -> None:
+    await run(plain_track, ops)
