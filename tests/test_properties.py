@@ -130,10 +130,11 @@ say = st.builds(Say, session, st.sampled_from(["user", "assistant"]), st.integer
 tools = st.integers(1, 3).flatmap(
     lambda n: st.builds(Tools, session, st.just(n), st.permutations(range(n)).map(tuple), st.integers(1, 6))
 )
-kinds = [say, say, tools, tools, st.builds(Clear, session), st.builds(Erase, session), st.builds(Restart, st.booleans())]
+# Adds three times as often as each of the rest, so that windows fill between clears and erasures.
+kinds = [say] * 3 + [tools] * 3 + [st.builds(Clear, session), st.builds(Erase, session), st.builds(Restart, st.booleans())]
 if RETRIES:
-    kinds.append(st.builds(Retry, st.integers(0, 1000)))
-scenarios = st.lists(st.one_of(kinds), min_size=6, max_size=24)
+    kinds += [st.builds(Retry, st.integers(0, 1000))] * 2
+scenarios = st.lists(st.one_of(kinds), min_size=8, max_size=28)
 
 
 # --- the two deployments -------------------------------------------------------------------------------
@@ -220,7 +221,6 @@ def track_env(monkeypatch: pytest.MonkeyPatch, postgres_dsn: str, redis_url: str
     monkeypatch.delenv("HELIX_ENCRYPTION_OLD_KEYS", raising=False)
     monkeypatch.setenv("HELIX_KEY_STORE", "postgres")
     monkeypatch.setenv("HELIX_KEY_STORE_URL", postgres_dsn)
-    monkeypatch.setenv("HELIX_KEY_CACHE_TTL", "0")  # the projector never opens keys; readers see forget at once
     monkeypatch.setenv("HELIX_POSTGRES_DSN", postgres_dsn)
     monkeypatch.setenv("HELIX_REDIS_URL", redis_url)
 
@@ -270,6 +270,9 @@ class Expected:
 
     messages: dict[str, list[Message]]
     writes: list[tuple[str, Message | None, str]] = field(default_factory=list)  # (session, message or clear, key)
+    erasures: dict[str, int] = field(default_factory=dict)
+    # After each write: (session, its Kafka offset, erasures so far, the embedded mode's views then).
+    snapshots: list[tuple[str, int, int, dict[str, list[Message]]]] = field(default_factory=list)
 
 
 async def open_mode(track: Track, stack: AsyncExitStack, log: dict[str, Any], sids: list[str]) -> Mode:
@@ -311,7 +314,7 @@ def messages_of(op: Say | Tools, sid: str, n: int) -> list[Message]:
     return out
 
 
-async def play(track: Track, ops: list[Op], modes: list[Mode], sids: list[str], expected: Expected) -> None:
+async def play(track: Track, ops: list[Op], emb: Mode, kafka: Mode, sids: list[str], expected: Expected) -> None:
     for n, op in enumerate(ops):
         if isinstance(op, Restart):
             track.projector.restart(kill=op.kill)
@@ -320,22 +323,26 @@ async def play(track: Track, ops: list[Op], modes: list[Mode], sids: list[str], 
             if not expected.writes:
                 continue
             sid, message, key = expected.writes[op.n % len(expected.writes)]
-            for mode in modes:  # a retry of a write that was made: no view may show it twice
+            for mode in (emb, kafka):  # a retry of a write that was made: no view may show it twice
                 await write(mode, sid, message, key)
-            continue
-        sid = sids[op.session]
-        if isinstance(op, Erase):
-            for mode in modes:
+        elif isinstance(op, Erase):
+            sid = sids[op.session]
+            for mode in (emb, kafka):
                 await erase(track, mode, sid)
             expected.messages[sid] = []
-            continue
-        batch: list[Message | None] = [None] if isinstance(op, Clear) else list(messages_of(op, sid, n))
-        for j, message in enumerate(batch):
-            key = f"{sid}-{n}-{j}"
-            for mode in modes:
-                await write(mode, sid, message, key)
-            expected.writes.append((sid, message, key))
-            expected.messages[sid] = [] if message is None else [*expected.messages[sid], message]
+            expected.erasures[sid] = expected.erasures.get(sid, 0) + 1
+        else:
+            sid = sids[op.session]
+            batch: list[Message | None] = [None] if isinstance(op, Clear) else list(messages_of(op, sid, n))
+            for j, message in enumerate(batch):
+                key = f"{sid}-{n}-{j}"
+                for mode in (emb, kafka):
+                    await write(mode, sid, message, key)
+                expected.writes.append((sid, message, key))
+                expected.messages[sid] = [] if message is None else [*expected.messages[sid], message]
+        if sid in kafka.last:  # the embedded mode folds on append: its views now, for audit at this offset
+            views = {name: await emb.readers[sid, name].get() for name in track.names}
+            expected.snapshots.append((sid, kafka.last[sid].offset, expected.erasures.get(sid, 0), views))
 
 
 async def caught_up(track: Track) -> None:
@@ -383,6 +390,18 @@ async def rebuilt(track: Track, view: dict[str, Any], sids: list[str]) -> dict[s
         await store.close()
 
 
+async def audited_in_between(track: Track, cfg: dict[str, Any], expected: Expected, folded: list[str]) -> None:
+    """Audit as of earlier offsets folds what the embedded mode held right after that write (a few per session)."""
+    for sid in {s for s, *_ in expected.snapshots}:
+        # Sealed content from before a later erasure cannot be opened any more: its key is destroyed.
+        final = expected.erasures.get(sid, 0)
+        mine = [s for s in expected.snapshots if s[0] == sid and (not track.sealed or s[2] == final)]
+        for _, offset, _, views in mine[:: max(1, len(mine) // 3)][:3]:
+            cut = (await audit(cfg, session_id=sid, offset=offset)).views
+            assert cut is not None
+            assert {n: cut[n] for n in folded} == {n: views[n] for n in folded}, f"audit at offset {offset} of {sid}"
+
+
 def pure(view: View, messages: list[Message]) -> list[Message]:
     state: State = ()
     for m in messages:
@@ -398,7 +417,7 @@ async def run(track: Track, ops: list[Op]) -> None:
     async with AsyncExitStack() as stack:
         emb = await open_mode(track, stack, embedded_log, sids)
         kafka = await open_mode(track, stack, track.kafka_log, sids)
-        await play(track, ops, [emb, kafka], sids, expected)
+        await play(track, ops, emb, kafka, sids, expected)
         await caught_up(track)
         got: dict[str, dict[tuple[str, str], list[Message]]] = {"embedded": {}, "kafka": {}}
         for label, mode in (("embedded", emb), ("kafka", kafka)):
@@ -408,6 +427,7 @@ async def run(track: Track, ops: list[Op]) -> None:
     rebuilds = await asyncio.gather(*(rebuilt(track, v, sids) for v in track.views))
     got["rebuild"] = {(sid, name): r[sid] for name, r in zip(track.names, rebuilds, strict=True) for sid in sids}
     audit_cfg = track.composite(track.kafka_log, embedded=False)
+    folded = [n for n in track.names if not n.startswith("summary")]
     got["audit now"], got["audit at offset"] = {}, {}
     for sid in sids:
         now = (await audit(audit_cfg, session_id=sid, as_of="now")).views
@@ -417,7 +437,8 @@ async def run(track: Track, ops: list[Op]) -> None:
             cut = (await audit(audit_cfg, session_id=sid, offset=kafka_last[sid].offset)).views
             assert cut is not None
             # A summary is recorded on the log after the add that made it due: compared as of now only.
-            got["audit at offset"].update({(sid, n): cut[n] for n in track.names if not n.startswith("summary")})
+            got["audit at offset"].update({(sid, n): cut[n] for n in folded})
+    await audited_in_between(track, audit_cfg, expected, folded)
 
     reference = got["embedded"]
     for label, views in got.items():
