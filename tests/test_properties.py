@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 
 from helix_es import Message, ToolCall, open_memory
 from helix_es.client.audit import audit
-from helix_es.client.encryption import EncryptedMemory
+from helix_es.client.encryption import DecryptionError, EncryptedMemory
 from helix_es.client.erasure import forget
 from helix_es.client.keys import close_shared_keys, provider_from_env
 from helix_es.client.protocol import Memory
@@ -78,7 +78,7 @@ SUMMARY: dict[str, Any] = {"type": "summary", "max_messages": 4, "store": "postg
 SEALED_VIEWS = [SLIDING, CAPPED]
 PLAIN_VIEWS = [SLIDING, TOKENS, CAPPED, SUMMARY]
 SESSIONS = ("a", "b")
-WAIT = 90.0  # seconds: the projector catching up after a restart, at most
+WAIT = 30.0  # seconds: the projector catching up after a restart (a few seconds here), at most
 
 
 # --- scenarios ---------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ WAIT = 90.0  # seconds: the projector catching up after a restart, at most
 @dataclass(frozen=True)
 class Say:
     session: int
-    role: str
+    role: Literal["user", "assistant"]
     words: int
 
 
@@ -131,7 +131,9 @@ tools = st.integers(1, 3).flatmap(
     lambda n: st.builds(Tools, session, st.just(n), st.permutations(range(n)).map(tuple), st.integers(1, 6))
 )
 # Adds three times as often as each of the rest, so that windows fill between clears and erasures.
-kinds = [say] * 3 + [tools] * 3 + [st.builds(Clear, session), st.builds(Erase, session), st.builds(Restart, st.booleans())]
+kinds = (
+    [say] * 3 + [tools] * 3 + [st.builds(Clear, session), st.builds(Erase, session), st.builds(Restart, st.booleans())]
+)
 if RETRIES:
     kinds += [st.builds(Retry, st.integers(0, 1000))] * 2
 scenarios = st.lists(st.one_of(kinds), min_size=8, max_size=28)
@@ -227,7 +229,12 @@ def track_env(monkeypatch: pytest.MonkeyPatch, postgres_dsn: str, redis_url: str
 
 def make_track(sealed: bool, tmp: Path, kafka_bootstrap: str) -> Iterator[Track]:
     views = SEALED_VIEWS if sealed else PLAIN_VIEWS
-    kafka_log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": unique("props")}
+    kafka_log = {
+        "type": "kafka",
+        "bootstrap_servers": kafka_bootstrap,
+        "partitions": 2,
+        "topic_prefix": unique("props"),
+    }
     ns = unique("props")
     projector_cfg = {
         "log": kafka_log,
@@ -308,9 +315,13 @@ async def erase(track: Track, mode: Mode, sid: str) -> None:
 def messages_of(op: Say | Tools, sid: str, n: int) -> list[Message]:
     if isinstance(op, Say):
         return [Message(op.role, f"{sid} turn {n}: " + "words " * op.words)]
-    calls = tuple(ToolCall(f"{sid}-{n}-{j}", "read_file", json.dumps({"path": f"src/m{n}_{j}.py"})) for j in range(op.calls))
+    calls = tuple(
+        ToolCall(f"{sid}-{n}-{j}", "read_file", json.dumps({"path": f"src/m{n}_{j}.py"})) for j in range(op.calls)
+    )
     out = [Message("assistant", "", tool_calls=calls)]
-    out += [Message("tool", f"{calls[j].id}: " + "line of code\n" * op.lines, tool_call_id=calls[j].id) for j in op.order]
+    out += [
+        Message("tool", f"{calls[j].id}: " + "line of code\n" * op.lines, tool_call_id=calls[j].id) for j in op.order
+    ]
     return out
 
 
@@ -384,7 +395,10 @@ async def rebuilt(track: Track, view: dict[str, Any], sids: list[str]) -> dict[s
     store = open_store(part)
     projection = target_projection(part, target, store)
     try:
-        return {sid: await opened(track, sid, await projection.get(SessionKey(track.namespace, sid), None) or []) for sid in sids}
+        return {
+            sid: await opened(track, sid, await projection.get(SessionKey(track.namespace, sid), None) or [])
+            for sid in sids
+        }
     finally:
         await projection.close()
         await store.close()
@@ -452,7 +466,7 @@ async def run(track: Track, ops: list[Op]) -> None:
 
 
 PROFILE = settings(
-    max_examples=6,
+    max_examples=8,
     # Each example costs seconds: shrinking a failure takes many, so only when asked (HELIX_PROPS_SHRINK=1).
     phases=[Phase.explicit, Phase.generate, *([Phase.shrink] if os.environ.get("HELIX_PROPS_SHRINK") else [])],
     deadline=None,
@@ -476,5 +490,58 @@ async def test_sealed_views_agree_in_every_mode(sealed_track: Track, keys_closed
 
 @PROFILE
 @given(ops=scenarios)
-async def test_plain_views_with_a_summary_agree_in_every_mode(plain_track: Track, keys_closed: None, ops: list[Op]) -> None:
+async def test_plain_views_with_a_summary_agree_in_every_mode(
+    plain_track: Track, keys_closed: None, ops: list[Op]
+) -> None:
     await run(plain_track, ops)
+
+
+# --- what the sealed track leaves out, and why -----------------------------------------------------------
+
+
+@pytest.fixture
+def derived_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sealing with session keys derived from a master: no service needed to show these two."""
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    for var in ("HELIX_ENCRYPTION_OLD_KEYS", "HELIX_KEY_STORE", "HELIX_KEY_STORE_URL"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def sealed_embedded(tmp: Path, memory: dict[str, Any]) -> dict[str, Any]:
+    log = {"type": "embedded", "path": str(tmp / uuid.uuid4().hex[:8]), "fsync": False}
+    return {"log": log, "memory_middleware": ["encryption"], "memory": {**memory, "namespace": "ns"}}
+
+
+TURNS = [Message("user", f"turn {i}: " + "words " * 3) for i in range(6)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="bug: a token window of sealed messages counts the tokens of the ciphertext, whose estimate "
+    "depends on the random nonce: the same adds keep 1 or 2 of 6 messages in different deployments",
+)
+async def test_a_token_window_of_sealed_messages_is_the_window_of_what_was_written(
+    tmp_path: Path, derived_keys: None
+) -> None:
+    windows = []
+    for _ in range(3):
+        async with open_memory(sealed_embedded(tmp_path, TOKENS | {"store": "memory"}), session_id="s") as mem:
+            for m in TURNS:
+                await mem.add(m)
+            windows.append(await mem.get())
+    assert windows == [pure(load_config({"memory": TOKENS}).memory.view, TURNS)] * 3  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=DecryptionError,
+    reason="bug: the summary view summarises ciphertext, and its summary (a plaintext system message) makes "
+    "the encryption middleware's get() raise DecryptionError",
+)
+async def test_a_summary_of_sealed_messages_reads_back(tmp_path: Path, derived_keys: None) -> None:
+    async with open_memory(sealed_embedded(tmp_path, SUMMARY | {"store": "memory"}), session_id="s") as mem:
+        for m in TURNS:
+            await mem.add(m)
+        got = await mem.get()
+    assert got[0].metadata == {"helix.summary": "true"} and got[1:] == TURNS[-len(got) + 1 :]
