@@ -11,13 +11,16 @@ session and view, these must all be equal:
 2. what the Kafka deployment's `get()` returns, read from Redis / PostgreSQL once the projector has
    caught up with the log;
 3. what a rebuild (`projectors.rebuild.rebuild`) of the Kafka log folds into a fresh target;
-4. what `audit` folds from the Kafka log, as of the session's last offset and as of now;
+4. what `audit` folds from the Kafka log, as of the session's last offset and as of now (and as of
+   a few earlier offsets: what the embedded mode held right after that write);
+5. what the embedded mode folds again from its log file once every memory of it was closed;
 
 and the count-based windows must equal the pure fold (`View.added`) of the messages this test
 expects since the session's last clear or erasure. Two tracks:
 
 - `sealed`: the encryption middleware with a PostgreSQL key store, so an erasure is a real
-  `forget` (crypto-shredding); views sliding-window, token-window and capped conversation.
+  `forget` (crypto-shredding); views sliding-window and capped conversation (token windows and
+  summaries of sealed messages differ between deployments: the two xfail tests at the end).
 - `plain`: no encryption, adding the summary view (extractive summariser: offline and
   deterministic); an erasure is `forget(..., allow_unshreddable=True)`, which drops the session
   from every view all the same.
@@ -99,6 +102,7 @@ class Tools:
     calls: int
     order: tuple[int, ...]  # a permutation of range(calls)
     lines: int  # size of each result, so token windows evict exchanges too
+    answered: int  # results written; fewer than `calls` leaves the exchange unfinished (an agent crashed)
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,14 @@ Op = Say | Tools | Clear | Erase | Restart | Retry
 session = st.integers(0, len(SESSIONS) - 1)
 say = st.builds(Say, session, st.sampled_from(["user", "assistant"]), st.integers(1, 12))
 tools = st.integers(1, 3).flatmap(
-    lambda n: st.builds(Tools, session, st.just(n), st.permutations(range(n)).map(tuple), st.integers(1, 6))
+    lambda n: st.builds(
+        Tools,
+        session,
+        st.just(n),
+        st.permutations(range(n)).map(tuple),
+        st.integers(1, 6),
+        st.one_of(st.just(n), st.just(n), st.integers(0, n)),  # mostly answered in full
+    )
 )
 # Adds three times as often as each of the rest, so that windows fill between clears and erasures.
 kinds = (
@@ -325,7 +336,8 @@ def messages_of(op: Say | Tools, sid: str, n: int) -> list[Message]:
     )
     out = [Message("assistant", "", tool_calls=calls)]
     out += [
-        Message("tool", f"{calls[j].id}: " + "line of code\n" * op.lines, tool_call_id=calls[j].id) for j in op.order
+        Message("tool", f"{calls[j].id}: " + "line of code\n" * op.lines, tool_call_id=calls[j].id)
+        for j in op.order[: op.answered]
     ]
     return out
 
