@@ -171,35 +171,40 @@ class Projector:
         self.path.write_text(json.dumps(config))  # JSON is YAML
         self.instance = unique("props")  # static membership: a restart after a kill takes the place at once
         self.proc: subprocess.Popen[str] | None = None
-        self.restarts = 0
+        self.starts = 0
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(self.path)]
         cmd += ["--batch-size", "7", "--instance-id", self.instance, "--session-timeout", "6"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
+        self.starts += 1
+        self.log = self.path.with_name(f"projector-{self.starts}.log")  # a file: a pipe nobody reads fills up
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stderr=err, text=True, env={**os.environ})
+
+    def stderr(self) -> str:
+        return self.log.read_text()[-3000:]
 
     def stop(self, *, kill: bool = False) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
             return
         if proc.poll() is not None:  # it died on its own: that is a failure, with its stderr as the reason
-            raise AssertionError(f"the projector exited {proc.returncode}: {proc.communicate()[1][-3000:]}")
+            raise AssertionError(f"the projector exited {proc.returncode}: {self.stderr()}")
         proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
-            _, err = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            _, err = proc.communicate()
-            raise AssertionError(f"the projector did not drain within 30 s after SIGTERM: {err[-3000:]}") from None
+            proc.wait()
+            raise AssertionError(f"the projector did not drain within 30 s after SIGTERM: {self.stderr()}") from None
         # SIGTERM drains and exits 0; one that lands while Python still imports (before the handler is
         # installed, as when two restarts follow each other) ends it by the signal, with nothing consumed.
         if not kill:
-            assert proc.returncode in (0, -signal.SIGTERM), err[-3000:]
+            assert proc.returncode in (0, -signal.SIGTERM), self.stderr()
 
     def restart(self, *, kill: bool) -> None:
         self.stop(kill=kill)
         self.start()
-        self.restarts += 1
 
 
 @dataclass
