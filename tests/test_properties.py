@@ -42,7 +42,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,11 +66,12 @@ from projectors.lag import lag
 from projectors.rebuild import rebuild
 from tests.conftest import ROOT, Deadline, unique
 
-# Retried idempotency keys (DESIGN.md "Idempotent writes"): `add(message, idempotency_key=k)` and
-# `clear(idempotency_key=k)`, where a retry with the same key in the same session shows once in
-# every view. Not on main yet: set True once the API lands, and the scenarios also retry earlier
-# writes with their keys (the expected fold ignores the retries).
-RETRIES = False
+# Retried idempotency keys (DESIGN.md "Idempotent writes"): every write passes a key
+# (`add(message, idempotency_key=k)`, `clear(idempotency_key=k)`) and scenarios also send an earlier
+# write again with its key: in its own session it shows once in every view (whatever the message
+# says now, and after a clear or `forget` too); in the other session it is another write. False
+# leaves keys out altogether, for a library without them (before f0ff5a0).
+RETRIES = True
 
 # Small windows, so that evicting a whole tool exchange happens within a short scenario.
 SLIDING: dict[str, Any] = {"type": "sliding-window", "window_size": 3, "store": "redis"}
@@ -129,6 +130,8 @@ class Retry:
     """Write again, with its idempotency key, the n-th earlier write (modulo how many there were)."""
 
     n: int
+    changed: bool  # with other text: the key decides, not the message
+    elsewhere: bool  # in the other session, where the key is new (unless it was sent there already)
 
 
 Op = Say | Tools | Clear | Erase | Restart | Retry
@@ -152,7 +155,7 @@ kinds = (
     + [st.builds(Clear, session), st.builds(Erase, session), st.builds(Restart, st.booleans(), st.booleans())]
 )
 if RETRIES:
-    kinds += [st.builds(Retry, st.integers(0, 1000))] * 2
+    kinds += [st.builds(Retry, st.integers(0, 1000), st.booleans(), st.booleans())] * 2
 scenarios = st.lists(st.one_of(kinds), min_size=8, max_size=28)
 
 
@@ -300,6 +303,7 @@ class Expected:
     messages: dict[str, list[Message]]
     writes: list[tuple[str, Message | None, str]] = field(default_factory=list)  # (session, message or clear, key)
     erasures: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, set[str]] = field(default_factory=dict)  # the idempotency keys each session has seen
     # After each write: (session, its Kafka offset, erasures so far, the embedded mode's views then).
     snapshots: list[tuple[str, int, int, dict[str, list[Message]]]] = field(default_factory=list)
 
@@ -348,6 +352,17 @@ def messages_of(op: Say | Tools, sid: str, n: int) -> list[Message]:
     return out
 
 
+async def send(emb: Mode, kafka: Mode, expected: Expected, sid: str, message: Message | None, key: str) -> None:
+    """One write to both deployments; it changes what the session holds unless its key was used there."""
+    for mode in (emb, kafka):
+        await write(mode, sid, message, key)
+    if RETRIES and key in expected.keys.setdefault(sid, set()):
+        return
+    expected.keys[sid].add(key)
+    expected.writes.append((sid, message, key))
+    expected.messages[sid] = [] if message is None else [*expected.messages[sid], message]
+
+
 async def play(track: Track, ops: list[Op], emb: Mode, kafka: Mode, sids: list[str], expected: Expected) -> None:
     for n, op in enumerate(ops):
         if isinstance(op, Restart):
@@ -359,8 +374,11 @@ async def play(track: Track, ops: list[Op], emb: Mode, kafka: Mode, sids: list[s
             if not expected.writes:
                 continue
             sid, message, key = expected.writes[op.n % len(expected.writes)]
-            for mode in (emb, kafka):  # a retry of a write that was made: no view may show it twice
-                await write(mode, sid, message, key)
+            if op.elsewhere:
+                sid = sids[1 - sids.index(sid)]
+            if op.changed and message is not None:
+                message = replace(message, content=message.content + " (sent again)")
+            await send(emb, kafka, expected, sid, message, key)
         elif isinstance(op, Erase):
             sid = sids[op.session]
             for mode in (emb, kafka):
@@ -371,11 +389,7 @@ async def play(track: Track, ops: list[Op], emb: Mode, kafka: Mode, sids: list[s
             sid = sids[op.session]
             batch: list[Message | None] = [None] if isinstance(op, Clear) else list(messages_of(op, sid, n))
             for j, message in enumerate(batch):
-                key = f"{sid}-{n}-{j}"
-                for mode in (emb, kafka):
-                    await write(mode, sid, message, key)
-                expected.writes.append((sid, message, key))
-                expected.messages[sid] = [] if message is None else [*expected.messages[sid], message]
+                await send(emb, kafka, expected, sid, message, f"k{n}-{j}")
         if sid in kafka.last:  # the embedded mode folds on append: its views now, for audit at this offset
             views = {name: await emb.readers[sid, name].get() for name in track.names}
             expected.snapshots.append((sid, kafka.last[sid].offset, expected.erasures.get(sid, 0), views))
