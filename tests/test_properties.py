@@ -401,7 +401,8 @@ async def caught_up(track: Track) -> None:
     """Every view's checkpoint at the log's end."""
     deadline = Deadline(WAIT, "the projector to catch up")
     while behind := (await lag(str(track.projector.path))).total():
-        deadline.check(f"{behind} events behind")
+        if not deadline.left():  # why, from the projector's own log
+            deadline.check(f"{behind} events behind; the projector's log ends:\n{track.projector.stderr()}")
         await asyncio.sleep(0.2)
 
 
