@@ -16,7 +16,10 @@ session and view, these must all be equal:
 5. what the embedded mode folds again from its log file once every memory of it was closed;
 
 and the count-based windows must equal the pure fold (`View.added`) of the messages this test
-expects since the session's last clear or erasure. Two tracks:
+expects since the session's last clear or erasure (retried idempotency keys shown once). Known
+bugs are kept visible, not weakened away: each has a strict xfail reproduction at the end, and the
+one the property runs into (`SUMMARY_CATCH_UP_BUG`) narrows one comparison until it is fixed.
+Two tracks:
 
 - `sealed`: the encryption middleware with a PostgreSQL key store, so an erasure is a real
   `forget` (crypto-shredding); views sliding-window and capped conversation (token windows and
@@ -540,9 +543,9 @@ async def run(track: Track, ops: list[Op]) -> None:
 
 
 PROFILE = settings(
-    # Few examples, as CI runs them (about 35 s a track here). A deeper search: HELIX_PROPS_EXAMPLES=40
-    # (about 4 min a track; pass --timeout=0 past 300 s), HELIX_PROPS_SHRINK=1 to shrink a failure.
-    max_examples=int(os.environ.get("HELIX_PROPS_EXAMPLES", "5")),
+    # Few examples, as CI runs them (about 30 s a track on an idle machine). A deeper search:
+    # HELIX_PROPS_EXAMPLES=40 (about 4 min a track; --timeout=0), HELIX_PROPS_SHRINK=1 to shrink a failure.
+    max_examples=int(os.environ.get("HELIX_PROPS_EXAMPLES", "4")),
     # Each example costs seconds: shrinking a failure takes many, so only when asked (HELIX_PROPS_SHRINK=1).
     phases=[Phase.explicit, Phase.generate, *([Phase.shrink] if os.environ.get("HELIX_PROPS_SHRINK") else [])],
     deadline=None,
