@@ -516,7 +516,7 @@ async def run(track: Track, ops: list[Op]) -> None:
     rebuilds = await asyncio.gather(*(rebuilt(track, v, sids) for v in track.views))
     got["rebuild"] = {(sid, name): r[sid] for name, r in zip(track.names, rebuilds, strict=True) for sid in sids}
     audit_cfg = track.composite(track.kafka_log, embedded=False)
-    folded = [n for n in track.names if not n.startswith("summary")]
+    folded = [n for n in track.names if not summarised(n)]
     got["audit now"], got["audit at offset"] = {}, {}
     for sid in sids:
         now = (await audit(audit_cfg, session_id=sid, as_of="now")).views
