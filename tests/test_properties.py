@@ -17,8 +17,7 @@ session and view, these must all be equal:
 
 and the count-based windows must equal the pure fold (`View.added`) of the messages this test
 expects since the session's last clear or erasure (retried idempotency keys shown once). Known
-bugs are kept visible, not weakened away: each has a strict xfail reproduction at the end, and the
-one the property runs into (`SUMMARY_CATCH_UP_BUG`) narrows one comparison until it is fixed.
+bugs are kept visible, not weakened away: each has a strict xfail reproduction at the end.
 Two tracks:
 
 - `sealed`: the encryption middleware with a PostgreSQL key store, so an erasure is a real
@@ -85,13 +84,6 @@ SUMMARY: dict[str, Any] = {"type": "summary", "max_messages": 4, "store": "postg
 # tests at the end): the sealed track folds only the count-based views until that is fixed.
 SEALED_VIEWS = [SLIDING, CAPPED]
 PLAIN_VIEWS = [SLIDING, TOKENS, CAPPED, SUMMARY]
-# Bug: the Kafka projector asks for a summary only in a live batch (at the end of the log), so a
-# summary that fell due in a batch folded while catching up (after a restart, behind a backlog) is
-# never asked for until the session's next add; the embedded mode records it at the add. The Kafka
-# log then lacks it, and its views, rebuilds and audits agree with each other but not with the
-# embedded mode (test_a_summary_due_while_the_projector_catches_up_is_recorded, at the end).
-# While True, the Kafka side's summary is compared with the Kafka log's fold, not the embedded one.
-SUMMARY_CATCH_UP_BUG = True
 SESSIONS = ("a", "b")
 WAIT = 30.0  # seconds: the projector catching up after a restart (a few seconds here), at most
 
@@ -420,7 +412,7 @@ def summarised(name: str) -> bool:
     return name.startswith("summary")
 
 
-async def converged(track: Track, kafka: Mode, *, embedded: Mode) -> dict[tuple[str, str], list[Message]]:
+async def converged(kafka: Mode, *, embedded: Mode) -> dict[tuple[str, str], list[Message]]:
     """The Kafka deployment's views once they equal the embedded mode's, or as they are after WAIT seconds.
 
     Caught up with the log is not the end: a summary the projector asks for is appended to the log
@@ -429,11 +421,6 @@ async def converged(track: Track, kafka: Mode, *, embedded: Mode) -> dict[tuple[
     want = {key: await reader.get() for key, reader in embedded.readers.items()}
     deadline = Deadline(WAIT, "")
     while True:
-        if SUMMARY_CATCH_UP_BUG:  # the summary the Kafka log holds (see there), as far as it goes now
-            for sid, name in [key for key in want if summarised(key[1])]:
-                now = (await audit(kafka.config, session_id=sid, as_of="now", view=name)).views
-                assert now is not None
-                want[sid, name] = now[name]
         got = {key: await reader.get() for key, reader in kafka.readers.items()}
         if got == want or deadline.left() == 0:
             return got
@@ -507,7 +494,7 @@ async def run(track: Track, ops: list[Op]) -> None:
         await caught_up(track)
         got: dict[str, dict[tuple[str, str], list[Message]]] = {
             "embedded": {key: await reader.get() for key, reader in emb.readers.items()},
-            "kafka": await converged(track, kafka, embedded=emb),
+            "kafka": await converged(kafka, embedded=emb),
         }
         kafka_last = dict(kafka.last)
     async with AsyncExitStack() as stack:  # every memory of the embedded log closed: rebuilt from its file
@@ -529,12 +516,10 @@ async def run(track: Track, ops: list[Op]) -> None:
             got["audit at offset"].update({(sid, n): cut[n] for n in folded})
     await audited_in_between(track, audit_cfg, expected, folded)
 
-    kafka_side = {"kafka", "rebuild", "audit now"}
+    reference = got["embedded"]
     for label, views in got.items():
         for key, messages in views.items():
-            against = "kafka" if SUMMARY_CATCH_UP_BUG and summarised(key[1]) and label in kafka_side else "embedded"
-            assert messages == got[against][key], f"{label} differs from {against} for session {key[0]}, view {key[1]}"
-    reference = got["embedded"]
+            assert messages == reference[key], f"{label} differs from embedded for session {key[0]}, view {key[1]}"
     for sid in sids:  # and the count-based windows are the fold this test expects
         for view in (load_config({"memory": v}).memory.view for v in track.views):
             if not summarised(view.name):  # a summary's cut depends on when it was recorded
@@ -626,15 +611,11 @@ async def test_a_summary_of_sealed_messages_reads_back(tmp_path: Path, derived_k
     assert got[0].metadata == {"helix.summary": "true"} and got[1:] == TURNS[-len(got) + 1 :]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: the Kafka projector asks for a summary only in a live batch, so one that fell due in a "
-    "batch folded while catching up is never recorded until the session's next add (SUMMARY_CATCH_UP_BUG)",
-)
 async def test_a_summary_due_while_the_projector_catches_up_is_recorded(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str
 ) -> None:
+    """The property's first find (fixed in f38ce0d): a summary that fell due in a batch folded while the
+    projector caught up was asked for only at the session's next add; the embedded mode has it at once."""
     kafka_log = {
         "type": "kafka",
         "bootstrap_servers": kafka_bootstrap,
@@ -662,6 +643,6 @@ async def test_a_summary_due_while_the_projector_catches_up_is_recorded(
             deadline = Deadline(3, "")
             while (found := await got.get()) != expected and deadline.left():
                 await asyncio.sleep(0.2)
-            assert found == expected  # found: all six messages, no summary: over max_messages for good
+            assert found == expected  # before the fix: all six messages, no summary, over max_messages for good
     finally:
         projector.stop()
