@@ -12,9 +12,15 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from helix_es.stores.ports import ViewStore
+from helix_es.stores.ports import AliasStore, IdempotencyStore, KeyStore, ViewStore
+from helix_es.stores.redis.aliases import RedisAliases
+from helix_es.stores.redis.idempotency import RedisIdempotency
+from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.pool import connect
 from helix_es.stores.redis.views import RedisStore
+from tests.contracts.alias_store import AliasStoreContract, NewAliases
+from tests.contracts.idempotency_store import IdempotencyStoreContract, NewStore
+from tests.contracts.key_store import KeyStoreContract, NewKeys
 from tests.contracts.view_store import ViewStoreContract
 
 
@@ -35,3 +41,51 @@ class TestClusterViewStore(ViewStoreContract):
         s = RedisStore(redis_cluster_url)
         yield s
         await s.close()
+
+
+class TestClusterAliases(AliasStoreContract):
+    kind, cheap, shared = "redis", False, True
+
+    @pytest.fixture
+    async def new_aliases(self, redis_cluster_url: str) -> AsyncIterator[NewAliases]:
+        made: list[AliasStore] = []
+
+        def new() -> AliasStore:
+            made.append(RedisAliases(redis_cluster_url))
+            return made[-1]
+
+        yield new
+        for store in made:
+            await store.close()
+
+
+class TestClusterKeyStore(KeyStoreContract):
+    kind = "redis"
+
+    @pytest.fixture
+    async def new_keys(self, redis_cluster_url: str) -> AsyncIterator[NewKeys]:
+        made: list[KeyStore] = []
+
+        def new() -> KeyStore:
+            made.append(RedisKeyStore(redis_cluster_url))
+            return made[-1]
+
+        yield new
+        for store in made:
+            await store.close()
+
+
+class TestClusterIdempotency(IdempotencyStoreContract):
+    kind = "redis"
+
+    @pytest.fixture
+    async def new_store(self, redis_cluster_url: str) -> AsyncIterator[NewStore]:
+        made: list[IdempotencyStore] = []
+
+        def new(remembered: int) -> IdempotencyStore:
+            made.append(RedisIdempotency(redis_cluster_url, remembered))
+            return made[-1]
+
+        yield new
+        for store in made:
+            await store.close()

@@ -96,6 +96,16 @@ class Lazy:
     def __init__(self, url: str) -> None:
         self.url = url
         self.client: Client | None = None
+        self._plain: aioredis.Redis | None = None
+
+    @property
+    def now(self) -> Client:
+        """The client without awaiting: the one opened, else a plain client (detection takes a round trip)."""
+        if self.client is not None:
+            return self.client
+        if self._plain is None:
+            self._plain = redis_client(self.url)
+        return self._plain
 
     async def __call__(self) -> Client:
         if self.client is not None:
@@ -112,9 +122,10 @@ class Lazy:
         return self.client
 
     async def close(self) -> None:
-        client, self.client = self.client, None
-        if client is not None:
-            await client.aclose()
+        for client in (self.client, self._plain):
+            if client is not None:
+                await client.aclose()
+        self.client = self._plain = None
 
 
 def text(value: object) -> str:

@@ -105,9 +105,8 @@ class RedisStore:
 
     @property
     def redis(self) -> Client:
-        """The client, once a call has opened it."""
-        assert self._client.client is not None, "RedisStore: no call has opened Redis yet"
-        return self._client.client
+        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
+        return self._client.now
 
     async def _open(self) -> Client:
         client = await self._client()
