@@ -18,6 +18,7 @@ projector racing in between those steps can leave some slots written and others 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio.cluster import RedisCluster
@@ -71,7 +72,7 @@ end
 _APPLY_SLOT = "local B = 0\n" + EDITS + "return {'OK'}\n"
 
 # The checkpoint of a cluster batch, once its sessions are written: -1 if a seen one is gone.
-_MOVE = """
+MOVE = """
 if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -1 end
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return 0
@@ -89,11 +90,11 @@ async def apply_on_cluster(
     (checked first, so nothing is written then). `tail`: field, checkpoint, ttl ms, seen."""
     field, offset, seen = str(tail[0]), tail[1], tail[3]
     if sessions:
-        if seen and await client.eval(_MOVE, 1, checkpoint_key, field, "", 1) == -1:
+        if seen and await client.eval(MOVE, 1, checkpoint_key, field, "", 1) == -1:
             return False
         await _check(client, view, sessions)
         await _edit(client, view, sessions, tail)
-    return bool(await client.eval(_MOVE, 1, checkpoint_key, field, offset, seen) != -1)
+    return bool(await client.eval(MOVE, 1, checkpoint_key, field, offset, seen) != -1)
 
 
 async def _check(client: RedisCluster, view: str, sessions: Sequence[Session]) -> None:
@@ -115,23 +116,33 @@ async def _edit(client: RedisCluster, view: str, sessions: Sequence[Session], ta
         slot_keys, slot_args = by_slot.setdefault(key_slot(keys[0].encode()), ([], []))
         slot_keys += keys
         slot_args += args
+    scripts = [(_APPLY_SLOT, keys, [*args, *tail]) for keys, args in by_slot.values()]
+    for reply in await replicated(client, view, scripts):
+        if reply[0] == b"STALE":
+            raise StaleWrite(f"{view}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")
+
+
+Script = tuple[str, list[str], list[str | int]]  # Lua, keys (one slot), arguments
+
+
+async def replicated(client: RedisCluster, what: str, scripts: Sequence[Script]) -> list[Any]:
+    """Run `scripts` (each inside one slot) in one pipeline, then `WAIT 1` on every master that has a
+    replica; their replies, once each is on a replica (else ConnectionError: the caller retries)."""
     masters = {}
-    for slot in by_slot:
-        nodes = client.nodes_manager.slots_cache.get(slot, [])
+    for _, keys, _ in scripts:
+        nodes = client.nodes_manager.slots_cache.get(key_slot(keys[0].encode()), [])
         if len(nodes) > 1:  # a master with a replica: WAIT for it below
             masters[nodes[0].name] = nodes[0]
     async with client.pipeline(transaction=False) as pipe:
-        for keys, args in by_slot.values():
-            pipe.eval(_APPLY_SLOT, len(keys), *keys, *args, *tail)
+        for script, keys, args in scripts:
+            pipe.eval(script, len(keys), *keys, *args)
         for node in masters.values():  # after that node's scripts, on the same connection
             pipe.execute_command("WAIT", 1, WAIT_MS, target_nodes=node)
         replies = await pipe.execute(raise_on_error=False)
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    for reply in replies[: len(by_slot)]:
-        if reply[0] == b"STALE":
-            raise StaleWrite(f"{view}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")
-    if any(int(acked) < 1 for acked in replies[len(by_slot) :]):
+    if any(int(acked) < 1 for acked in replies[len(scripts) :]):
         await client.nodes_manager.initialize()  # a replica gone? the next try sees the cluster as it is
-        raise redis_errors.ConnectionError(f"{view}: no replica acknowledged a write within {WAIT_MS} ms")
+        raise redis_errors.ConnectionError(f"{what}: no replica acknowledged a write within {WAIT_MS} ms")
+    return list(replies[: len(scripts)])
