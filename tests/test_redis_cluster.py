@@ -36,6 +36,7 @@ from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.long_term import RedisLongTerm, prefix
 from helix_es.stores.redis.pool import connect
 from helix_es.stores.redis.views import RedisStore
+from helix_es.views.sliding_window import SlidingWindow
 from tests.conftest import ROOT, _missing, unique, wait_for
 from tests.contracts.alias_store import AliasStoreContract, NewAliases
 from tests.contracts.idempotency_store import IdempotencyStoreContract, NewStore
@@ -54,6 +55,17 @@ async def test_a_cluster_node_url_opens_a_cluster_client(redis_cluster_url: str,
     finally:
         await cluster.aclose()
         await plain.aclose()
+
+
+async def test_hundreds_of_reads_at_once_wait_for_a_connection(redis_cluster_url: str) -> None:
+    # A projector reads the checkpoints of every partition at once; they all live on one node.
+    store = RedisStore(redis_cluster_url)
+    try:
+        view = SlidingWindow(3)
+        found = await asyncio.gather(*(store.checkpoint(view, unique("t"), p) for p in range(500)))
+        assert found == [None] * 500
+    finally:
+        await store.close()
 
 
 class TestClusterViewStore(ViewStoreContract):

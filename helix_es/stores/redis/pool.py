@@ -13,6 +13,7 @@ cluster client turns a failover's `ClusterDownError`/`SlotNotCoveredError` into 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeAlias, TypeGuard, cast
 
 import redis.asyncio as aioredis
@@ -45,11 +46,18 @@ class _Pipeline(ClusterPipeline):
 
 
 class Cluster(RedisCluster):
-    """`RedisCluster`, with a failover's errors as `ConnectionError` (transient to every caller)."""
+    """`RedisCluster`, with a failover's errors as `ConnectionError` (transient to every caller), and
+    callers waiting for one of `MAX_CONNECTIONS` slots: its nodes' pools raise when full, as
+    redis-py's default pool does (a projector reads hundreds of checkpoints, all on one node, at once)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await super().execute_command(*args, **kwargs)
+            async with self._slots:
+                return await super().execute_command(*args, **kwargs)
         except _FAILOVER as exc:
             raise redis_errors.ConnectionError(f"Redis Cluster failover: {exc}") from exc
 
@@ -63,7 +71,8 @@ def cluster_client(url: str) -> Cluster:
     # Retries with backoff inside the client ride out a short failover (cluster-node-timeout + election);
     # a longer one reaches the caller as ConnectionError.
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=6)
-    return cast(Cluster, Cluster.from_url(url, retry=retry, max_connections=MAX_CONNECTIONS))
+    # Pipelines take a connection per node beside the MAX_CONNECTIONS commands: room for them.
+    return cast(Cluster, Cluster.from_url(url, retry=retry, max_connections=4 * MAX_CONNECTIONS))
 
 
 def is_cluster(client: Client) -> TypeGuard[RedisCluster]:
@@ -91,11 +100,12 @@ async def connect(url: str) -> Client:
 
 
 class Lazy:
-    """A client opened on first use (`await lazy()`); callers racing for it keep the first one made."""
+    """A client opened on first use (`await lazy()`): callers that race for it share one `connect`."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.client: Client | None = None
+        self._opening: asyncio.Task[Client] | None = None
         self._plain: aioredis.Redis | None = None
 
     @property
@@ -110,18 +120,22 @@ class Lazy:
     async def __call__(self) -> Client:
         if self.client is not None:
             return self.client
-        made = await connect(self.url)
-        first = self._current()  # read again: mypy would keep the None from before the await
-        if first is not None:  # another caller won the race
-            await made.aclose()
-            return first
-        self.client = made
-        return made
-
-    def _current(self) -> Client | None:
-        return self.client
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(connect(self.url))
+        opening = self._opening
+        try:
+            client = await asyncio.shield(opening)  # one caller cancelled does not cancel the others' open
+        except BaseException:
+            if self._opening is opening and opening.done():
+                self._opening = None  # failed (Redis down?): the next call tries again
+            raise
+        self.client = client
+        return client
 
     async def close(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():
+            opening.cancel()
         for client in (self.client, self._plain):
             if client is not None:
                 await client.aclose()
