@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
 from helix_es.model.times import parse_ttl
+from helix_es.model.tokenizers import ESTIMATE
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
@@ -24,7 +25,7 @@ from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.smart import DEFAULT_TOKENS, Smart
 from helix_es.views.summary import Summary
-from helix_es.views.token_window import TokenWindow
+from helix_es.views.token_window import TokenWindow, check_exact
 from helix_es.views.units import TOOL_PAIRS, WHOLE
 from helix_es.views.vector import Vector
 
@@ -54,6 +55,13 @@ def _tool_pairs(options: Mapping[str, Any], where: str) -> str:
     return str(value)
 
 
+def _tokenizer(options: Mapping[str, Any], where: str) -> str:
+    try:  # estimate (default) | cl100k_base | o200k_base, and an exact one must be installed
+        return check_exact(options.get("tokenizer", ESTIMATE))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.tokenizer", exc.problem) from None
+
+
 def _conversation(options: Mapping[str, Any], where: str) -> View:
     return Conversation(max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
 
@@ -71,7 +79,12 @@ def _token_window(options: Mapping[str, Any], where: str) -> View:
     size = _int(options, "max_tokens", where, 0)
     if size < 1:
         raise ConfigError(f"{where}.max_tokens", f"must be >= 1, got {size}")
-    return TokenWindow(size, max_length=_max_length(options, where), tool_pairs=_tool_pairs(options, where))
+    return TokenWindow(
+        size,
+        max_length=_max_length(options, where),
+        tool_pairs=_tool_pairs(options, where),
+        tokenizer=_tokenizer(options, where),
+    )
 
 
 VIEW_TYPES: dict[str, ViewFactory] = {
@@ -82,7 +95,7 @@ VIEW_TYPES: dict[str, ViewFactory] = {
 VIEW_KEYS: dict[str, set[str]] = {
     "conversation": {"max_length", "tool_pairs"},
     "sliding-window": {"window_size", "max_length", "tool_pairs"},
-    "token-window": {"max_tokens", "max_length", "tool_pairs"},
+    "token-window": {"max_tokens", "max_length", "tool_pairs", "tokenizer"},
 }
 VIEW_TYPES["vector"] = Vector.from_config  # search-only; store: memory | postgres
 VIEW_KEYS["vector"] = {"top_k", "embed"}
@@ -105,11 +118,11 @@ def _smart(options: Mapping[str, Any], where: str) -> View:
     budget = _int(options, "max_tokens", where, 0)
     if budget < 0:
         raise ConfigError(f"{where}.max_tokens", f"must be >= 0 (0 means {DEFAULT_TOKENS}), got {budget}")
-    return Smart(budget)
+    return Smart(budget, tokenizer=_tokenizer(options, where))
 
 
 VIEW_TYPES["smart"] = VIEW_TYPES["code"] = _smart  # `code` is the seed's older name
-VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens"}
+VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens", "tokenizer"}
 VIEW_TYPES["summary"] = _summary
 VIEW_KEYS["summary"] = {"max_messages", "summariser", "tool_pairs"}
 SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
@@ -160,7 +173,6 @@ COMPOSITE_KEYS = {
 }
 # parts inherit them
 SHARED_KEYS = ("namespace", "consistency", "read_timeout", "session_id", "session_id_header", "max_content_bytes")
-LOG_KEYS = {"type", "bootstrap_servers", "topic_prefix", "partitions", "replication_factor", "path", "fsync"}
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,11 @@ class LogConfig:
     replication_factor: int = 1
     path: str = ".helix/log"
     fsync: bool = True
+    # New topics' min.insync.replicas; None: 2 from replication_factor 3 up, else 1.
+    min_insync_replicas: int | None = None
+
+
+LOG_KEYS = {f.name for f in fields(LogConfig)}  # the `log:` keys are its fields
 
 
 @dataclass(frozen=True)
@@ -341,6 +358,14 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         raise ConfigError("memory_middleware", "must be a list of middleware names")
     log = parse_log(doc.get("log"), "log")
     parsed = parse_memory(memory, where, log)
+    if "encryption" in middleware:
+        sealed = [p.view.name for p in parsed.parts if p.type == "summary"]
+        if sealed:
+            raise ConfigError(
+                "memory_middleware",
+                f"encryption seals every message, and the summary view {sealed[0]} would summarise ciphertext "
+                "(its projector holds no key): use a window view with encryption, or drop encryption",
+            )
     if names.is_pattern(parsed.namespace) and log.type != "kafka":
         raise ConfigError(
             f"{where}.namespace", "a pattern is for projectors of a Kafka log; clients open one concrete namespace"
@@ -382,12 +407,19 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     replication = _int(raw, "replication_factor", where, default.replication_factor)
     if partitions < 1 or replication < 1:
         raise ConfigError(f"{where}.partitions", "partitions and replication_factor must be >= 1")
+    insync = None
+    if raw.get("min_insync_replicas") is not None:
+        insync = _int(raw, "min_insync_replicas", where, 1)
+        if not 1 <= insync <= replication:
+            raise ConfigError(
+                f"{where}.min_insync_replicas", f"must be 1 to replication_factor ({replication}), got {insync}"
+            )
     fsync = raw.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError(f"{where}.fsync", f"must be true or false, got {fsync!r}")
     _text_option(bootstrap, f"{where}.bootstrap_servers")
     path = _text_option(raw.get("path", default.path), f"{where}.path")
-    return LogConfig(kind, bootstrap, prefix, partitions, replication, path, fsync)
+    return LogConfig(kind, bootstrap, prefix, partitions, replication, path, fsync, insync)
 
 
 def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -> MemoryConfig:

@@ -43,7 +43,10 @@ class DeadLetters:
             admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
             await admin.start()
             try:
-                await create_topic(admin, topic, 1, 1)
+                # As many replicas as the topic it came from: on a cluster it outlives a broker too.
+                (source,) = await admin.describe_topics([record.topic])
+                replicas = max((len(p["replicas"]) for p in source["partitions"]), default=1)
+                await create_topic(admin, topic, 1, replicas)
             finally:
                 await admin.close()
             self._topics.add(topic)

@@ -385,6 +385,31 @@ def copy_always(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[str]:
+    """The 3-broker KRaft cluster `scripts/services kafka-cluster up` starts (scripts/test does, with
+    `up --kafka-cluster`): HELIX_KAFKA_CLUSTER_BOOTSTRAP, every broker answering. No Testcontainers
+    path: the fault tests SIGKILL its nodes through scripts/services, which knows their pids."""
+    value = os.environ.get("HELIX_KAFKA_CLUSTER_BOOTSTRAP", "")
+    brokers = [b for b in value.split(",") if b]
+    down = [b for b in brokers if not _kafka_answers(*_split_hostport(b))]
+    if len(brokers) < 3 or down:
+        message = (
+            f"a 3-broker Kafka cluster is not available (HELIX_KAFKA_CLUSTER_BOOTSTRAP={value!r}, not answering: "
+            f'{down}): eval "$(scripts/services kafka-cluster up)"'
+        )
+        if REQUIRE:
+            pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
+        pytest.skip(message)
+    yield value
+    asyncio.run(_delete_run_topics(value))
+
+
+def _split_hostport(hostport: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@pytest.fixture(scope="session")
 def redis_cluster_url() -> str:
     """A Redis Cluster (3 masters, 3 replicas): HELIX_REDIS_CLUSTER_URL, else the one
     `scripts/services redis-cluster up` starts (or finds) on loopback, so CI needs no extra step."""

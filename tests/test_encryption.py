@@ -29,6 +29,7 @@ from helix_es.client.encryption import (
 )
 from helix_es.model import names
 from helix_es.model.errors import HelixError, InvalidInput
+from helix_es.model.tokens import MESSAGE_OVERHEAD, message_tokens, sealed_tokens
 from tests.conftest import start_projector, stop, topic_values, unique
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,3 +320,27 @@ def test_old_keys_from_env_are_checked_too(env_key: bytes) -> None:
     assert keys.ring.current == key_id_of(env_key) != "e957670409a95b5b"  # the old key only opens
     assert keys.current_key("ns", "s")[0] == key_id_of(env_key)
     assert keys.key("ns", "s", "0000000000000000") is None
+
+
+async def test_token_windows_count_sealed_messages_by_what_was_written(tmp_path: Path, master_key: bytes) -> None:
+    """A projector cannot read sealed text: it counts a quarter token per byte of what was written,
+    from the envelope's length, so every deployment keeps the same window whatever the nonces."""
+    texts = ["hi", "ø" * 33, "a longer message of forty-four bytes, really"]
+    call = ToolCall("c1", "lookup", json.dumps({"q": "oslo " * 10}))
+    ns = unique("enc")
+    async with open_memory(embedded(tmp_path, ns), session_id="s") as plain:
+        sealed = EncryptedMemory(plain, DerivedSessionKeys(master_key))
+        for text in texts:
+            await sealed.add(Message("user", text))
+            await sealed.add(Message("user", text))  # sealed again: another nonce, the same count
+        await sealed.add(Message("assistant", "", tool_calls=(call,)))
+        stored = await plain.get()
+    assert all(m.content.startswith(PREFIX) for m in stored[:-1])
+    for text, (first, again) in zip(texts, zip(stored[0:-1:2], stored[1:-1:2], strict=True), strict=True):
+        assert first.content != again.content
+        want = -(-len(text.encode()) // 4)
+        assert sealed_tokens(first.content) == sealed_tokens(again.content) == want
+        assert message_tokens(first) == message_tokens(again) == MESSAGE_OVERHEAD + want
+    arguments = stored[-1].tool_calls[0].arguments
+    assert sealed_tokens(arguments) == -(-len(call.arguments.encode()) // 4)
+    assert sealed_tokens("plain text") is None and sealed_tokens(PREFIX + "no-key-id") is None

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from helix_es import ConfigError, Event, Message, MessageAdded, ToolCall, load_config, open_memory
-from helix_es.model.tokens import message_tokens
+from helix_es.model.tokenizers import EXACT, counter
+from helix_es.model.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, message_tokens
 from helix_es.views.smart import DEFAULT_TOKENS, ROLE, Smart
-from tests.conftest import unique
+from tests.conftest import require_module, unique
 
 
 def file_turn(i: int, tool: str = "read_file", lines: int = 40) -> list[Message]:
@@ -105,3 +106,39 @@ async def test_smart_memory_through_every_store(store: str, tmp_path: Path, requ
         assert [m.content for m in await mem.search("module 5 defines", limit=3)] == ["Module 5 defines 40 functions."]
     async with open_memory(cfg, session_id="s") as mem:
         assert await mem.get() == got
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_an_exact_tokenizer_budgets_in_tiktoken_counts(name: str) -> None:
+    require_module("tiktoken", "the tokenizers extra (pip install -e '.[tokenizers]') is not installed")
+    count = counter(name)
+    view = Smart(1500, tokenizer=name)
+    turns = [Message("system", "You are a coding agent.")]
+    for i in range(8):
+        turns += file_turn(i)
+    got = fold_all(view, turns)
+    check_pairs(got)
+    head = [m for m in got if m.metadata.get(ROLE) == "files"]
+    counted = [m for m in got if m not in head and m is not got[0]]
+
+    def tokens(m: Message) -> int:
+        calls = sum(TOOL_CALL_OVERHEAD + count(c.name) + count(c.arguments) for c in m.tool_calls)
+        return MESSAGE_OVERHEAD + count(m.content) + calls
+
+    assert sum(map(tokens, counted)) <= 1500 - sum(map(tokens, head))
+    assert sum(map(tokens, counted)) + sum(map(tokens, head)) > 1200  # the budget is used, not wasted
+    # Notes and the file map quote sizes in the view's own counts.
+    body = next(m.content for m in turns if m.role == "tool")
+    assert f"~{MESSAGE_OVERHEAD + count(body)} tokens" in head[0].content
+
+
+def test_smart_names_and_tokenizer_config() -> None:
+    require_module("tiktoken", "the tokenizers extra (pip install -e '.[tokenizers]') is not installed")
+    assert Smart().name == "smart-100000-est2"
+    assert Smart(2000, tokenizer="cl100k_base").name == "smart-2000-cl100k"
+    assert Smart(2000, tokenizer="o200k_base").name == "smart-2000-o200k"
+    for kind in ("smart", "code"):
+        cfg = load_config({"memory": {"type": kind, "max_tokens": 2000, "tokenizer": "o200k_base"}})
+        assert cfg.memory.view == Smart(2000, tokenizer="o200k_base")
+        with pytest.raises(ConfigError, match=r"^memory\.tokenizer: must be one of estimate, cl100k_base"):
+            load_config({"memory": {"type": kind, "tokenizer": "o100k_base"}})

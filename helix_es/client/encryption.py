@@ -45,9 +45,9 @@ from helix_es.client.middleware import Middleware
 from helix_es.client.protocol import Memory
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput, InvalidMessage
 from helix_es.model.events import Position
-from helix_es.model.message import Message, ToolCall
+from helix_es.model.message import SEALED_OVERHEAD, SEALED_PREFIX, Message, ToolCall
 
-PREFIX = "helix-enc:v1:"
+PREFIX = SEALED_PREFIX
 KEY_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 AES_KEY_SIZES = (16, 24, 32)
 NONCE_BYTES = 12
@@ -299,7 +299,7 @@ class EncryptedMemory:
             raw = base64.b64decode(body, validate=True)
         except (binascii.Error, ValueError):
             raw = b""
-        if not sep or not KEY_ID_RE.fullmatch(key_id) or len(raw) < NONCE_BYTES + 16:
+        if not sep or not KEY_ID_RE.fullmatch(key_id) or len(raw) < SEALED_OVERHEAD:
             raise DecryptionError(f"{where} is a malformed {PREFIX} envelope (tampered or truncated)")
         cipher = self._cipher(key_id)
         aad = _aad(key_id, self.namespace, self.session_id, role, field)

@@ -146,7 +146,7 @@ class ViewMemory(EventWriter):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 0.01)
                 result = await op(want)
-        if want is not None:
+        if want is not None and want == self.last_write:  # not a write made while this read waited
             self._seen_last_write = True
         return result
 

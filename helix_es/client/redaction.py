@@ -22,10 +22,9 @@ from helix_es.client.middleware import Middleware, register
 from helix_es.client.protocol import Memory
 from helix_es.model.errors import InvalidInput, InvalidMessage
 from helix_es.model.events import Position
-from helix_es.model.message import Message, ToolCall
+from helix_es.model.message import SEALED_PREFIX, Message, ToolCall
 
 log = logging.getLogger(__name__)
-SEALED_PREFIX = "helix-enc:v1:"  # helix_es.encryption.PREFIX, without importing cryptography here
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+)
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from helix_es.log.check import Checker, OnBad, concerns, skipped
@@ -19,14 +25,33 @@ from helix_es.model.errors import EventTooLarge, HelixError
 from helix_es.model.events import Event, Position, Record
 
 TOPIC_ALREADY_EXISTS = 36
+# Errors after which a producer's sequence numbers or id are no good: the broker wrote nothing.
+BROKEN = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch, ProducerFenced)
 # The log is the audit trail: no time or size retention, ever.
 TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 
 
-async def create_topic(admin: AIOKafkaAdminClient, topic: str, partitions: int, replication_factor: int) -> None:
-    """Create a topic that keeps everything; one that exists already is fine."""
-    new = NewTopic(topic, partitions, replication_factor, topic_configs=TOPIC_CONFIGS)
-    response = await admin.create_topics([new])
+def default_min_insync(replication_factor: int) -> int:
+    """2 from 3 replicas up: an acked add is on two brokers, and one broker may be lost without
+    stopping writes. Below 3, 1: with 2 replicas, 2 in sync would stop writes at the first loss."""
+    return 2 if replication_factor >= 3 else 1
+
+
+async def create_topic(
+    admin: AIOKafkaAdminClient,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    min_insync_replicas: int | None = None,
+) -> None:
+    """Create a topic that keeps everything; one that exists already is fine (its configs stay)."""
+    insync = default_min_insync(replication_factor) if min_insync_replicas is None else min_insync_replicas
+    configs = {**TOPIC_CONFIGS, "min.insync.replicas": str(insync)}
+    new = NewTopic(topic, partitions, replication_factor, topic_configs=configs)
+    try:
+        response = await admin.create_topics([new])
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"could not create topic {topic}: {exc!r}; check the brokers") from exc
     want = partitions  # an existing topic keeps the partitions it has: any will do
     for name, code, *rest in response.topic_errors:
         if code == TOPIC_ALREADY_EXISTS:
@@ -43,6 +68,11 @@ async def create_topic(admin: AIOKafkaAdminClient, topic: str, partitions: int, 
         if asyncio.get_running_loop().time() >= deadline:
             raise HelixError(f"topic {topic} was created but its partitions did not appear within 10 s")
         await asyncio.sleep(0.05)
+
+
+class KafkaUnavailable(HelixError):
+    """The brokers did not answer, or gave up on a write. An `add` that raised this may have landed
+    (a broker can fail after writing): retrying it is safe, and with an idempotency key shows once."""
 
 
 class KeyPartitioner:
@@ -64,10 +94,6 @@ class KeyPartitioner:
         return all_partitions[hashed % len(all_partitions)]
 
 
-class KafkaUnavailable(HelixError):
-    """The brokers did not answer."""
-
-
 class KafkaLog:
     def __init__(
         self,
@@ -76,6 +102,7 @@ class KafkaLog:
         topic_prefix: str = names.DEFAULT_TOPIC_PREFIX,
         partitions: int = 6,
         replication_factor: int = 1,
+        min_insync_replicas: int | None = None,
         codec: Codec | None = None,
         producer_config: dict[str, Any] | None = None,
     ) -> None:
@@ -83,6 +110,7 @@ class KafkaLog:
         self.topic_prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas  # None: default_min_insync(replication_factor)
         self.codec = codec or Codec()
         self._producer_config = producer_config or {}
         self._producer: AIOKafkaProducer | None = None
@@ -92,6 +120,8 @@ class KafkaLog:
         self._topic_lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
         self._unclaimed = Unclaimed()
+        self._stopping: set[asyncio.Future[None]] = set()  # producers retired, still flushing
+        self.replaced = 0  # producers retired as broken
 
     async def _started(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -109,7 +139,7 @@ class KafkaLog:
                     )
                     try:
                         await producer.start()
-                    except KafkaConnectionError as exc:
+                    except KafkaError as exc:
                         await producer.stop()
                         raise KafkaUnavailable(
                             f"no Kafka broker answers at {self.bootstrap_servers} ({exc}); "
@@ -130,7 +160,9 @@ class KafkaLog:
         async with self._topic_lock:
             if topic in self._topics:
                 return topic
-            await create_topic(await self._admin_client(), topic, self.partitions, self.replication_factor)
+            await create_topic(
+                await self._admin_client(), topic, self.partitions, self.replication_factor, self.min_insync_replicas
+            )
             self._topics.add(topic)
         return topic
 
@@ -138,19 +170,57 @@ class KafkaLog:
         data = self.codec.encode(event)
         if len(data) > MAX_EVENT_BYTES:
             raise EventTooLarge("event", f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
+        topic = names.topic(event.namespace, self.topic_prefix)
         sent = self._unclaimed.take(event.event_id)  # a retry after a timeout: the send under way
-        if sent is None:
-            producer = await self._started()
-            topic = await self.ensure_topic(event.namespace)
+        producer = None  # the one that sent it, when this call did
+        for attempt in range(2):
+            if sent is None:
+                producer = await self._started()
+                topic = await self.ensure_topic(event.namespace)
+                try:
+                    sent = await producer.send(topic, data, key=event.session_id.encode())
+                except KafkaError as exc:  # not queued: nothing was written
+                    self._retire(producer, broken=False)
+                    raise self._unavailable(topic, exc) from exc
             try:
-                sent = await producer.send(topic, data, key=event.session_id.encode())
-            except KafkaError as exc:  # not queued: nothing was written
+                meta = await self._unclaimed.wait(event.event_id, sent)
+            except BROKEN as exc:
+                # The broker refused the batch: nothing was written. This producer's sequence for
+                # the partition stays broken (aiokafka#1017): a new producer sends it once more.
+                if producer is not None:
+                    self._retire(producer)
+                if attempt:
+                    raise self._unavailable(topic, exc) from exc
+                sent = None
+                continue
+            except KafkaError as exc:
+                # The idempotent producer retries in flight without end; it fails a batch only when its
+                # partition had no leader for request_timeout_ms, or on a fatal error. A batch failed
+                # after a retry may have been written: the caller's retry can write it again, and the
+                # event's idempotency key (or id, for audit) tells the two apart. The failed batch
+                # had its sequence numbers: the next one on that partition would be refused.
+                if producer is not None:
+                    self._retire(producer)
                 raise self._unavailable(topic, exc) from exc
-        try:
-            meta = await self._unclaimed.wait(event.event_id, sent)
-        except KafkaError as exc:  # the idempotent producer gave up on it: nothing was written
-            raise self._unavailable(names.topic(event.namespace, self.topic_prefix), exc) from exc
-        return Position(meta.topic, meta.partition, meta.offset)
+            return Position(meta.topic, meta.partition, meta.offset)
+        raise AssertionError("unreachable")
+
+    def _retire(self, producer: AIOKafkaProducer, *, broken: bool = True) -> None:
+        """Stop using `producer` if it cannot send again: its sequence numbers went wrong (`broken`:
+        aiokafka does not renumber after a failed batch, so every later batch on that partition gets
+        OutOfOrderSequenceNumber, for good), or its sender stopped (it fails every later send then).
+        The next append starts a new producer, with a new producer id and fresh sequences."""
+        task = getattr(getattr(producer, "_sender", None), "sender_task", None)
+        dead = task is not None and task.done()
+        stop = producer.stop
+        if self._producer is not producer or not (broken or dead):
+            return
+        self._producer = None
+        self.replaced += 1
+        # In the background: stopping flushes the batches other appends still wait for.
+        stopping = asyncio.ensure_future(stop())
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)
 
     def _unavailable(self, topic: str, exc: Exception) -> KafkaUnavailable:
         return KafkaUnavailable(
@@ -234,6 +304,7 @@ class KafkaLog:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+        await asyncio.gather(*self._stopping, return_exceptions=True)
         if self._admin is not None:
             await self._admin.close()
             self._admin = None

@@ -32,6 +32,12 @@ def check_text(
         raise error(path, "contains a NUL character (\\x00)")
 
 
+# The encryption middleware's envelope of a sealed field (helix_es.client.encryption):
+# `helix-enc:v1:<key id>:<base64(12-byte nonce | ciphertext | 16-byte tag)>`.
+SEALED_PREFIX = "helix-enc:v1:"
+SEALED_OVERHEAD = 12 + 16  # bytes of nonce and tag around the ciphertext, which is as long as the text
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call the assistant asked a tool to make; `arguments` is JSON text."""

@@ -1,28 +1,37 @@
 """Token estimates for token-budgeted views, without a tokenizer at run time.
 
-`estimate_tokens` counts what a byte-level BPE tokenizer spends tokens on: runs of letters
-(and case changes inside them, as in camelCase), letters (long and rare words split),
-digits and runs of digits (BPE vocabularies split numbers into groups of up to three),
-punctuation and runs of it, newlines and indentation, and non-ASCII bytes, and weighs
-them. The counts are a few big-int operations over the text, so a 1 KB string costs
-about 15 µs in CPython: cheap enough for a fold that runs on every add. The plain
-`len(text) / 4` heuristic undercounts JSON by about a seventh (quotes, colons, braces and
-digits are tokens of their own) and overcounts prose and indented code.
+`estimate_tokens` counts what a byte-level BPE tokenizer spends tokens on (`FEATURES`): runs of
+letters, case changes and capitals, runs of digits and each further group of three digits in
+them (BPE vocabularies split numbers so), punctuation and runs of it, escapes, newlines, runs of
+blanks and a blank before a digit (`, 2` is three tokens), and non-ASCII bytes, and weighs them.
+The counts are a few big-int operations over the text, so 1 KB costs about 20-25 µs in
+CPython: cheap enough for a fold that runs on every add. The plain `len(text) / 4` heuristic
+undercounts JSON (quotes, colons, braces and digits are tokens of their own; dense numeric JSON
+by half) and overcounts prose and code.
 
-The weights were fitted against OpenAI's cl100k_base on the `fit` half of the corpora in
-`bench/tokens.py` (English prose, JSON tool payloads, Python source); on the held-out
-half the totals come within 2 % of the real tokenizer's for each kind (see that bench for
-the figures), and also of o200k_base's. One text can be off by more: of the held-out texts
-of 20 tokens or more, 88 % of prose paragraphs, 99 % of JSON documents and every source file
-are within 15 %. Base64 and other random-case strings are undercounted (about 0.6x).
-Changing a weight changes what token-window views keep: rebuild them from the log.
+The weights (`VERSION` 2) were fitted against OpenAI's cl100k_base on the `fit` corpora of
+`bench/token_corpora.py` (`python bench/tokens.py --fit`). On its held-out `eval` corpora,
+from other sources and other generators, the totals come within 3 % of cl100k_base's for every
+kind: prose 0.995, code 1.001, pretty-printed API JSON 0.989, compact JSON 1.013, dense numeric
+JSON 0.997, tool-call arguments 1.029 (and within 2 % of o200k_base's). One text can be off by
+more: 80 % of the held-out texts of 20 tokens or more are within 0.92-1.08 of the real count.
+Base64 and other random-case strings are undercounted. Changing a weight changes what
+token-window and smart views keep, so it bumps `VERSION`, which is part of their names.
 """
 
 from __future__ import annotations
 
+import hashlib
+import operator
 import string
+from collections.abc import Callable
+from functools import cache
 
-from helix_es.model.message import Message
+from helix_es.model.message import SEALED_OVERHEAD, SEALED_PREFIX, Message
+from helix_es.model.tokenizers import ESTIMATE, counter
+
+VERSION = 2
+"""Of the weights: estimate views are named `-est2`, so a store built by other weights is not reused."""
 
 MAX_TOKENS = 1_000_000
 """Every estimate is capped here: a bound for budgets and sums, never a real message's size
@@ -32,13 +41,14 @@ MESSAGE_OVERHEAD = 4  # role and the chat format's delimiters, as OpenAI counts 
 NAME_OVERHEAD = 1
 TOOL_CALL_OVERHEAD = 3  # the call's framing around its name and JSON arguments
 
+_EXACT_CACHE = 1 << 16  # texts whose exact count is remembered (16-byte digests: ~10 MB)
 _CHUNK = 1 << 16  # long texts are estimated in slices: bounded memory, and stop once capped
 
 
 # Each byte becomes one bit of its class, then the whole text is one big int per class:
 # `bit_count` counts members, `x & ~(x >> 8)` marks where a run starts (big-endian: `>> 8`
 # moves every byte onto the next one). A handful of C-speed int operations per feature.
-_LOWER, _UPPER, _DIGIT, _PUNCT, _NEWLINE, _BLANK, _NON_ASCII = (1 << i for i in range(7))
+_LOWER, _UPPER, _DIGIT, _PUNCT, _NEWLINE, _BLANK, _NON_ASCII, _BACKSLASH = (1 << i for i in range(8))
 
 
 def _classes() -> bytes:
@@ -47,28 +57,38 @@ def _classes() -> bytes:
                          (string.digits, _DIGIT), ("\n\r", _NEWLINE), (" \t", _BLANK)):  # fmt: skip
         for ch in members:
             table[ord(ch)] = bit
+    table[ord("\\")] = _PUNCT | _BACKSLASH  # a JSON or regex escape: `\\n` splits the letters after it
     table[128:] = bytes([_NON_ASCII]) * 128  # the bytes of UTF-8 sequences
     return bytes(table)
 
 
 _CLASSES = _classes()
 
-# Fitted weights (tokens per count); see the module docstring.
-_W_WORD = 0.72  # a run of letters
-_W_CASE = 0.57  # a lower-to-upper change inside a run: getUserName is three tokens
-_W_LETTER = 0.105  # each letter: long and rare words split into more pieces
-_W_DIGIT = 0.38  # each digit: numbers go in groups of up to three
-_W_NUMBER = 0.91  # a run of digits
-_W_PUNCT = 0.016  # each punctuation character: repeated ones merge ("----" is one token)
-_W_PUNCT_RUN = 0.44  # a run of punctuation: `":` and `},{` are one or two tokens
-_W_NEWLINE_RUN = 0.81
-_W_NEWLINE = 0.031
-_W_INDENT = 0.74  # a newline followed by two blanks or more: indentation is a token of its own
-_W_NON_ASCII = 0.36  # per UTF-8 byte above 127: a CJK character (3 bytes) is about one token
-_W_BLANK = 0.009  # long runs of blanks are single tokens
+# What each weight counts, in `_counts`' order, and its fitted weight (tokens per count).
+FEATURES = (
+    "word",  # a run of letters
+    "case",  # a lower-to-upper change inside a run: getUserName is three tokens
+    "letter",  # each letter: long and rare words split into more pieces
+    "upper",  # each capital: all-caps and random-case strings split finely
+    "number",  # a run of digits: one token for up to three digits,
+    "number_group",  # and one more for each three after those (up to 18 digits)
+    "punct",  # each punctuation character: repeated ones merge ("----" is one token)
+    "punct_run",  # a run of punctuation: `":` and `},{` are one or two tokens
+    "escape",  # a backslash before a letter
+    "newline_run",  # a run of newlines (with the indentation after it, one or two tokens)
+    "blank",  # long runs of blanks are single tokens
+    "blank_run",  # a run of two blanks or more
+    "blank_digit",  # a blank before a digit is a token of its own (`, 2`)
+    "non_ascii",  # per UTF-8 byte above 127: a CJK character (3 bytes) is about one token
+)
+WEIGHTS: tuple[float, ...] = (
+    0.881, 0.6, 0.031, 0.047, 1.268, 1.023, 0.103,
+    0.611, 1.086, 1.103, 0.023, 0.092, 1.0, 0.36,
+)  # fmt: skip
 
 
-def _raw(text: str) -> float:
+def _counts(text: str) -> tuple[int, ...]:
+    """How often each of `FEATURES` occurs in `text`."""
     data = text.encode("utf-8", "surrogatepass").translate(_CLASSES)
     bits = int.from_bytes(data, "big")
     ones = int.from_bytes(b"\x01" * len(data), "big")
@@ -79,20 +99,38 @@ def _raw(text: str) -> float:
     punct = (bits >> 3) & ones
     newlines = (bits >> 4) & ones
     blanks = (bits >> 5) & ones
+    # `x >> 8` puts each byte's bit on the next byte (the one before it looks back), `x << 8` on
+    # the byte before it (looks ahead).
+    number = digits & ~(digits >> 8)
+    # Runs with a fourth, seventh, ... digit: each starts another group of three.
+    groups = 0
+    longer = number
+    for k in range(3, 18, 3):
+        longer &= (digits << 8 * (k - 2)) & (digits << 8 * (k - 1)) & (digits << 8 * k)
+        if not longer:
+            break
+        groups += longer.bit_count()
+    blank_run = blanks & ~(blanks >> 8) & (blanks << 8)
     return (
-        _W_WORD * (letters & ~(letters >> 8)).bit_count()
-        + _W_CASE * ((lower >> 8) & upper).bit_count()
-        + _W_LETTER * letters.bit_count()
-        + _W_DIGIT * digits.bit_count()
-        + _W_NUMBER * (digits & ~(digits >> 8)).bit_count()
-        + _W_PUNCT * punct.bit_count()
-        + _W_PUNCT_RUN * (punct & ~(punct >> 8)).bit_count()
-        + _W_NEWLINE_RUN * (newlines & ~(newlines >> 8)).bit_count()
-        + _W_NEWLINE * newlines.bit_count()
-        + _W_INDENT * ((newlines >> 16) & (blanks >> 8) & blanks).bit_count()
-        + _W_NON_ASCII * ((bits >> 6) & ones).bit_count()
-        + _W_BLANK * blanks.bit_count()
+        (letters & ~(letters >> 8)).bit_count(),
+        ((lower >> 8) & upper).bit_count(),
+        letters.bit_count(),
+        upper.bit_count(),
+        number.bit_count(),
+        groups,
+        punct.bit_count(),
+        (punct & ~(punct >> 8)).bit_count(),
+        (((bits >> 7) & ones) & (letters << 8)).bit_count(),
+        (newlines & ~(newlines >> 8)).bit_count(),
+        blanks.bit_count(),
+        blank_run.bit_count(),
+        (blanks & (digits << 8)).bit_count(),
+        ((bits >> 6) & ones).bit_count(),
     )
+
+
+def _raw(text: str) -> float:
+    return float(sum(map(operator.mul, WEIGHTS, _counts(text))))
 
 
 def estimate_tokens(text: str) -> int:
@@ -111,22 +149,64 @@ def estimate_tokens(text: str) -> int:
     return min(MAX_TOKENS, max(1, int(total + 0.5)))
 
 
-def _message_tokens(message: Message) -> int:
-    total = MESSAGE_OVERHEAD + estimate_tokens(message.content)
+def sealed_tokens(text: str) -> int | None:
+    """Tokens of a text the encryption middleware sealed (None if it is not sealed): a quarter per
+    byte of what was written, known from the envelope's length. Counting the ciphertext itself would
+    depend on its random nonce, so one deployment's window would keep what another's drops."""
+    body = text[1:-1] if text.startswith('"' + SEALED_PREFIX) and text.endswith('"') else text  # tool arguments
+    if not body.startswith(SEALED_PREFIX):
+        return None
+    _, sep, encoded = body[len(SEALED_PREFIX) :].partition(":")
+    if not sep:
+        return None
+    plain = len(encoded) * 3 // 4 - encoded[-2:].count("=") - SEALED_OVERHEAD
+    return max(0, -(-plain // 4))
+
+
+def _message_tokens(message: Message, count: Callable[[str], int]) -> int:
+    def counted(text: str) -> int:
+        sealed = sealed_tokens(text) if text.startswith((SEALED_PREFIX, '"' + SEALED_PREFIX)) else None
+        return count(text) if sealed is None else sealed
+
+    total = MESSAGE_OVERHEAD + counted(message.content)
     if message.name:
-        total += NAME_OVERHEAD + estimate_tokens(message.name)
+        total += NAME_OVERHEAD + counted(message.name)
     for call in message.tool_calls:
-        total += TOOL_CALL_OVERHEAD + estimate_tokens(call.name) + estimate_tokens(call.arguments)
+        total += TOOL_CALL_OVERHEAD + counted(call.name) + counted(call.arguments)
     return min(MAX_TOKENS, total)
 
 
-def message_tokens(message: Message) -> int:
+@cache
+def _exact(tokenizer: str) -> Callable[[str], int]:
+    """A counter of `tokenizer` that remembers recent texts by digest: a window recounts every
+    message it holds on each add, and a digest keeps the memory small whatever the texts' size."""
+    count = counter(tokenizer)
+    seen: dict[bytes, int] = {}
+
+    def cached(text: str) -> int:
+        if not text:
+            return 0
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        tokens = seen.get(key)
+        if tokens is None:
+            if len(seen) >= _EXACT_CACHE:
+                seen.clear()  # a bound, not an LRU: recounting is correct, only slower
+            tokens = seen[key] = min(MAX_TOKENS, count(text))
+        return tokens
+
+    return cached
+
+
+def message_tokens(message: Message, tokenizer: str = ESTIMATE) -> int:
     """Tokens `message` costs in a chat prompt: content, name, each tool call's name and JSON
     arguments, plus a fixed overhead per message (role, delimiters) and per tool call.
     `tool_call_id` and `metadata` are not sent as text to a model and are not counted.
-    Capped at `MAX_TOKENS`. Counted once per message object."""
+    Capped at `MAX_TOKENS`. `tokenizer` is `estimate` (`estimate_tokens`, counted once per
+    message object) or an exact one of `helix_es.model.tokenizers` (`cl100k_base`, `o200k_base`)."""
+    if tokenizer != ESTIMATE:
+        return _message_tokens(message, _exact(tokenizer))
     tokens = message._tokens
     if tokens is None:
-        tokens = _message_tokens(message)
+        tokens = _message_tokens(message, estimate_tokens)
         object.__setattr__(message, "_tokens", tokens)
     return tokens

@@ -41,6 +41,7 @@ def open_log(config: LogConfig, codec: Codec | None = None) -> EventLog:
             topic_prefix=config.topic_prefix,
             partitions=config.partitions,
             replication_factor=config.replication_factor,
+            min_insync_replicas=config.min_insync_replicas,
             codec=codec,
         )
     return EmbeddedLog(config.path, fsync=config.fsync, topic_prefix=config.topic_prefix, codec=codec)

@@ -4,7 +4,10 @@ Summaries are planned on message counts alone, after every event, as if each sum
 folded the moment it was asked for: a new summary is due when the messages not yet covered
 by the newest summary (recorded or still on its way) exceed `max_messages`, and it covers the
 oldest half of them. So the summaries asked for are the same whichever way events are
-batched, and a batch that replays history with its recorded summaries asks for none.
+batched, and a batch that replays history with its recorded summaries asks for none. One that
+fell due in replayed history and was not recorded by the end of it (the projector was down
+when it was added) is asked for when the projection reaches the end of its partition's log
+(a projector that stops before then leaves it to the session's next add).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ class SummaryProjection(SessionProjection):
     # The newest summary asked for but not folded yet, per session: (epoch, covers, text).
     _asked: dict[SessionKey, tuple[str, int, str]] = field(default_factory=dict, init=False)
     _plans: dict[SessionKey, _Plan] = field(default_factory=dict, init=False)
+    # Summaries that fell due in history replayed after the checkpoint (a restart, a backlog), per
+    # topic-partition: asked once a live batch of that partition shows none was recorded meanwhile.
+    _owed: dict[tuple[str, int], dict[SessionKey, _Plan]] = field(default_factory=dict, init=False)
 
     def _planner(self) -> Observer:
         plans: dict[SessionKey, _Plan] = {}
@@ -71,9 +77,19 @@ class SummaryProjection(SessionProjection):
         assert isinstance(view, Summary)
         folded = await fold_batch(view, self.store, records, observer=self._planner)
         derived: list[Event] = []
+        if not records:
+            return Applied(folded.applied)
+        here = (records[0].position.topic, records[0].position.partition)
+        owed = self._owed.setdefault(here, {})
         for key, plan in self._plans.items():
-            if not plan.asks or not live:  # replayed history holds the summaries it needed
-                continue
+            owed.pop(key, None)  # this batch planned the session afresh
+            if plan.asks and not live:
+                owed[key] = plan  # another projector may have recorded it further on: wait for the end
+        if not live:
+            return Applied(folded.applied)
+        due = {**owed, **{k: p for k, p in self._plans.items() if p.asks}}
+        owed.clear()
+        for key, plan in due.items():
             text = plan.text
             for covers, messages in plan.asks:
                 text = await self.summariser.summarise(text, messages)

@@ -1,6 +1,7 @@
 """smart: a token budget for tool-heavy agents (coding, RAG, analysis).
 
-- Tokens, not turns: large tool results count for what they cost (`message_tokens`).
+- Tokens, not turns: large tool results count for what they cost (`message_tokens`, estimated,
+  or exact with `tokenizer: cl100k_base | o200k_base`).
 - An assistant message with tool calls and the tool messages answering it form one group,
   evicted together, oldest first, so a call is never left without its result or the reverse.
   The newest group always stays.
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
+from helix_es.model.tokenizers import ESTIMATE
 from helix_es.model.tokens import message_tokens
 from helix_es.views.base import State, View
+from helix_es.views.token_window import check_exact, tokenizer_suffix
 from helix_es.views.units import units
 
 DEFAULT_TOKENS = 100_000
@@ -36,11 +39,12 @@ _WRITES = re.compile(r"write|edit|create|save|patch|append|update|replace|move|r
 _DELETES = re.compile(r"delete|remove|unlink|rm\b", re.I)
 
 
-def _gist(text: str, limit: int = 120) -> str:
+def _gist(text: str, tokenizer: str, limit: int = 120) -> str:
     lines = text.splitlines()
     first = next((line.strip() for line in lines if line.strip()), "")
     first = first if len(first) <= limit else first[: limit - 1] + "…"
-    return f"{first!r} ({len(lines)} lines, ~{message_tokens(Message('tool', text, tool_call_id='x'))} tokens)"
+    tokens = message_tokens(Message("tool", text, tool_call_id="x"), tokenizer)
+    return f"{first!r} ({len(lines)} lines, ~{tokens} tokens)"
 
 
 def _paths(arguments: str) -> list[str]:
@@ -88,7 +92,7 @@ def join(parts: Parts) -> State:
     return (*head, *parts.items)
 
 
-def _note(group: tuple[Message, ...]) -> Message | None:
+def _note(group: tuple[Message, ...], tokenizer: str) -> Message | None:
     """The compressed trace an evicted group leaves, if it held tool results."""
     calls = {c.id: c for m in group for c in m.tool_calls}
     results = [m for m in group if m.role == "tool"]
@@ -98,7 +102,7 @@ def _note(group: tuple[Message, ...]) -> Message | None:
     for r in results:
         call = calls.get(r.tool_call_id or "")
         what = f"{call.name}({call.arguments})" if call else f"tool call {r.tool_call_id}"
-        lines.append(f"{what[:160]} -> {_gist(r.content)}")
+        lines.append(f"{what[:160]} -> {_gist(r.content, tokenizer)}")
     return Message("system", "Earlier tool results (compressed):\n" + "\n".join(lines), metadata={ROLE: "compressed"})
 
 
@@ -106,16 +110,18 @@ def _note(group: tuple[Message, ...]) -> Message | None:
 class Smart(View):
     kind = "smart"
     max_tokens: int = DEFAULT_TOKENS
+    tokenizer: str = field(default=ESTIMATE, kw_only=True)  # estimate | cl100k_base | o200k_base
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 0:
             raise ConfigError("max_tokens", f"must be a whole number >= 0 (0: the default), got {self.max_tokens!r}")
         if self.max_tokens == 0:
             object.__setattr__(self, "max_tokens", DEFAULT_TOKENS)
+        check_exact(self.tokenizer)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.max_tokens}"
+        return f"{self.kind}-{self.max_tokens}{tokenizer_suffix(self.tokenizer)}"
 
     def added(self, state: State, message: Message) -> State:
         parts = split(state)
@@ -128,25 +134,29 @@ class Smart(View):
                 verb = "deleted" if _DELETES.search(call.name) else "wrote" if _WRITES.search(call.name) else "read"
                 for path in _paths(call.arguments):
                     files.pop(path, None)  # re-insert: the map lists files by last touch
-                    files[path] = f"{verb} via {call.name}: {_gist(message.content)}"
+                    files[path] = f"{verb} via {call.name}: {_gist(message.content, self.tokenizer)}"
         return join(self._fit(Parts(parts.pinned, files, (*parts.items, message))))
 
+    def _tokens(self, message: Message) -> int:
+        return message_tokens(message, self.tokenizer)
+
     def _fit(self, parts: Parts) -> Parts:
-        budget = self.max_tokens - sum(message_tokens(m) for m in join(Parts(None, parts.files, ())))
+        count = self._tokens
+        budget = self.max_tokens - sum(map(count, join(Parts(None, parts.files, ()))))
         items = list(parts.items)
-        used = sum(map(message_tokens, items))
+        used = sum(map(count, items))
         while used > budget:
             groups = list(units(items))
             plain = [g for g in groups[:-1] if items[g[0]].metadata.get(ROLE) != "compressed"]
             if plain:  # evict the oldest real group, leaving a note for its tool results
                 start, end = plain[0]
-                note = _note(tuple(items[start:end]))
-                replacement = [note] if note is not None and message_tokens(note) < used else []
+                note = _note(tuple(items[start:end]), self.tokenizer)
+                replacement = [note] if note is not None and count(note) < used else []
             else:  # only notes and the newest group are left: the oldest note goes
                 notes = [g for g in groups[:-1]]
                 if not notes:
                     break  # the newest group alone is over budget: it stays, as in the windows
                 (start, end), replacement = notes[0], []
-            used += sum(map(message_tokens, replacement)) - sum(message_tokens(m) for m in items[start:end])
+            used += sum(map(count, replacement)) - sum(map(count, items[start:end]))
             items[start:end] = replacement
         return Parts(parts.pinned, parts.files, tuple(items))

@@ -1,10 +1,10 @@
 """token-window: the newest messages that fit in `max_tokens`; the first system message always stays.
 
-Like sliding-window, but the window is measured in tokens (`helix_es.tokens.message_tokens`,
-an estimate of what a chat model is charged). The first system message is kept and its
-tokens do not count. The oldest other messages are dropped until the rest fits; the newest
-(other than the pinned one) always stays, even if it alone is over the budget, so an `add`
-is never invisible.
+Like sliding-window, but the window is measured in tokens (`helix_es.model.tokens.message_tokens`:
+what a chat model is charged, estimated, or exact with `tokenizer: cl100k_base | o200k_base`).
+The first system message is kept and its tokens do not count. The oldest other messages are
+dropped until the rest fits; the newest (other than the pinned one) always stays, even if it
+alone is over the budget, so an `add` is never invisible.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from itertools import accumulate
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
-from helix_es.model.tokens import message_tokens
+from helix_es.model.tokenizers import ESTIMATE, check_tokenizer, encoding
+from helix_es.model.tokens import VERSION, message_tokens
 from helix_es.views.base import State, View
 from helix_es.views.sliding_window import (
     cap_length,
@@ -26,6 +27,22 @@ from helix_es.views.sliding_window import (
 )
 from helix_es.views.units import WHOLE, check_tool_pairs, front_cut
 
+SUFFIXES = {"cl100k_base": "-cl100k", "o200k_base": "-o200k"}
+
+
+def tokenizer_suffix(tokenizer: str) -> str:
+    """Part of a token view's name: other counting rules keep other messages, so another view.
+    Estimate views carry the estimator's weights' version (`-est2`): a refit renames them."""
+    return SUFFIXES.get(tokenizer, f"-est{VERSION}")
+
+
+def check_exact(tokenizer: object) -> str:
+    """`tokenizer`, or ConfigError (field `tokenizer`) if it is unknown or an exact one is not
+    installed: at configuration, not at the first add."""
+    if check_tokenizer(tokenizer) != ESTIMATE:
+        encoding(tokenizer)
+    return str(tokenizer)
+
 
 @dataclass(frozen=True)
 class TokenWindow(View):
@@ -33,6 +50,7 @@ class TokenWindow(View):
     max_tokens: int
     max_length: int | None = field(default=None, kw_only=True)  # caps the list, the pinned message included
     tool_pairs: str = field(default=WHOLE, kw_only=True)  # whole: evict tool exchanges together
+    tokenizer: str = field(default=ESTIMATE, kw_only=True)  # estimate | cl100k_base | o200k_base
     # Seconds a Redis-stored session lives after its last write; not part of the name (same fold).
     ttl: float | None = field(default=None, compare=False, kw_only=True)
 
@@ -41,10 +59,13 @@ class TokenWindow(View):
             raise ConfigError("max_tokens", f"must be a whole number >= 1, got {self.max_tokens!r}")
         check_max_length(self.max_length)
         check_tool_pairs(self.tool_pairs)
+        check_exact(self.tokenizer)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.max_tokens}{view_suffix(self.max_length, self.tool_pairs)}"
+        # The tokenizer qualifies the budget: token-window-4000-cl100k-max50-pairs.
+        options = tokenizer_suffix(self.tokenizer) + view_suffix(self.max_length, self.tool_pairs)
+        return f"{self.kind}-{self.max_tokens}{options}"
 
     def added(self, state: State, message: Message) -> State:
         new = (*state, message)
@@ -52,7 +73,10 @@ class TokenWindow(View):
         newest = len(new) - 1 if pin != len(new) - 1 else len(new) - 2
         if newest < 0:
             return cap_length(new, self.max_length, self.tool_pairs)
-        counts = [m._tokens or message_tokens(m) for m in new[: newest + 1]]  # counted once per message
+        if self.tokenizer == ESTIMATE:
+            counts = [m._tokens or message_tokens(m) for m in new[: newest + 1]]  # counted once per message
+        else:
+            counts = [message_tokens(m, self.tokenizer) for m in new[: newest + 1]]
         if pin is not None and pin <= newest:
             counts[pin] = 0  # the pinned message does not count
         # Newest first: the window is the longest run of recent messages within the budget, and the
@@ -72,4 +96,4 @@ class TokenWindow(View):
     def tokens(self, state: State) -> int:
         """What the window's messages count against `max_tokens` (the pinned system message not)."""
         pin = pinned_index(state)
-        return sum(message_tokens(m) for i, m in enumerate(state) if i != pin)
+        return sum(message_tokens(m, self.tokenizer) for i, m in enumerate(state) if i != pin)
