@@ -407,3 +407,27 @@ def kafka_cluster() -> Iterator[str]:
 def _split_hostport(hostport: str) -> tuple[str, int]:
     host, _, port = hostport.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> str:
+    """A Redis Cluster (3 masters, 3 replicas): HELIX_REDIS_CLUSTER_URL, else the one
+    `scripts/services redis-cluster up` starts (or finds) on loopback, so CI needs no extra step."""
+    value = os.environ.get("HELIX_REDIS_CLUSTER_URL")
+    if value:
+        if not _answers(_hostport(value)):
+            _missing(f"Redis Cluster at {value}", "HELIX_REDIS_CLUSTER_URL")
+        return value
+    import shutil
+
+    if not shutil.which("redis-server"):
+        _missing("Redis Cluster (no redis-server to start one)", "HELIX_REDIS_CLUSTER_URL")
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "services"), "redis-cluster", "up"], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        _missing(
+            f"Redis Cluster (scripts/services redis-cluster up: {done.stderr.strip()[-300:]})",
+            "HELIX_REDIS_CLUSTER_URL",
+        )
+    return done.stdout.strip().rpartition("=")[2]

@@ -16,7 +16,7 @@ from redis.exceptions import NoScriptError
 from helix_es.model import names
 from helix_es.model.events import REMEMBERED_KEYS
 from helix_es.stores.ports import Claim, SessionKey
-from helix_es.stores.redis.pool import redis_client
+from helix_es.stores.redis.pool import Client, Lazy, is_cluster
 from helix_es.stores.redis.views import delete_matching, every_session
 
 # ARGV: remembered, ttl in ms (0: none), then (key, offset) pairs in log order.
@@ -43,12 +43,17 @@ class RedisIdempotency:
     kind = "redis"
 
     def __init__(self, url: str, remembered: int = REMEMBERED_KEYS) -> None:
-        self.redis = redis_client(url)
+        self._client = Lazy(url)
         self.remembered = remembered
         self._sha: str | None = None
 
     def __repr__(self) -> str:
         return "RedisIdempotency()"  # a URL may hold a password
+
+    @property
+    def redis(self) -> Client:
+        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
+        return self._client.now
 
     async def claim(self, view: str, claims: Sequence[Claim], *, ttl: float | None = None) -> list[int]:
         by_session: dict[SessionKey, list[str | int]] = {}
@@ -65,20 +70,30 @@ class RedisIdempotency:
 
     async def _run(self, view: str, by_session: dict[SessionKey, list[str | int]]) -> list[list[int]]:
         # EVALSHA by hand: redis-py's pipelined Script asks SCRIPT EXISTS first, a round trip per batch.
+        # On a cluster SCRIPT LOAD goes to every master and the pipeline to each node its sessions.
+        client = await self._client()
         if self._sha is None:
-            self._sha = str(await self.redis.script_load(_CLAIM))
+            self._sha = str(await client.script_load(_CLAIM))
         if len(by_session) == 1:  # a live batch: one session, and a pipeline costs more than it saves
             ((key, args),) = by_session.items()
             name = names.idempotency_key_name(key.namespace, key.session_id, view)
-            return [cast(list[int], await self.redis.evalsha(self._sha, 1, name, *args))]
-        async with self.redis.pipeline(transaction=False) as pipe:
+            return [cast(list[int], await client.evalsha(self._sha, 1, name, *args))]
+        cluster = is_cluster(client)
+        async with client.pipeline(transaction=False) as pipe:
             for key, args in by_session.items():
-                pipe.evalsha(self._sha, 1, names.idempotency_key_name(key.namespace, key.session_id, view), *args)
+                name = names.idempotency_key_name(key.namespace, key.session_id, view)
+                if cluster:  # redis-py's cluster pipeline refuses EVALSHA; EVAL hits the same script cache
+                    pipe.eval(_CLAIM, 1, name, *args)
+                else:
+                    pipe.evalsha(self._sha, 1, name, *args)
             return cast(list[list[int]], await pipe.execute())
 
     async def drop(self, view: str, namespaces: Collection[str]) -> None:
         for namespace in namespaces:
-            await delete_matching(self.redis, *every_session(names.idempotency_key_name(namespace, "*", view)))
+            await delete_matching(
+                await self._client(), *every_session(names.idempotency_key_name(namespace, "*", view))
+            )
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        await self._client.close()
+        self._sha = None

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 from helix_es.model import names
 from helix_es.stores.ports import KeyRow, key_row_from, key_row_json
-from helix_es.stores.redis.pool import redis_client
+from helix_es.stores.redis.pool import Client, Lazy, text
 
 _LIVE = "~live"  # the hash field naming the live key; key ids never contain "~"
 
@@ -49,16 +48,13 @@ class RedisKeyStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._redis: Any = None
+        self._client = Lazy(url)  # one key per call: the same on a cluster
 
     def __repr__(self) -> str:
         return "RedisKeyStore()"
 
-    @property
-    def redis(self) -> Any:
-        if self._redis is None:
-            self._redis = redis_client(self.url)
-        return self._redis
+    async def _redis(self) -> Client:
+        return await self._client()
 
     @staticmethod
     def key(namespace: str, session_id: str) -> str:
@@ -66,24 +62,22 @@ class RedisKeyStore:
         return f"helix:keys:{names.check_namespace(namespace)}:{{{names.check_session_id(session_id)}}}"
 
     async def rows(self, namespace: str, session_id: str) -> list[KeyRow]:
-        found = await self.redis.hgetall(self.key(namespace, session_id))
+        found = await (await self._redis()).hgetall(self.key(namespace, session_id))
         rows = [
-            key_row_from(namespace, session_id, k.decode(), json.loads(v))
-            for k, v in found.items()
-            if k.decode() != _LIVE
+            key_row_from(namespace, session_id, text(k), json.loads(v)) for k, v in found.items() if text(k) != _LIVE
         ]
         return sorted(rows, key=lambda r: (r.created_at, r.key_id))
 
     async def insert(self, row: KeyRow) -> None:
-        await self.redis.eval(
+        await (await self._redis()).eval(
             _REDIS_INSERT, 1, self.key(row.namespace, row.session_id), row.key_id, key_row_json(row), _LIVE
         )
 
     async def erase(self, namespace: str, session_id: str, at: datetime) -> list[str]:
-        erased = await self.redis.eval(_REDIS_ERASE, 1, self.key(namespace, session_id), at.isoformat(), _LIVE)
-        return sorted(e.decode() if isinstance(e, bytes) else str(e) for e in erased)
+        erased = await (await self._redis()).eval(
+            _REDIS_ERASE, 1, self.key(namespace, session_id), at.isoformat(), _LIVE
+        )
+        return sorted(text(e) for e in erased)
 
     async def close(self) -> None:
-        client, self._redis = self._redis, None
-        if client is not None:
-            await client.aclose()
+        await self._client.close()

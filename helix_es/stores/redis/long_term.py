@@ -12,19 +12,23 @@ Layout, for view `<view>` (`long-term`) of namespace `<ns>`:
 - `helix:memory:<ns>:<view>:cleared`: the `cleared_at` watermark, µs.
 - `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
 
-`apply` is one Lua script: it reads the partition checkpoint, skips what it covers, folds the
-rest (inserts newer than the watermark, clears) and moves the checkpoint, all atomically on one
-server. It builds the message keys itself, so it is not Redis Cluster safe (nor is the
-checkpoint hash beside session keys in `helix_es.stores.redis.views`).
+On a Redis Cluster every key of a namespace carries its hash tag, `helix:memory:{<ns>}:<view>:...`
+(same layout), so a namespace's rows, index and watermark share one slot. Single servers keep the
+names above: nothing moves for existing deployments (no cluster deployment existed before).
+
+`apply` on one server is one Lua script: it reads the partition checkpoint, skips what it covers,
+folds the rest (inserts newer than the watermark, clears) and moves the checkpoint, all atomically.
+On a cluster it reads the checkpoint, runs one script per namespace (in its slot), waits for a
+replica of each (`WAIT`, `helix_es.stores.redis.cluster`), then moves the checkpoint forward: the
+checkpoint never covers a row a failover could lose, and a row applied twice is the same row.
 
 `get` is one Lua script: the checkpoint (when a `want` is given; no data is sent while behind),
-`ZRANGE` of the index and `MGET`s. `search` is the seed's keyspace scan, also in one script, so
-it is one round trip and sees one state: `SCAN` with `MATCH helix:memory:<ns>:<view>:m:*`, then
-the substring test. The script tests ASCII contents itself (ASCII lower case equals casefold
-there) and passes non-ASCII ones on; Python sorts the hits by key and applies `casefold`, so
-the result is exactly the memory store's. A scan walks the whole keyspace while Redis waits:
-that is the seed's design, fine for an agent's memory in a Redis of moderate size; a namespace
-with a large history belongs in PostgreSQL.
+`ZRANGE` of the index and `MGET`s. `search` walks the namespace's index in the view's order, one
+script call per `PAGE` rows (the first also checks the checkpoint), and stops at `limit` hits: each
+call does bounded work, so other clients' commands wait at most one page (README, Speed). The script
+tests ASCII contents itself (ASCII lower case equals casefold there) and passes non-ASCII ones on;
+Python applies `casefold`, so the result is exactly the memory store's. Pages are read one after the
+other, so a search that runs while rows are added sees each page as it was when read.
 
 Event times before 1970 count as 1970 here (the order key has no sign); helix-es never writes such.
 """
@@ -36,14 +40,15 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from helix_es.model import names
 from helix_es.model.events import Position, Record, micros
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
-from helix_es.stores.redis.pool import redis_client
-from helix_es.stores.redis.views import advance_checkpoint, delete_matching, drop_checkpoints
+from helix_es.stores.redis.cluster import Script, replicated
+from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
+from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matching, drop_checkpoints
 from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
 
 _APPLY = r"""
@@ -117,42 +122,79 @@ return out
 """
 )
 
-# Returns {'wait', applied} or {'ok', key, value, key, value, ...} of the candidates.
-_SEARCH = (
+# One page of a search: {'wait', applied}, or {'ok', last member read, members read, candidate values...}.
+# KEYS[2]: the index; ARGV[3..]: from ('-' or '(' .. member), page size, needle, ascii, message key prefix.
+# A page reads at most `PAGE` rows, so a search over a big namespace never holds Redis up for long.
+_PAGE = (
     _BEHIND
     + r"""
-local needle, ascii = ARGV[4], ARGV[5] == '1'
-local out = {'ok'}
-local cursor = '0'
-repeat
-  local page = redis.call('SCAN', cursor, 'MATCH', ARGV[3], 'COUNT', 1000)
-  cursor = page[1]
-  local found = page[2]
-  for i = 1, #found, 500 do
-    local keys = {}
-    for j = i, math.min(i + 499, #found) do keys[#keys + 1] = found[j] end
-    local values = redis.call('MGET', unpack(keys))
-    for k = 1, #values do
-      local value = values[k]
-      if value then
-        local content = cjson.decode(value)['message']['content']
-        local keep
-        if string.find(content, '[\128-\255]') then
-          keep = true  -- casefold of non-ASCII text is Python's to decide
-        else
-          keep = ascii and string.find(string.lower(content), needle, 1, true) ~= nil
-        end
-        if keep then
-          out[#out + 1] = keys[k]
-          out[#out + 1] = value
-        end
-      end
-    end
+local needle, ascii = ARGV[5], ARGV[6] == '1'
+local members = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[3], '+', 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {'ok', members[#members] or '', #members}
+if #members == 0 then return out end
+local keys = {}
+for j = 1, #members do keys[j] = ARGV[7] .. members[j] end
+local values = redis.call('MGET', unpack(keys))
+-- A needle without characters JSON escapes shows verbatim in the stored JSON of an ASCII row that
+-- holds it (no \u escapes either): a row without it is skipped undecoded (the common case, and
+-- most of the cost).
+local plain = ascii and not string.find(needle, '["\\%c]')
+for k = 1, #values do
+  local value = values[k]
+  if value and plain and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
+      and not string.find(string.lower(value), needle, 1, true) then
+    value = nil
   end
-until cursor == '0'
+  if value then
+    local content = cjson.decode(value)['message']['content']
+    local keep
+    if string.find(content, '[\128-\255]') then
+      keep = true  -- casefold of non-ASCII text is Python's to decide
+    else
+      keep = ascii and string.find(string.lower(content), needle, 1, true) ~= nil
+    end
+    if keep then out[#out + 1] = value end
+  end
+end
 return out
 """
 )
+
+PAGE = 250  # rows a search reads per script call: a few ms of server time
+
+# A Redis Cluster: the ops of one namespace (all its keys share the hash tag {<ns>}) past the checkpoint
+# read before (ARGV[1]); KEYS[1]: the index; ARGV[2]: the key prefix, ARGV[3]: the ops. Applying an op
+# twice changes nothing (the same row key and value; a clear again finds nothing older than its mark), so
+# a checkpoint that lags or moves meanwhile only makes the count larger.
+_APPLY_NAMESPACE = r"""
+local checkpoint, base = tonumber(ARGV[1]), ARGV[2]
+local mark = tonumber(redis.call('GET', base .. 'cleared') or '-1')
+local ops = cjson.decode(ARGV[3])
+local applied = 0
+for n = 1, #ops do
+  local op = ops[n]
+  if tonumber(op[2]) > checkpoint then
+    applied = applied + 1
+    local at = tonumber(op[4])
+    if op[1] == 'a' and at > mark then
+      redis.call('SET', base .. 'm:' .. op[5], op[6])
+      redis.call('ZADD', KEYS[1], 0, op[5])
+    elseif op[1] == 'c' and at > mark then
+      mark = at
+      redis.call('SET', base .. 'cleared', op[4])
+      while true do
+        local gone = redis.call('ZRANGEBYLEX', KEYS[1], '-', op[5], 'LIMIT', 0, 500)
+        if #gone == 0 then break end
+        local keys = {}
+        for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
+        redis.call('DEL', unpack(keys))
+        redis.call('ZREM', KEYS[1], unpack(gone))
+      end
+    end
+  end
+end
+return applied
+"""
 
 
 # A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
@@ -183,8 +225,10 @@ def member(order: OrderKey) -> str:
     return f"{max(at, 0):020d},{topic},{partition:010d},{offset:020d}"
 
 
-def prefix(namespace: str, view: str = VIEW_NAME) -> str:
-    return f"helix:memory:{names.check_namespace(namespace)}:{view}:"
+def prefix(namespace: str, view: str = VIEW_NAME, *, cluster: bool = False) -> str:
+    """`helix:memory:<ns>:<view>:`; on a Redis Cluster `helix:memory:{<ns>}:<view>:`, one slot per namespace."""
+    ns = names.check_namespace(namespace)
+    return f"helix:memory:{{{ns}}}:{view}:" if cluster else f"helix:memory:{ns}:{view}:"
 
 
 def _value(op: Op, message: Message, at: int) -> str:
@@ -217,30 +261,39 @@ class RedisLongTerm:
     def __init__(self, url: str, *, name: str = VIEW_NAME) -> None:
         self.url = url
         self.name = name
-        self._redis: aioredis.Redis | None = None  # opened on first use: a projection may be dropped unused
+        self._client = Lazy(url)  # opened on first use: a projection may be dropped unused
+        self._cluster = False  # known once opened: the key names depend on it
         self._scripts: dict[str, Any] = {}
         self._seen: set[str] = set()  # checkpoint fields read or written: if one vanishes, `apply` refuses
 
     @property
-    def redis(self) -> aioredis.Redis:
-        """The client, created (with the scripts) on first use."""
-        if self._redis is None:
-            self._redis = redis_client(self.url)
-            for key, script in (("apply", _APPLY), ("get", _GET), ("search", _SEARCH), ("erase", _ERASE)):
-                self._scripts[key] = self._redis.register_script(script)
-        return self._redis
+    def redis(self) -> Client:
+        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
+        return self._client.now
+
+    async def _open(self) -> Client:
+        client = await self._client()
+        if not self._scripts:
+            self._cluster = is_cluster(client)
+            for key, script in (("apply", _APPLY), ("get", _GET), ("page", _PAGE), ("erase", _ERASE)):
+                self._scripts[key] = client.register_script(script)
+        return client
+
+    def _prefix(self, namespace: str) -> str:
+        return prefix(namespace, self.name, cluster=self._cluster)
 
     async def _run(self, script: str, keys: list[str], args: list[str | int]) -> Any:
-        client = self.redis
+        client = await self._open()
         return await self._scripts[script](keys=keys, args=args, client=client)
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
             return Applied(0)
+        client = await self._open()
         topic, partition, batch = ops(records)
         erasures = [op for op in batch if op.erased]
         for e in erasures:  # first: a crash before the apply script re-delivers the erasure with the batch
-            base = prefix(e.namespace, self.name)
+            base = self._prefix(e.namespace)
             await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset])
         field = f"{topic}:{partition}"
         rows: list[list[str]] = []
@@ -255,18 +308,41 @@ class RedisLongTerm:
                 rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at
             else:
                 rows.append(["-", offset, op.namespace, str(at), "", ""])  # other events: only the checkpoint moves
-        ops_json = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-        args: list[str | int] = [field, self.name, int(field in self._seen), ops_json]
-        applied = await self._run("apply", [names.checkpoint_key(self.name)], args)
+        if isinstance(client, RedisCluster):
+            applied = await self._apply_on_cluster(client, field, rows, str(batch[-1].offset))
+        else:
+            ops_json = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+            args: list[str | int] = [field, self.name, int(field in self._seen), ops_json]
+            applied = await self._run("apply", [names.checkpoint_key(self.name)], args)
         if applied == -1:
             self._seen.discard(field)
             raise CheckpointLost(f"{self.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
         self._seen.add(field)
         return Applied(int(applied))
 
+    async def _apply_on_cluster(self, client: RedisCluster, field: str, rows: list[list[str]], last: str) -> int:
+        # One script per namespace (its own slot), WAIT for the replicas, then the checkpoint: it never
+        # covers a row that is not on a replica, and a re-delivered row is rewritten as it was.
+        checkpoint, seen = names.checkpoint_key(self.name), int(field in self._seen)
+        current = await client.hget(checkpoint, field)
+        if seen and current is None:
+            return -1
+        by_namespace: dict[str, list[list[str]]] = {}
+        for row in rows:
+            by_namespace.setdefault(row[2], []).append(row)
+        scripts: list[Script] = []
+        for ns, ns_rows in by_namespace.items():
+            base = self._prefix(ns)
+            ops_json = json.dumps(ns_rows, ensure_ascii=False, separators=(",", ":"))
+            scripts.append((_APPLY_NAMESPACE, [base + "index"], [int(current or -1), base, ops_json]))
+        replies = await replicated(client, self.name, scripts)
+        applied: int = sum(int(n) for n in replies)
+        moved = await client.eval(ADVANCE, 1, checkpoint, field, last, seen)  # forward only, as on one server
+        return applied if moved != -1 else -1
+
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         field = f"{topic}:{partition}"
-        value = await self.redis.hget(names.checkpoint_key(self.name), field)
+        value = await (await self._open()).hget(names.checkpoint_key(self.name), field)
         if value is None:
             return None
         self._seen.add(field)  # from now on `apply` refuses to write it afresh
@@ -275,54 +351,71 @@ class RedisLongTerm:
     async def advance(self, topic: str, partition: int, offset: int) -> None:
         field = f"{topic}:{partition}"
         try:
-            await advance_checkpoint(self.redis, self.name, topic, partition, offset, seen=field in self._seen)
+            await advance_checkpoint(await self._open(), self.name, topic, partition, offset, seen=field in self._seen)
         except CheckpointLost:
             self._seen.discard(field)
             raise
         self._seen.add(field)
 
-    @staticmethod
-    def _want(want: Position | None) -> list[str | int]:
-        return ["", 0] if want is None else [f"{want.topic}:{want.partition}", want.offset]
+    async def _reading(self, namespace: str, want: Position | None) -> tuple[list[str], list[str | int]] | None:
+        """The keys and `want` arguments of a read script, or None while the view is behind `want`.
+
+        On one server the script checks the checkpoint itself (KEYS[1]); on a cluster the checkpoint is
+        in another slot, so it is read first and the script gets the index twice (one slot, no check).
+        """
+        client = await self._open()
+        index = self._prefix(namespace) + "index"
+        if want is None:
+            return [index, index], ["", 0]
+        if not self._cluster:
+            return [names.checkpoint_key(self.name), index], [f"{want.topic}:{want.partition}", want.offset]
+        applied = await client.hget(names.checkpoint_key(self.name), f"{want.topic}:{want.partition}")
+        return None if applied is None or int(applied) < want.offset else ([index, index], ["", 0])
 
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
-        base = prefix(key.namespace, self.name)
-        keys = [names.checkpoint_key(self.name), base + "index"]
-        reply = await self._run("get", keys, [*self._want(want), base + "m:"])
+        reading = await self._reading(key.namespace, want)
+        if reading is None:
+            return None
+        reply = await self._run("get", reading[0], [*reading[1], self._prefix(key.namespace) + "m:"])
         if reply[0] == b"wait":
             return None
         return [_message(v) for v in reply[1:]]
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
         needle = query.casefold()
-        pattern = prefix(key.namespace, self.name) + "m:*"  # namespaces hold no glob characters
-        reply = await self._run(
-            "search", [names.checkpoint_key(self.name)], [*self._want(want), pattern, needle, int(needle.isascii())]
-        )
-        if reply[0] == b"wait":
+        reading = await self._reading(key.namespace, want)
+        if reading is None:
             return None
-        found = dict(zip(reply[1::2], reply[2::2], strict=True))  # SCAN may return a key twice
-        hits = []
-        for name in sorted(found):
-            message = _message(found[name])
-            if matches(needle, message.content):
-                hits.append(message)
-                if len(hits) == limit:
-                    break
-        return hits
+        keys, behind = reading
+        rows = self._prefix(key.namespace) + "m:"
+        hits: list[Message] = []
+        start = "-"
+        while True:  # page by page through the index, in the view's order: each call reads PAGE rows at most
+            reply = await self._run("page", keys, [*behind, start, PAGE, needle, int(needle.isascii()), rows])
+            if reply[0] == b"wait":
+                return None
+            behind = ["", 0]  # the first page waited for `want`: the rest need not
+            for value in reply[3:]:
+                message = _message(value)
+                if matches(needle, message.content):
+                    hits.append(message)
+                    if len(hits) == limit:
+                        return hits
+            if int(reply[2]) < PAGE:
+                return hits
+            start = "(" + text(reply[1])
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.checkpoint(want.topic, want.partition)
 
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        client = await self._open()
         for ns in namespaces:
-            head = prefix(ns, self.name)
-            await delete_matching(self.redis, head + "*", re.compile(re.escape(head)))
-        await drop_checkpoints(self.redis, self.name, topics)
+            head = self._prefix(ns)
+            await delete_matching(client, head + "*", re.compile(re.escape(head)))
+        await drop_checkpoints(client, self.name, topics)
         self._seen.difference_update([f for f in self._seen if f.rpartition(":")[0] in topics])
 
     async def close(self) -> None:
-        client, self._redis = self._redis, None
+        await self._client.close()
         self._scripts.clear()
-        if client is not None:
-            await client.aclose()

@@ -14,59 +14,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
-
-import redis.asyncio as aioredis
+from typing import Any
 
 from helix_es.model import names
 from helix_es.model.message import decode_json
 from helix_es.stores.ports import Change, CheckpointLost, SessionKey, Snapshot, StaleWrite, list_edit
-from helix_es.stores.redis.pool import redis_client, text
+from helix_es.stores.redis.cluster import EDITS, apply_on_cluster
+from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
 from helix_es.views.base import View
 
-_APPLY = """
-local ttl = tonumber(ARGV[#ARGV - 1])
+# One server: KEYS[1] is the checkpoint hash, moved in the same script as every session of the batch.
+_APPLY = (
+    """
 if ARGV[#ARGV] == '1' and redis.call('HEXISTS', KEYS[1], ARGV[#ARGV - 3]) == 0 then
   return {'LOST'}  -- the checkpoint this writer had seen is gone (FLUSHALL): so is the data under it
 end
-local argi = 1
-local n = (#KEYS - 1) / 2
-for i = 1, n do
-  local cur = redis.call('GET', KEYS[2 * i + 1]) or ''
-  if cur ~= ARGV[argi] then
-    return {'STALE', KEYS[2 * i], cur}
-  end
-  argi = argi + 5 + tonumber(ARGV[argi + 4])
-end
-argi = 1
-for i = 1, n do
-  local data, guard = KEYS[2 * i], KEYS[2 * i + 1]
-  local keep, drop, nadd = tonumber(ARGV[argi + 2]), tonumber(ARGV[argi + 3]), tonumber(ARGV[argi + 4])
-  if drop < 0 then
-    redis.call('DEL', data)
-  elseif drop > 0 then
-    local head = {}
-    if keep > 0 then head = redis.call('LRANGE', data, 0, keep - 1) end
-    redis.call('LTRIM', data, keep + drop, -1)
-    for j = #head, 1, -1 do redis.call('LPUSH', data, head[j]) end
-  end
-  local first = argi + 5
-  while first < argi + 5 + nadd do
-    local last = math.min(first + 999, argi + 4 + nadd)
-    redis.call('RPUSH', data, unpack(ARGV, first, last))
-    first = last + 1
-  end
-  if ttl > 0 then
-    redis.call('SET', guard, ARGV[argi + 1], 'PX', ttl)
-    redis.call('PEXPIRE', data, ttl)
-  else
-    redis.call('SET', guard, ARGV[argi + 1])
-    redis.call('PERSIST', data)
-  end
-  argi = argi + 5 + nadd
-end
-redis.call('HSET', KEYS[1], ARGV[argi], ARGV[argi + 1])
+local B = 1
+"""
+    + EDITS
+    + """
+redis.call('HSET', KEYS[1], ARGV[#ARGV - 3], ARGV[#ARGV - 2])
 return {'OK'}
 """
+)
 
 # Move a checkpoint forward only (past dead letters): never back over applied events. With ARGV[3]
 # '1' the caller had seen the checkpoint: if it is gone, write nothing and return -1 (CheckpointLost).
@@ -79,13 +49,13 @@ return 0
 
 
 async def advance_checkpoint(
-    client: aioredis.Redis, view: str, topic: str, partition: int, offset: int, *, seen: bool = False
+    client: Client, view: str, topic: str, partition: int, offset: int, *, seen: bool = False
 ) -> None:
     if await client.eval(ADVANCE, 1, names.checkpoint_key(view), f"{topic}:{partition}", offset, int(seen)) == -1:
         raise CheckpointLost(f"{view}: the checkpoint of {topic}[{partition}] is gone from Redis")
 
 
-async def delete_matching(client: aioredis.Redis, pattern: str, exact: re.Pattern[str]) -> int:
+async def delete_matching(client: Client, pattern: str, exact: re.Pattern[str]) -> int:
     """Delete the keys SCAN finds for `pattern` that `exact` matches (a glob is looser than the key scheme)."""
     batch: list[bytes] = []
     gone = 0
@@ -100,7 +70,7 @@ async def delete_matching(client: aioredis.Redis, pattern: str, exact: re.Patter
     return gone
 
 
-async def drop_checkpoints(client: aioredis.Redis, view: str, topics: Collection[str]) -> None:
+async def drop_checkpoints(client: Client, view: str, topics: Collection[str]) -> None:
     """Delete `view`'s checkpoints of every partition of `topics` (other deployments' topics stay)."""
     key = names.checkpoint_key(view)
     fields = [f for f in await client.hkeys(key) if text(f).rpartition(":")[0] in topics]
@@ -127,11 +97,23 @@ class RedisStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.redis = redis_client(url)
-        self._apply = self.redis.register_script(_APPLY)
-        self._read = self.redis.register_script(_READ)
+        self._client = Lazy(url)  # a plain client or a cluster one, as the node says on first use
+        self._apply: Any = None
+        self._read: Any = None
         # Checkpoints (key, field) this store has read or written: if one vanishes, `apply` refuses.
         self._seen: set[tuple[str, str]] = set()
+
+    @property
+    def redis(self) -> Client:
+        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
+        return self._client.now
+
+    async def _open(self) -> Client:
+        client = await self._client()
+        if self._apply is None:
+            self._apply = client.register_script(_APPLY)
+            self._read = client.register_script(_READ)
+        return client
 
     @staticmethod
     def keys(view: View, key: SessionKey) -> tuple[str, str]:
@@ -141,7 +123,8 @@ class RedisStore:
         )
 
     async def load(self, view: View, keys: Sequence[SessionKey]) -> dict[SessionKey, Snapshot]:
-        async with self.redis.pipeline(transaction=False) as pipe:
+        client = await self._open()
+        async with client.pipeline(transaction=False) as pipe:  # on a cluster: one pipeline per node
             for key in keys:
                 data, guard = self.keys(view, key)
                 pipe.get(guard)
@@ -150,53 +133,69 @@ class RedisStore:
         return {key: _snapshot(replies[2 * i], replies[2 * i + 1]) for i, key in enumerate(keys)}
 
     async def apply(self, view: View, topic: str, partition: int, changes: Sequence[Change], checkpoint: int) -> None:
-        keys: list[str] = [names.checkpoint_key(view.name)]
-        args: list[str | int] = []
-        for c in changes:
-            keys.extend(self.keys(view, c.key))
-            edit = list_edit(c.before.state, c.after)
-            expected = "" if c.before.applied is None else str(c.before.applied)
-            args += [expected, c.applied, edit.keep, edit.drop, len(edit.append)]
-            args += [m.to_json() for m in edit.append]
+        client = await self._open()
         ttl = getattr(view, "ttl", None)  # views without the option never expire
-        seen = (keys[0], f"{topic}:{partition}")
-        args += [seen[1], checkpoint, max(1, round(ttl * 1000)) if ttl else 0, int(seen in self._seen)]
-        reply = await self._apply(keys=keys, args=args)
-        if reply[0] == b"LOST":
-            self._seen.discard(seen)
-            raise CheckpointLost(f"{view.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
-        if reply[0] == b"STALE":
-            raise StaleWrite(f"{view.name}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")
+        seen = (names.checkpoint_key(view.name), f"{topic}:{partition}")
+        tail: list[str | int] = [seen[1], checkpoint, max(1, round(ttl * 1000)) if ttl else 0, int(seen in self._seen)]
+        if is_cluster(client):
+            sessions = [self._session(view, c) for c in changes]
+            if not await apply_on_cluster(client, view.name, seen[0], sessions, tail):
+                self._seen.discard(seen)
+                raise CheckpointLost(f"{view.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
+        else:
+            keys: list[str] = [seen[0]]
+            args: list[str | int] = []
+            for c in changes:
+                session_keys, session_args = self._session(view, c)
+                keys += session_keys
+                args += session_args
+            reply = await self._apply(keys=keys, args=args + tail)
+            if reply[0] == b"STALE":
+                raise StaleWrite(f"{view.name}: guard of {reply[1].decode()} moved to {reply[2].decode()!r}")
+            if reply[0] == b"LOST":
+                self._seen.discard(seen)
+                raise CheckpointLost(f"{view.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
         self._seen.add(seen)
 
+    def _session(self, view: View, c: Change) -> tuple[list[str], list[str | int]]:
+        edit = list_edit(c.before.state, c.after)
+        expected = "" if c.before.applied is None else str(c.before.applied)
+        args: list[str | int] = [expected, c.applied, edit.keep, edit.drop, len(edit.append)]
+        return list(self.keys(view, c.key)), args + [m.to_json() for m in edit.append]
+
     async def checkpoint(self, view: View, topic: str, partition: int) -> int | None:
+        client = await self._open()
         key, field = names.checkpoint_key(view.name), f"{topic}:{partition}"
-        value = await self.redis.hget(key, field)
+        value = await client.hget(key, field)
         if value is None:
             return None
         self._seen.add((key, field))  # from now on `apply` refuses to write it afresh
         return int(value)
 
     async def read(self, view: View, key: SessionKey, *, guard: bool = True) -> Snapshot:
+        client = await self._open()
         data, applied_key = self.keys(view, key)
         if not guard:  # one plain LRANGE: the cost of reading a Redis list at all
-            return Snapshot(tuple(map(decode_json, await self.redis.lrange(data, 0, -1))), None)
+            return Snapshot(tuple(map(decode_json, await client.lrange(data, 0, -1))), None)
         applied, items = await self._read(keys=(data, applied_key))
         return _snapshot(applied, items)
 
     async def drop(self, view: View, namespaces: Collection[str], topics: Collection[str]) -> None:
+        client = await self._open()
         for ns in namespaces:
             for key in (names.session_key(ns, "*", view.key_suffix), names.applied_key(ns, "*", view.name)):
-                await delete_matching(self.redis, *every_session(key))
-        await drop_checkpoints(self.redis, view.name, topics)
+                await delete_matching(client, *every_session(key))
+        await drop_checkpoints(client, view.name, topics)
         key = names.checkpoint_key(view.name)
         self._seen = {(k, f) for k, f in self._seen if k != key or f.rpartition(":")[0] not in topics}
 
     async def sessions(self, view: View, namespace: str) -> list[str]:
-        # Every session the view has applied an event of keeps a guard beside its data (one SCAN, no Lua).
+        # Every session the view has applied an event of keeps a guard beside its data (one SCAN, no Lua;
+        # on a cluster redis-py scans every master).
+        client = await self._open()
         glob, exact = every_session(names.applied_key(namespace, "*", view.name))
         found = set()
-        async for key in self.redis.scan_iter(match=glob, count=1000):
+        async for key in client.scan_iter(match=glob, count=1000):
             name = text(key)
             if exact.match(name):
                 found.add(name[name.index("{") + 1 : name.index("}")])
@@ -204,10 +203,12 @@ class RedisStore:
 
     async def forget_checkpoints(self, view: View, partitions: Collection[tuple[str, int]]) -> None:
         if partitions:
+            client = await self._open()
             key = names.checkpoint_key(view.name)
             fields = [f"{t}:{p}" for t, p in sorted(partitions)]
-            await self.redis.hdel(key, *fields)
+            await client.hdel(key, *fields)
             self._seen.difference_update((key, f) for f in fields)
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        await self._client.close()
+        self._apply = self._read = None
