@@ -19,7 +19,7 @@ from helix_es import Message
 from helix_es.model import names
 from helix_es.model.events import Position
 from helix_es.stores.ports import Entry, Write
-from helix_es.stores.postgres.vector import _SEARCH, PostgresVectorStore, VectorExtensionMissing, vector_text
+from helix_es.stores.postgres.vector import _SEARCH, PostgresVectorStore, VectorExtensionMissing, vector_codec
 from tests.conftest import unique
 from tests.contracts.vector_store import T0
 
@@ -73,8 +73,9 @@ def exact(matrix: np.ndarray, q: np.ndarray, k: int) -> list[str]:
 async def plan(dsn: str, view: str, ns: str, q: np.ndarray, k: int) -> str:
     conn = await asyncpg.connect(dsn)
     try:
+        await vector_codec(conn)
         await conn.execute("ANALYZE helix_vectors")
-        rows = await conn.fetch("EXPLAIN " + _SEARCH.format(d=DIMS), view, ns, None, None, None, k, vector_text(q))
+        rows = await conn.fetch("EXPLAIN " + _SEARCH.format(d=DIMS), view, ns, None, None, None, k, q)
         return "\n".join(r[0] for r in rows)
     finally:
         await conn.close()

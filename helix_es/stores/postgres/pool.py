@@ -70,9 +70,10 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class Pg:
     """A pool opened on first use; `pool(schema)` runs each schema's DDL once per process."""
 
-    def __init__(self, dsn: str, settings: dict[str, str] | None = None) -> None:
+    def __init__(self, dsn: str, settings: dict[str, str] | None = None, init: Check | None = None) -> None:
         self.dsn = dsn
         self.settings = settings or {}  # session settings of every pooled connection (GUCs)
+        self.init = init  # run on every new connection (type codecs)
         self._pool: asyncpg.Pool | None = None
         self._made: set[str] = set()
         self._lock = asyncio.Lock()
@@ -85,7 +86,7 @@ class Pg:
                     # restore it in the background, logging a traceback per attempt while it is down;
                     # the projector's own retries say what is going on.
                     self._pool = await asyncpg.create_pool(
-                        self.dsn, min_size=0, max_size=4, reset=_keep_session, server_settings=self.settings
+                        self.dsn, min_size=0, max_size=4, reset=_keep_session, server_settings=self.settings, init=self.init
                     )
                 if schema not in self._made:
                     async with self._pool.acquire() as conn:

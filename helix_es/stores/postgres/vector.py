@@ -27,6 +27,7 @@ bench/vector.py measures both. A reader keeps nothing in memory.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Collection, Sequence
 
 import asyncpg
@@ -142,9 +143,9 @@ WITH cleared AS (
     INSERT INTO helix_vectors (view, namespace, topic, partition, "offset", session_id, event_time,
                                content_sha256, message, vec, version)
     SELECT $1, $2, a.topic, a.partition, a."offset", a.session_id, a.event_time, a.sha, a.message::jsonb,
-           a.vec::vector, $4
+           a.vec, $4
     FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::timestamptz[], $10::text[], $11::text[],
-                $13::text[]) AS a(topic, partition, "offset", session_id, event_time, sha, message, vec)
+                $13::vector[]) AS a(topic, partition, "offset", session_id, event_time, sha, message, vec)
     WHERE $3::timestamptz IS NULL OR a.event_time > $3
     ON CONFLICT DO NOTHING
 )
@@ -192,10 +193,10 @@ WITH cp AS MATERIALIZED (
 SELECT cp.o AS checkpoint,
     CASE WHEN $3::text IS NULL OR cp.o >= $5 THEN array(
         SELECT t.message FROM (
-            SELECT message::text AS message, vec::vector({d}) <=> $7::text::vector({d}) AS distance,
+            SELECT message::text AS message, vec::vector({d}) <=> $7::vector({d}) AS distance,
                    version, topic, partition, "offset"
             FROM helix_vectors WHERE view = $1 AND namespace = $2 AND dims = {d}
-            ORDER BY vec::vector({d}) <=> $7::text::vector({d}) LIMIT $6
+            ORDER BY vec::vector({d}) <=> $7::vector({d}) LIMIT $6
         ) AS t ORDER BY t.distance, t.version, t.topic, t.partition, t."offset"
     ) END AS messages
 FROM cp
@@ -212,9 +213,29 @@ def _bytes(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
-def vector_text(vector: np.ndarray) -> str:
-    """pgvector's text form; repr of each float32 as a double reads back as the same float32."""
-    return "[" + ",".join(map(repr, np.asarray(vector, dtype=np.float32).tolist())) + "]"
+def vector_bytes(vector: np.ndarray) -> bytes:
+    """pgvector's binary form: int16 length, int16 unused, float32 big-endian (text would cost ~1 µs a float)."""
+    v = np.asarray(vector, dtype=">f4")
+    return struct.pack(">HH", len(v), 0) + v.tobytes()
+
+
+def _encode(vector: np.ndarray | bytes) -> bytes:
+    # Elements of a vector[] go as bytes: asyncpg would take an array for a nested array.
+    return vector if isinstance(vector, bytes) else vector_bytes(vector)
+
+
+def _decode(data: bytes) -> np.ndarray:
+    (dims,) = struct.unpack_from(">H", data)
+    return np.frombuffer(data, dtype=">f4", count=dims, offset=4).astype(np.float32)
+
+
+async def vector_codec(conn: asyncpg.Connection) -> None:
+    """Send and read `vector` as numpy arrays on `conn`, once the extension exists (else nothing yet)."""
+    schema = await conn.fetchval(
+        "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typname = 'vector'"
+    )
+    if schema is not None:
+        await conn.set_type_codec("vector", schema=schema, encoder=_encode, decoder=_decode, format="binary")
 
 
 class PostgresVectorStore:
@@ -224,7 +245,8 @@ class PostgresVectorStore:
         self.dsn = dsn
         self.ef_search = ef_search
         # Set per connection: a search is one statement, with no room for SET LOCAL.
-        self.pg = Pg(dsn, {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": "strict_order"})
+        settings = {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": "strict_order"}
+        self.pg = Pg(dsn, settings, init=vector_codec)
         self._indexed: set[int] = set()
 
     async def ensure_schema(self) -> None:
@@ -233,7 +255,8 @@ class PostgresVectorStore:
 
     async def _pool_ready(self) -> asyncpg.Pool:
         try:
-            return await self.pg.pool(_SCHEMA)
+            # The schema's connection was opened before the extension was there: its codec now.
+            return await self.pg.pool(_SCHEMA, check=vector_codec)
         except (asyncpg.InsufficientPrivilegeError, asyncpg.UndefinedFileError, asyncpg.FeatureNotSupportedError) as e:
             raise VectorExtensionMissing(
                 f"PostgreSQL at this DSN has no usable pgvector extension ({e}). Install pgvector on the server "
@@ -304,7 +327,7 @@ class PostgresVectorStore:
                     [e.sha for e in rows],
                     [e.message.to_json() for e in rows],
                     ns in write.cleared,
-                    [vector_text(write.vectors[i]) for i in groups[ns]],
+                    [vector_bytes(write.vectors[i]) for i in groups[ns]],
                 )
                 for (erased_ns, session), at in write.erased.items():
                     if erased_ns == ns:
@@ -323,7 +346,7 @@ class PostgresVectorStore:
         where = (want.topic, want.partition, want.offset) if want is not None else (None, None, None)
         limit = k if k > 0 and query.any() else 0  # a zero query has no cosine: nothing is near it
         row = await pool.fetchrow(
-            _SEARCH.format(d=int(len(query))), view, namespace, *where, limit, vector_text(query)
+            _SEARCH.format(d=int(len(query))), view, namespace, *where, limit, query
         )
         if row["messages"] is None:
             return None
