@@ -620,8 +620,10 @@ async def run_vector(run: Run) -> None:
         else "BLAS kernel not shown (pip install threadpoolctl)"
     )
     run.details.append(
-        f"Vector: random unit vectors written straight into the stores; {blas}; OPENBLAS_CORETYPE="
-        f"{r.get('OPENBLAS_CORETYPE')}; Postgres fill {r.get('postgres_fill_s', 0):.1f}s."
+        f"Vector: synthetic unit vectors ({vector.LATENT} latent dims), memory store filled through the port, "
+        f"Postgres by COPY then an HNSW build ({r.get('postgres_build_s', 0):.1f}s, "
+        f"ef_search {r.get('postgres_ef_default')}, recall@10 {r.get('postgres_recall10', 0):.3f}); {blas}; "
+        f"OPENBLAS_CORETYPE={r.get('OPENBLAS_CORETYPE')}."
     )
 
 
