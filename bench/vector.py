@@ -111,7 +111,9 @@ async def fill(store: VectorStore, view: str, ns: str, matrix: np.ndarray, chunk
     for start in range(0, len(matrix), chunk):
         rows = range(start, min(start + chunk, len(matrix)))
         entries = [entry(ns, i) for i in rows]
-        await store.write(view, "bench/synthetic", Write(topic, 0, rows[-1], entries, matrix[rows.start : rows.stop], {}, {}))
+        await store.write(
+            view, "bench/synthetic", Write(topic, 0, rows[-1], entries, matrix[rows.start : rows.stop], {}, {})
+        )
     return time.perf_counter() - t
 
 
@@ -153,7 +155,9 @@ async def measure(
     return out
 
 
-async def run_postgres(result: dict[str, Any], matrix: np.ndarray, ns: str, queries: int, efs: list[int], keep: bool) -> None:
+async def run_postgres(
+    result: dict[str, Any], matrix: np.ndarray, ns: str, queries: int, efs: list[int], keep: bool
+) -> None:
     import asyncpg
 
     from helix_es.stores.postgres.vector import EF_SEARCH, PostgresVectorStore, vector_bytes
@@ -275,7 +279,9 @@ def report(r: dict[str, Any]) -> None:
         print(f"plan uses the HNSW index (ef_search={ef}): {r[f'postgres_plan_uses_hnsw_ef{ef}']}")
     if "memory_search_p50" in r:
         ok = r["memory_search_p50"] <= TARGET_MS
-        print(f"target memory search p50 <= {TARGET_MS} ms: {'met' if ok else 'NOT met'} ({r['memory_search_p50']:.2f})")
+        print(
+            f"target memory search p50 <= {TARGET_MS} ms: {'met' if ok else 'NOT met'} ({r['memory_search_p50']:.2f})"
+        )
     if "postgres_topk_p50" in r:
         ok = r["postgres_topk_p50"] <= PG_TARGET_MS and r["postgres_recall10"] >= PG_TARGET_RECALL
         print(

@@ -39,7 +39,17 @@ async def filled(dsn: str, n: int) -> tuple[PostgresLongTerm, str, list[str]]:
                 (ns, "t", 0, i, "s", T0 + timedelta(seconds=i), "user", t, Message("user", t).to_json())
                 for i, t in enumerate(texts)
             ],
-            columns=["namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content", "message"],
+            columns=[
+                "namespace",
+                "topic",
+                "partition",
+                "offset",
+                "session_id",
+                "created_at",
+                "role",
+                "content",
+                "message",
+            ],
         )
         await conn.execute(f'ANALYZE "{store.table}"')
     finally:

@@ -130,12 +130,21 @@ async def test_rows_written_before_pgvector_are_migrated_exactly(postgres_dsn: s
             await conn.executemany(
                 "INSERT INTO helix_vectors VALUES ($1, $2, $3, 0, $4, 's', $5, $6, $7::jsonb, $8, 1)",
                 [
-                    (view if i else "odd", ns, names.topic(ns), i, T0, f"{i:064x}", Message("user", str(i)).to_json(), v.tobytes())
+                    (
+                        view if i else "odd",
+                        ns,
+                        names.topic(ns),
+                        i,
+                        T0,
+                        f"{i:064x}",
+                        Message("user", str(i)).to_json(),
+                        v.tobytes(),
+                    )
                     for i, v in enumerate(old.astype("<f4"))
                 ],
             )
             await conn.execute(
-                "CREATE TABLE helix_checkpoints (view text, topic text, partition int, \"offset\" bigint, "
+                'CREATE TABLE helix_checkpoints (view text, topic text, partition int, "offset" bigint, '
                 "PRIMARY KEY (view, topic, partition))"
             )
             store = PostgresVectorStore(dsn)
@@ -170,5 +179,3 @@ async def test_a_database_without_pgvector_gets_a_typed_error(postgres_dsn: str)
                 await store.ensure_schema()
         finally:
             await store.close()
-
-

@@ -86,7 +86,12 @@ class Pg:
                     # restore it in the background, logging a traceback per attempt while it is down;
                     # the projector's own retries say what is going on.
                     self._pool = await asyncpg.create_pool(
-                        self.dsn, min_size=0, max_size=4, reset=_keep_session, server_settings=self.settings, init=self.init
+                        self.dsn,
+                        min_size=0,
+                        max_size=4,
+                        reset=_keep_session,
+                        server_settings=self.settings,
+                        init=self.init,
                     )
                 if schema not in self._made:
                     async with self._pool.acquire() as conn:

@@ -350,9 +350,7 @@ class PostgresVectorStore:
         pool = await self._pool_ready()
         where = (want.topic, want.partition, want.offset) if want is not None else (None, None, None)
         limit = k if k > 0 and query.any() else 0  # a zero query has no cosine: nothing is near it
-        row = await pool.fetchrow(
-            _SEARCH.format(d=int(len(query))), view, namespace, *where, limit, query
-        )
+        row = await pool.fetchrow(_SEARCH.format(d=len(query)), view, namespace, *where, limit, query)
         if row["messages"] is None:
             return None
         return [Message.from_json(m) for m in row["messages"]]
