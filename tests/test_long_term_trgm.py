@@ -5,6 +5,7 @@ A table of its own per test (memory.table), so the planner's statistics are its 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -95,3 +96,24 @@ async def test_results_are_the_plain_scans_for_every_query(postgres_dsn: str) ->
                 assert got is not None and [m.content for m in got] == want, (query, limit)
     finally:
         await drop(postgres_dsn, store)
+
+
+async def test_projectors_starting_together_make_one_index(postgres_dsn: str) -> None:
+    table = unique("lt_trgm").replace("-", "_")
+    stores = [PostgresLongTerm(postgres_dsn, table=table) for _ in range(4)]
+    try:
+        await asyncio.gather(*(s.ensure_table() for s in stores))
+        conn = await asyncpg.connect(postgres_dsn)
+        try:
+            n = await conn.fetchval(
+                "SELECT count(*) FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
+                "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops' AND i.indisvalid",
+                f'"{table}"',
+            )
+            assert n == 1
+        finally:
+            await conn.close()
+    finally:
+        await drop(postgres_dsn, stores[0])
+        for s in stores[1:]:
+            await s.close()

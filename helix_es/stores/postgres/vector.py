@@ -37,7 +37,7 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Position
 from helix_es.model.message import Message
 from helix_es.stores.ports import BatchState, Write
-from helix_es.stores.postgres.pool import CHECKPOINTS, SCHEMA_LOCK, Pg, delete_rows, drop_checkpoints, transaction
+from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, build_index, delete_rows, drop_checkpoints, transaction
 
 EF_SEARCH = 100  # HNSW candidates per search: recall@10 >= 0.95 at 1M x 384 (bench/vector.py)
 MAX_INDEXED_DIMS = 2000  # pgvector's HNSW limit for `vector`; longer ones are searched exactly
@@ -111,11 +111,11 @@ CREATE TABLE IF NOT EXISTS helix_embeddings (
 """
 )
 
-# The HNSW index of one vector length, made once (under the schema lock: CREATE INDEX IF NOT
-# EXISTS races on the catalog too). On a table that already holds many rows of that length
-# (a migrated one), this is the index build, and writers wait for it.
+# The HNSW index of one vector length, made on its first write (see ensure_index). On a table
+# that already holds many rows of that length (a migrated one) this is a long build: writers
+# go on meanwhile, and searches scan exactly until it is valid.
 _INDEX = """
-CREATE INDEX IF NOT EXISTS helix_vectors_hnsw_{d} ON helix_vectors
+CREATE INDEX CONCURRENTLY IF NOT EXISTS helix_vectors_hnsw_{d} ON helix_vectors
     USING hnsw ((vec::vector({d})) vector_cosine_ops) WITH (m = 16, ef_construction = 64) WHERE dims = {d}
 """
 
@@ -264,20 +264,33 @@ class PostgresVectorStore:
                 "CREATE EXTENSION vector; in this database as a superuser."
             ) from e
 
-    async def ensure_index(self, dims: int, *, maintenance_work_mem: str | None = None) -> None:
+    async def ensure_index(self, dims: int, *, maintenance_work_mem: str | None = None) -> bool:
         """The HNSW index of vectors of length `dims` (none past MAX_INDEXED_DIMS); safe to repeat.
 
-        Building over many rows is much faster while the graph fits in `maintenance_work_mem`
+        Built CONCURRENTLY by one process (see `build_index`): False while another builds it.
+        Over many rows the build is much faster while the graph fits in `maintenance_work_mem`
         (about 2.5 GB at 1M x 384): pass more than the server's default for a big build."""
         if dims in self._indexed or dims > MAX_INDEXED_DIMS:
-            return
+            return True
         pool = await self._pool_ready()
-        async with pool.acquire() as conn, conn.transaction():
+        name = f"helix_vectors_hnsw_{int(dims)}"
+        async with pool.acquire() as conn:
             if maintenance_work_mem is not None:
-                await conn.execute("SELECT set_config('maintenance_work_mem', $1, true)", maintenance_work_mem)
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
-            await conn.execute(_INDEX.format(d=int(dims)))
-        self._indexed.add(dims)
+                await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", maintenance_work_mem)
+            try:
+                built = await build_index(
+                    conn,
+                    name,
+                    f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)",
+                    f"SELECT array(SELECT indexrelid::regclass::text FROM pg_index"
+                    f" WHERE indexrelid = to_regclass('{name}') AND NOT indisvalid)",
+                    _INDEX.format(d=int(dims)),
+                )
+            finally:
+                if maintenance_work_mem is not None:
+                    await conn.execute("RESET maintenance_work_mem")
+        self._indexed.add(dims)  # built, or being built by another process: not asked again
+        return built
 
     async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState:
         pool = await self._pool_ready()
