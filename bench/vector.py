@@ -174,7 +174,7 @@ async def run_postgres(
         store = PostgresVectorStore(bench_dsn)
         pool = await store._pool_ready()
         have = await pool.fetchval("SELECT count(*) FROM helix_vectors WHERE view = $1", view)
-        if have != n or not await pool.fetchval("SELECT to_regclass($1) IS NOT NULL", f"helix_vectors_hnsw_{dims}"):
+        if have != n:
             await pool.execute("TRUNCATE helix_vectors, helix_checkpoints")
             await pool.execute(f"DROP INDEX IF EXISTS helix_vectors_hnsw_{dims}")
             t = time.perf_counter()
@@ -194,8 +194,10 @@ async def run_postgres(
                     )  # fmt: skip
             await store.write(view, "bench/synthetic", Write(names.topic(ns), 0, n - 1, [], matrix[:0], {}, {}))
             result["postgres_copy_s"] = time.perf_counter() - t
+        valid = "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND indisvalid)"
+        if not await pool.fetchval(valid, f"helix_vectors_hnsw_{dims}"):
             t = time.perf_counter()
-            await store.ensure_index(dims, maintenance_work_mem="4GB")
+            await store.ensure_index(dims, maintenance_work_mem="4GB")  # CONCURRENTLY, as a projector would
             result["postgres_build_s"] = time.perf_counter() - t
             await pool.execute("VACUUM ANALYZE helix_vectors")
         result["postgres_index_mb"] = await pool.fetchval(
