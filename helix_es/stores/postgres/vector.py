@@ -17,12 +17,14 @@ Tables (created on first use under an advisory lock, with the `vector` extension
 
 One table holds every view's vectors, of whatever length its model gives, so the HNSW index
 (cosine) is partial and per length: `helix_vectors_hnsw_<dims>` on `vec::vector(dims)` where
-`dims = <dims>`, made on the first write of that length. A search is one statement: the
-checkpoint and the top k from one snapshot. The planner takes the HNSW index when the
-namespace is a large part of the rows, else the primary key and an exact sort;
+`dims = <dims>`, made CONCURRENTLY by one process on the first write of that length. A search
+is one statement: the checkpoint and the top k from one snapshot. The planner takes the HNSW
+index when the namespace is a large part of the rows, else the primary key and an exact sort;
 `hnsw.iterative_scan = strict_order` keeps the filtered index scan going until it has k rows
-of the namespace, best first. `hnsw.ef_search` (default `EF_SEARCH`) trades speed for recall;
-bench/vector.py measures both. A reader keeps nothing in memory.
+of the namespace, best first (a namespace that is a minority of a big table, yet searched
+through the shared graph, can see lower recall than one alone). `hnsw.ef_search` (default
+`EF_SEARCH`) trades speed for recall; bench/vector.py measures both. A reader keeps nothing
+in memory.
 """
 
 from __future__ import annotations
