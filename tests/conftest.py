@@ -2,7 +2,7 @@
 
 With HELIX_REQUIRE_SERVICES=1 (CI) a missing service fails the run instead of skipping.
 Testcontainers runs HELIX_KAFKA_IMAGE, HELIX_REDIS_IMAGE and HELIX_POSTGRES_IMAGE (default
-apache/kafka:3.9.1, redis:7, postgres:15; `scripts/images build` makes offline ones).
+apache/kafka:3.9.1, redis:7, pgvector/pgvector:pg15; `scripts/images build` makes offline ones).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ SERVED: dict[str, str] = {}
 IMAGES = {  # service: (variable naming the image, default: the official image)
     "kafka": ("HELIX_KAFKA_IMAGE", "apache/kafka:3.9.1"),
     "redis": ("HELIX_REDIS_IMAGE", "redis:7"),
-    "postgres": ("HELIX_POSTGRES_IMAGE", "postgres:15"),
+    "postgres": ("HELIX_POSTGRES_IMAGE", "pgvector/pgvector:pg15"),
 }
 
 

@@ -384,7 +384,7 @@ async def test_a_vector_rebuild_reuses_recorded_embeddings_and_calls_no_model(
         assert await conn.fetchval(count, report.target, ns) == await conn.fetchval(count, name, ns) == len(texts)
         same = """SELECT count(*) FROM helix_vectors a
                   JOIN helix_vectors b USING (namespace, topic, partition, "offset")
-                  WHERE a.view = $1 AND b.view = $2 AND a.namespace = $3 AND a.embedding = b.embedding"""
+                  WHERE a.view = $1 AND b.view = $2 AND a.namespace = $3 AND a.vec = b.vec"""
         assert await conn.fetchval(same, name, report.target, ns) == len(texts)
     finally:
         await conn.close()

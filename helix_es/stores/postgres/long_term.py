@@ -26,12 +26,16 @@ NOTHING`) and moves the checkpoint (never backwards).
 
 `get` and `search` are one statement each: the checkpoint and, only if it covers `want`, the
 rows. `search` is `content ILIKE '%q%' ESCAPE '\'` with `\`, `%` and `_` in q escaped; case
-folding follows the database's collation. It scans the namespace's rows in order and stops at
-`limit`; add a `pg_trgm` GIN index on `content` yourself for very large namespaces.
+folding follows the database's collation. A `pg_trgm` GIN index on `content` (made right after
+the schema, CONCURRENTLY and outside the schema lock, by one process: on an older, big table the
+build takes a while, and writers and other projectors go on meanwhile) lets the planner fetch
+only the rows holding the query's trigrams; for a common word it may still scan the namespace in
+order and stop at `limit`. Either way the result is the same.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
@@ -42,11 +46,21 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, SessionKey
-from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
+from helix_es.stores.postgres.pool import (
+    ADVANCE,
+    CHECKPOINTS,
+    Pg,
+    build_index,
+    delete_rows,
+    drop_checkpoints,
+    transaction,
+)
 from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, check_table, escape_like, ops
 
 # The key helix_es.stores.postgres.views locks too: both create helix_checkpoints, and concurrent
 # CREATE TABLE IF NOT EXISTS still races on the catalog.
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = (
     CHECKPOINTS
@@ -64,6 +78,13 @@ CREATE TABLE IF NOT EXISTS {t} (
     PRIMARY KEY (namespace, topic, partition, "offset"),
     UNIQUE (namespace, created_at, topic, partition, "offset")
 );
+-- For the substring search's index (see _trgm): pg_trgm is contrib and trusted, so the
+-- database's owner may make it; without it the search scans, with the same results.
+DO $trgm$ BEGIN
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+EXCEPTION WHEN others THEN
+    RAISE WARNING 'helix-es: no pg_trgm (%); long-term search of {t} scans its rows', SQLERRM;
+END $trgm$;
 CREATE TABLE IF NOT EXISTS helix_long_term_cleared (
     view text NOT NULL,
     namespace text NOT NULL,
@@ -72,6 +93,17 @@ CREATE TABLE IF NOT EXISTS helix_long_term_cleared (
 );
 """
 )
+
+# The trigram index on content, valid or left invalid by a failed concurrent build. Unnamed
+# (PostgreSQL picks a free name: no derived name overflows 63 bytes), so found by definition.
+_TRGM = """
+SELECT {what} FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0]
+WHERE i.indrelid = '{t}'::regclass AND o.opcname = 'gin_trgm_ops' AND i.indnatts = 1 AND {valid}
+  AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = '{t}'::regclass AND attname = 'content')
+"""
+# fastupdate off: no pending list, which every search would scan and the planner would price as
+# a full scan until a vacuum; each insert updates the index instead.
+_TRGM_CREATE = "CREATE INDEX CONCURRENTLY ON {t} USING gin (content gin_trgm_ops) WITH (fastupdate = off)"
 
 _COLUMNS = ("namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content", "message")
 
@@ -220,8 +252,29 @@ class PostgresLongTerm:
                 "long-term memory needs; it is left as it is. Set memory.table to another name."
             )
 
+    async def _ready(self, conn: asyncpg.Connection) -> None:
+        await self._fits(conn)
+        await self._trgm(conn)
+
+    async def _trgm(self, conn: asyncpg.Connection) -> None:
+        """The pg_trgm GIN index on content, if pg_trgm is there: only a speed-up, as ILIKE is
+        rechecked on every row it finds (and queries under 3 characters, which it cannot narrow, scan)."""
+        if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
+            return
+        t = f'"{self.table}"'
+        try:
+            await build_index(
+                conn,
+                f"trgm {self.table}",
+                _TRGM.format(what="EXISTS (SELECT 1", t=t, valid="i.indisvalid") + ")",
+                _TRGM.format(what="array(SELECT i.indexrelid::regclass::text", t=t, valid="NOT i.indisvalid") + ")",
+                _TRGM_CREATE.format(t=t),
+            )
+        except asyncpg.PostgresError as e:  # the search is right without it: say so, go on
+            log.warning("long-term %s: no trigram index on content (%s); search scans the rows", self.table, e)
+
     async def _pool_ready(self) -> asyncpg.Pool:
-        return await self.pg.pool(self._schema, check=self._fits)
+        return await self.pg.pool(self._schema, check=self._ready)
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:

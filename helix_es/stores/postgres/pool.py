@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 SCHEMA_LOCK = 0x68656C6978  # pg_advisory_xact_lock key ("helix"): one schema creator at a time
+INDEX_LOCK = 0x68656C69  # first half of build_index's session lock keys ("heli"); the second: a hash of its key
 CHECKPOINTS = """
 CREATE TABLE IF NOT EXISTS helix_checkpoints (
     view text NOT NULL,
@@ -63,6 +64,29 @@ async def delete_checkpoints(
         await conn.execute(_FORGET, view, [t for t, _ in partitions], [p for _, p in partitions])
 
 
+async def build_index(conn: asyncpg.Connection, key: str, valid: str, invalid: str, create: str) -> bool:
+    """Build an index with `create` (CREATE INDEX CONCURRENTLY) unless `valid` (SQL: a boolean) finds it.
+
+    Not under SCHEMA_LOCK, and concurrently: over a big existing table the build takes minutes,
+    during which writers and other schema creators go on. One process builds it (a session
+    advisory lock on `key`, tried, not waited for); the others go on without it and get False.
+    `invalid` (SQL: the names of indexes a failed concurrent build left) are dropped first.
+    `conn` must not be in a transaction.
+    """
+    if await conn.fetchval(valid):
+        return True
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, hashtext($2))", INDEX_LOCK, key):
+        return False
+    try:
+        if not await conn.fetchval(valid):
+            for name in await conn.fetchval(invalid):
+                await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            await conn.execute(create)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1, hashtext($2))", INDEX_LOCK, key)
+    return True
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Pool reset hook: no session state is ever changed, so skip asyncpg's reset round trip."""
 
@@ -70,8 +94,10 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class Pg:
     """A pool opened on first use; `pool(schema)` runs each schema's DDL once per process."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, settings: dict[str, str] | None = None, init: Check | None = None) -> None:
         self.dsn = dsn
+        self.settings = settings or {}  # session settings of every pooled connection (GUCs)
+        self.init = init  # run on every new connection (type codecs)
         self._pool: asyncpg.Pool | None = None
         self._made: set[str] = set()
         self._lock = asyncio.Lock()
@@ -83,7 +109,14 @@ class Pg:
                     # No floor of idle connections: after a restart of the server asyncpg would try to
                     # restore it in the background, logging a traceback per attempt while it is down;
                     # the projector's own retries say what is going on.
-                    self._pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=4, reset=_keep_session)
+                    self._pool = await asyncpg.create_pool(
+                        self.dsn,
+                        min_size=0,
+                        max_size=4,
+                        reset=_keep_session,
+                        server_settings=self.settings,
+                        init=self.init,
+                    )
                 if schema not in self._made:
                     async with self._pool.acquire() as conn:
                         async with conn.transaction():

@@ -1,45 +1,66 @@
-"""PostgreSQL vector store: rows of `helix_vectors`, searched with numpy in each reading process.
+"""PostgreSQL vector store: pgvector rows of `helix_vectors`, searched with one SQL query.
 
-Tables (created on first use under an advisory lock):
+Tables (created on first use under an advisory lock, with the `vector` extension):
 
 - `helix_vectors`: one row per indexed message; primary key (view, namespace, topic,
-  partition, offset), so a re-delivered event cannot add a row twice. `embedding` is the unit
-  vector as float32 little-endian bytes, as in `EmbeddingRecorded`. `version` is the
-  namespace's write counter when the row was written.
-- `helix_vector_namespaces`: per view and namespace, the `cleared_at` watermark and `version`.
-  Every write takes this row's lock first, so writes to one namespace commit in version order.
-  `erasures` counts the writes that deleted a forgotten session's rows: a reader whose cache
-  saw another count reads the namespace afresh (deleted rows leave no newer version to fetch).
+  partition, offset), so a re-delivered event cannot add a row twice. `vec` is the unit vector
+  (pgvector `vector`, float32 as in `EmbeddingRecorded`), `dims` its length (generated).
+  `version` is the namespace's write counter when the row was written. `embedding` (bytea) is
+  what stores before pgvector wrote; it is no longer written, and rows that only have it are
+  copied into `vec` when the schema is made (decoded exactly, as float32 little-endian).
+- `helix_vector_namespaces`: per view and namespace, the `cleared_at` watermark, `version` and
+  `erasures`. Every write takes this row's lock first, so writes to one namespace commit in
+  version order.
 - `helix_embeddings`: (model, content_sha256) -> vector, so a new projector process reuses
   what was embedded before without calling the model or replaying the log.
 - `helix_checkpoints`: shared with the session views.
 
-A reader keeps each namespace's vectors in process (a `VectorIndex`) and refreshes it with
-one statement per search: the checkpoint, the namespace row and the rows newer than the
-version it holds, all from one snapshot. A newer `cleared_at` drops cached rows at or before
-it, the same rule the writer applies, so the cache never needs a full reload.
-pgvector is not used: it is not installed on the machines this was built on, and the numpy
-scan meets the latency target at 100k vectors.
+One table holds every view's vectors, of whatever length its model gives, so the HNSW index
+(cosine) is partial and per length: `helix_vectors_hnsw_<dims>` on `vec::vector(dims)` where
+`dims = <dims>`, made CONCURRENTLY by one process on the first write of that length. A search
+is one statement: the checkpoint and the top k from one snapshot. The planner takes the HNSW
+index when the namespace is a large part of the rows, else the primary key and an exact sort;
+`hnsw.iterative_scan = strict_order` keeps the filtered index scan going until it has k rows
+of the namespace, best first (a namespace that is a minority of a big table, yet searched
+through the shared graph, can see lower recall than one alone). `hnsw.ef_search` (default
+`EF_SEARCH`) trades speed for recall; bench/vector.py measures both. A reader keeps nothing
+in memory.
 """
 
 from __future__ import annotations
 
-import asyncio
+import struct
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 
 import asyncpg
 import numpy as np
 
-from helix_es.model.events import Position, micros
+from helix_es.model.errors import HelixError
+from helix_es.model.events import Position
 from helix_es.model.message import Message
-from helix_es.stores.memory.vector import VectorIndex
 from helix_es.stores.ports import BatchState, Write
-from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
+from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, build_index, delete_rows, drop_checkpoints, transaction
+
+EF_SEARCH = 100  # HNSW candidates per search: recall@10 >= 0.95 at 1M x 384 (bench/vector.py)
+MAX_INDEXED_DIMS = 2000  # pgvector's HNSW limit for `vector`; longer ones are searched exactly
+
+# Float32 little-endian bytes -> real[], exactly (IEEE 754 by hand: SQL has no bit cast), for
+# rows written before pgvector. Session-local: it exists only for the migration below.
+_F4LE = """
+CREATE OR REPLACE FUNCTION pg_temp.helix_f4le(b bytea) RETURNS real[] LANGUAGE sql IMMUTABLE STRICT AS $f$
+SELECT array_agg(((CASE WHEN e = 0 THEN m * 2::float8 ^ -149 ELSE (m + 8388608) * 2::float8 ^ (e - 150) END)
+                  * (1 - 2 * s))::real ORDER BY i)
+FROM (SELECT i, get_byte(b, 4 * i + 3) >> 7 AS s,
+             ((get_byte(b, 4 * i + 3) & 127) << 1) | (get_byte(b, 4 * i + 2) >> 7) AS e,
+             ((get_byte(b, 4 * i + 2) & 127) << 16) | (get_byte(b, 4 * i + 1) << 8) | get_byte(b, 4 * i) AS m
+      FROM generate_series(0, length(b) / 4 - 1) AS i) AS f
+$f$;
+"""
 
 _SCHEMA = (
-    CHECKPOINTS
+    "CREATE EXTENSION IF NOT EXISTS vector;\n"
+    + CHECKPOINTS
+    + _F4LE
     + """
 CREATE TABLE IF NOT EXISTS helix_vectors (
     view text NOT NULL,
@@ -51,10 +72,22 @@ CREATE TABLE IF NOT EXISTS helix_vectors (
     event_time timestamptz NOT NULL,
     content_sha256 text NOT NULL,
     message jsonb NOT NULL,
-    embedding bytea NOT NULL,
+    embedding bytea,
     version bigint NOT NULL,
+    vec vector,
+    dims int GENERATED ALWAYS AS (vector_dims(vec)) STORED,
     PRIMARY KEY (view, namespace, topic, partition, "offset")
 );
+-- A table from before pgvector: add the columns, copy its vectors over (only when missing:
+-- ALTER TABLE locks even when it changes nothing).
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                   WHERE table_name = 'helix_vectors' AND column_name = 'vec') THEN
+        ALTER TABLE helix_vectors ALTER COLUMN embedding DROP NOT NULL, ADD COLUMN vec vector;
+        UPDATE helix_vectors SET vec = pg_temp.helix_f4le(embedding)::vector;
+        ALTER TABLE helix_vectors ADD COLUMN dims int GENERATED ALWAYS AS (vector_dims(vec)) STORED;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS helix_vectors_version ON helix_vectors (view, namespace, version);
 CREATE TABLE IF NOT EXISTS helix_vector_namespaces (
     view text NOT NULL,
@@ -80,6 +113,14 @@ CREATE TABLE IF NOT EXISTS helix_embeddings (
 """
 )
 
+# The HNSW index of one vector length, made on its first write (see ensure_index). On a table
+# that already holds many rows of that length (a migrated one) this is a long build: writers
+# go on meanwhile, and searches scan exactly until it is valid.
+_INDEX = """
+CREATE INDEX CONCURRENTLY IF NOT EXISTS helix_vectors_hnsw_{d} ON helix_vectors
+    USING hnsw ((vec::vector({d})) vector_cosine_ops) WITH (m = 16, ef_construction = 64) WHERE dims = {d}
+"""
+
 _LOAD = """
 SELECT k.namespace, n.cleared_at,
     (SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3) AS checkpoint
@@ -102,11 +143,11 @@ WITH cleared AS (
     WHERE $12::boolean AND view = $1 AND namespace = $2 AND event_time <= $3
 ), added AS (
     INSERT INTO helix_vectors (view, namespace, topic, partition, "offset", session_id, event_time,
-                               content_sha256, message, embedding, version)
+                               content_sha256, message, vec, version)
     SELECT $1, $2, a.topic, a.partition, a."offset", a.session_id, a.event_time, a.sha, a.message::jsonb,
-           a.embedding, $4
+           a.vec, $4
     FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::timestamptz[], $10::text[], $11::text[],
-                $13::bytea[]) AS a(topic, partition, "offset", session_id, event_time, sha, message, embedding)
+                $13::vector[]) AS a(topic, partition, "offset", session_id, event_time, sha, message, vec)
     WHERE $3::timestamptz IS NULL OR a.event_time > $3
     ON CONFLICT DO NOTHING
 )
@@ -144,50 +185,114 @@ SELECT content_sha256, vector FROM helix_embeddings WHERE model = $1 AND content
 
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
-# One statement, one snapshot: checkpoint, watermark and the rows newer than the cached version agree.
-_REFRESH = """
-SELECT c.checkpoint, n.version AS ns_version, n.cleared_at, n.erasures,
-       v.topic, v.partition, v."offset", v.event_time, v.message::text AS message, v.embedding
-FROM (SELECT (SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $4 AND partition = $5)
-      AS checkpoint) c
-LEFT JOIN helix_vector_namespaces n ON n.view = $1 AND n.namespace = $2
-LEFT JOIN helix_vectors v ON v.view = $1 AND v.namespace = $2 AND v.version > $3
-    AND (n.cleared_at IS NULL OR v.event_time > n.cleared_at)
-ORDER BY v.version, v.topic, v.partition, v."offset"
+# One statement, one snapshot: the checkpoint and, if it covers `want` ($3 NULL: no want), the
+# top $6. The inner ORDER BY is the index's (distance alone); the outer one breaks ties in
+# applied order among the rows it returned. The cast's length is a literal: the index is on it.
+_SEARCH = """
+WITH cp AS MATERIALIZED (
+    SELECT (SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $3 AND partition = $4) AS o
+)
+SELECT cp.o AS checkpoint,
+    CASE WHEN $3::text IS NULL OR cp.o >= $5 THEN array(
+        SELECT t.message FROM (
+            SELECT message::text AS message, vec::vector({d}) <=> $7::vector({d}) AS distance,
+                   version, topic, partition, "offset"
+            FROM helix_vectors WHERE view = $1 AND namespace = $2 AND dims = {d}
+            ORDER BY vec::vector({d}) <=> $7::vector({d}) LIMIT $6
+        ) AS t ORDER BY t.distance, t.version, t.topic, t.partition, t."offset"
+    ) END AS messages
+FROM cp
 """
 
 _COUNT = "SELECT count(*) FROM helix_vectors WHERE view = $1 AND namespace = $2"
+
+
+class VectorExtensionMissing(HelixError):
+    """The database has no pgvector `vector` extension, and helix-es may not or cannot create it."""
 
 
 def _bytes(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
-@dataclass
-class _Cached:
-    """A namespace's rows as this process last read them."""
+def vector_bytes(vector: np.ndarray) -> bytes:
+    """pgvector's binary form: int16 length, int16 unused, float32 big-endian (text would cost ~1 µs a float)."""
+    v = np.asarray(vector, dtype=">f4")
+    return struct.pack(">HH", len(v), 0) + v.tobytes()
 
-    index: VectorIndex | None = None
-    version: int = 0
-    cleared_at: datetime | None = None
-    erasures: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+def _encode(vector: np.ndarray | bytes) -> bytes:
+    # Elements of a vector[] go as bytes: asyncpg would take an array for a nested array.
+    return vector if isinstance(vector, bytes) else vector_bytes(vector)
+
+
+def _decode(data: bytes) -> np.ndarray:
+    (dims,) = struct.unpack_from(">H", data)
+    return np.frombuffer(data, dtype=">f4", count=dims, offset=4).astype(np.float32)
+
+
+async def vector_codec(conn: asyncpg.Connection) -> None:
+    """Send and read `vector` as numpy arrays on `conn`, once the extension exists (else nothing yet)."""
+    schema = await conn.fetchval(
+        "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typname = 'vector'"
+    )
+    if schema is not None:
+        await conn.set_type_codec("vector", schema=schema, encoder=_encode, decoder=_decode, format="binary")
 
 
 class PostgresVectorStore:
     kind = "postgres"
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, ef_search: int = EF_SEARCH) -> None:
         self.dsn = dsn
-        self.pg = Pg(dsn)
-        self._cached: dict[tuple[str, str], _Cached] = {}
+        self.ef_search = ef_search
+        # Set per connection: a search is one statement, with no room for SET LOCAL.
+        settings = {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": "strict_order"}
+        self.pg = Pg(dsn, settings, init=vector_codec)
+        self._indexed: set[int] = set()
 
     async def ensure_schema(self) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
         await self._pool_ready()
 
     async def _pool_ready(self) -> asyncpg.Pool:
-        return await self.pg.pool(_SCHEMA)
+        try:
+            # The schema's connection was opened before the extension was there: its codec now.
+            return await self.pg.pool(_SCHEMA, check=vector_codec)
+        except (asyncpg.InsufficientPrivilegeError, asyncpg.UndefinedFileError, asyncpg.FeatureNotSupportedError) as e:
+            raise VectorExtensionMissing(
+                f"PostgreSQL at this DSN has no usable pgvector extension ({e}). Install pgvector on the server "
+                "(Debian: build it as scripts/services does, or use the pgvector/pgvector image), then run "
+                "CREATE EXTENSION vector; in this database as a superuser."
+            ) from e
+
+    async def ensure_index(self, dims: int, *, maintenance_work_mem: str | None = None) -> bool:
+        """The HNSW index of vectors of length `dims` (none past MAX_INDEXED_DIMS); safe to repeat.
+
+        Built CONCURRENTLY by one process (see `build_index`): False while another builds it.
+        Over many rows the build is much faster while the graph fits in `maintenance_work_mem`
+        (about 2.5 GB at 1M x 384): pass more than the server's default for a big build."""
+        if dims in self._indexed or dims > MAX_INDEXED_DIMS:
+            return True
+        pool = await self._pool_ready()
+        name = f"helix_vectors_hnsw_{int(dims)}"
+        async with pool.acquire() as conn:
+            if maintenance_work_mem is not None:
+                await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", maintenance_work_mem)
+            try:
+                built = await build_index(
+                    conn,
+                    name,
+                    f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)",
+                    f"SELECT array(SELECT indexrelid::regclass::text FROM pg_index"
+                    f" WHERE indexrelid = to_regclass('{name}') AND NOT indisvalid)",
+                    _INDEX.format(d=int(dims)),
+                )
+            finally:
+                if maintenance_work_mem is not None:
+                    await conn.execute("RESET maintenance_work_mem")
+        self._indexed.add(dims)  # built, or being built by another process: not asked again
+        return built
 
     async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState:
         pool = await self._pool_ready()
@@ -219,6 +324,8 @@ class PostgresVectorStore:
             write.partition,
             write.checkpoint,
         )
+        if len(write.entries):
+            await self.ensure_index(write.vectors.shape[1])
         if not groups:
             await pool.execute(_KEEP, *keep)  # only cached embeddings and the checkpoint: one statement
             return
@@ -240,7 +347,7 @@ class PostgresVectorStore:
                     [e.sha for e in rows],
                     [e.message.to_json() for e in rows],
                     ns in write.cleared,
-                    [_bytes(write.vectors[i]) for i in groups[ns]],
+                    [vector_bytes(write.vectors[i]) for i in groups[ns]],
                 )
                 for (erased_ns, session), at in write.erased.items():
                     if erased_ns == ns:
@@ -252,57 +359,16 @@ class PostgresVectorStore:
         offset: int | None = await pool.fetchval(_CHECKPOINT, view, topic, partition)
         return offset
 
-    async def _refresh(self, view: str, namespace: str, want: Position | None) -> tuple[int | None, _Cached]:
-        pool = await self._pool_ready()
-        cached = self._cached.setdefault((view, namespace), _Cached())
-        where = (want.topic, want.partition) if want is not None else (None, None)
-        async with cached.lock:  # two searches must not both append the same new rows
-            rows = await pool.fetch(_REFRESH, view, namespace, cached.version, *where)
-            version = rows[0]["ns_version"]
-            if version is not None and (version < cached.version or rows[0]["erasures"] != cached.erasures):
-                # The tables were emptied and written again, or a session erased: read the namespace afresh.
-                cached.index, cached.version, cached.cleared_at = None, 0, None
-                rows = await pool.fetch(_REFRESH, view, namespace, 0, *where)
-                version = rows[0]["ns_version"]
-            if version is None:
-                cached.index, cached.version, cached.cleared_at = None, 0, None
-            else:
-                self._merge(cached, rows)
-            return rows[0]["checkpoint"], cached
-
-    def _merge(self, cached: _Cached, rows: list[asyncpg.Record]) -> None:
-        head = rows[0]
-        cleared_at = head["cleared_at"]
-        if (
-            cleared_at is not None
-            and cached.index is not None
-            and (cached.cleared_at is None or cleared_at > cached.cleared_at)
-        ):
-            cached.index.drop_until(micros(cleared_at))
-        cached.cleared_at = cleared_at
-        cached.erasures = head["erasures"]
-        new = [r for r in rows if r["offset"] is not None]
-        if new:
-            vectors = np.frombuffer(b"".join(r["embedding"] for r in new), dtype="<f4").reshape(len(new), -1)
-            if cached.index is None:
-                cached.index = VectorIndex(vectors.shape[1])
-            seqs = range(len(cached.index), len(cached.index) + len(new))  # unused: no cap here
-            cached.index.add(
-                vectors,
-                [micros(r["event_time"]) for r in new],
-                seqs,
-                [Message.from_json(r["message"]) for r in new],
-                [Position(r["topic"], r["partition"], r["offset"]) for r in new],
-            )
-        cached.version = head["ns_version"]
-
     async def search(
         self, view: str, namespace: str, query: np.ndarray, k: int, want: Position | None
     ) -> list[Message] | None:
-        checkpoint, cached = await self._refresh(view, namespace, want)
-        if want is not None and (checkpoint is None or checkpoint < want.offset):
+        pool = await self._pool_ready()
+        where = (want.topic, want.partition, want.offset) if want is not None else (None, None, None)
+        limit = k if k > 0 and query.any() else 0  # a zero query has no cosine: nothing is near it
+        row = await pool.fetchrow(_SEARCH.format(d=len(query)), view, namespace, *where, limit, query)
+        if row["messages"] is None:
             return None
-        return cached.index.top(query, k) if cached.index is not None else []
+        return [Message.from_json(m) for m in row["messages"]]
 
     async def count(self, view: str, namespace: str) -> int:
         pool = await self._pool_ready()
@@ -314,8 +380,6 @@ class PostgresVectorStore:
             for table in ("helix_vectors", "helix_vector_namespaces"):
                 await delete_rows(conn, table, "view = $1 AND namespace = ANY($2::text[])", view, list(namespaces))
             await drop_checkpoints(conn, view, topics)
-        for ns in namespaces:
-            self._cached.pop((view, ns), None)
 
     async def close(self) -> None:
         await self.pg.close()

@@ -1,0 +1,119 @@
+"""The long-term search's pg_trgm index: the plan uses it, and results are those of the plain scan.
+
+A table of its own per test (memory.table), so the planner's statistics are its rows only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from helix_es import Message
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.views.long_term import escape_like
+from tests.conftest import unique
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+WORDS = ["flight", "hotel", "invoice", "meeting", "passport", "train", "budget", "dentist"]
+ODD = ["Zebra 100% done", "zebra_crossing", r"back\slash zebra", "ZEBRA", "a 50%_off deal"]
+
+
+def contents(n: int) -> list[str]:
+    rows = [f"note {i} about the {WORDS[i % len(WORDS)]}" for i in range(n)]
+    for j, text in enumerate(ODD):
+        rows[(j + 1) * n // (len(ODD) + 1)] = text
+    return rows
+
+
+async def filled(dsn: str, n: int) -> tuple[PostgresLongTerm, str, list[str]]:
+    store = PostgresLongTerm(dsn, table=unique("lt_trgm").replace("-", "_"))
+    await store.ensure_table()
+    ns, texts = unique("ns"), contents(n)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.copy_records_to_table(
+            store.table,
+            records=[
+                (ns, "t", 0, i, "s", T0 + timedelta(seconds=i), "user", t, Message("user", t).to_json())
+                for i, t in enumerate(texts)
+            ],
+            columns=[
+                "namespace",
+                "topic",
+                "partition",
+                "offset",
+                "session_id",
+                "created_at",
+                "role",
+                "content",
+                "message",
+            ],
+        )
+        await conn.execute(f'ANALYZE "{store.table}"')
+    finally:
+        await conn.close()
+    return store, ns, texts
+
+
+async def drop(dsn: str, store: PostgresLongTerm) -> None:
+    await store.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'DROP TABLE IF EXISTS "{store.table}"')
+    finally:
+        await conn.close()
+
+
+async def explain(dsn: str, store: PostgresLongTerm, ns: str, query: str) -> str:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("EXPLAIN " + store._search, store.name, None, None, 0, ns, escape_like(query), 10)
+        return "\n".join(r[0] for r in rows)
+    finally:
+        await conn.close()
+
+
+async def test_a_rare_word_is_found_through_the_trigram_index(postgres_dsn: str) -> None:
+    store, ns, _ = await filled(postgres_dsn, 20_000)
+    try:
+        plan = await explain(postgres_dsn, store, ns, "zebra")
+        assert "Bitmap Index Scan" in plan and f"{store.table}_content_idx" in plan, plan
+    finally:
+        await drop(postgres_dsn, store)
+
+
+async def test_results_are_the_plain_scans_for_every_query(postgres_dsn: str) -> None:
+    store, ns, texts = await filled(postgres_dsn, 3000)
+    try:
+        # Under 3 characters the index cannot narrow; wildcards and the escape are literal.
+        for query in ["zebra", "ZEB", "ze", "z", "%", "_", "%_", "\\", "100%", "a_c", "hotel", "note 12", "x" * 40]:
+            for limit in (3, 1000):
+                got = await store.search(SessionKey(ns, "s"), query, limit, None)
+                want = [t for t in texts if query.lower() in t.lower()][:limit]
+                assert got is not None and [m.content for m in got] == want, (query, limit)
+    finally:
+        await drop(postgres_dsn, store)
+
+
+async def test_projectors_starting_together_make_one_index(postgres_dsn: str) -> None:
+    table = unique("lt_trgm").replace("-", "_")
+    stores = [PostgresLongTerm(postgres_dsn, table=table) for _ in range(4)]
+    try:
+        await asyncio.gather(*(s.ensure_table() for s in stores))
+        conn = await asyncpg.connect(postgres_dsn)
+        try:
+            n = await conn.fetchval(
+                "SELECT count(*) FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
+                "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops' AND i.indisvalid",
+                f'"{table}"',
+            )
+            assert n == 1
+        finally:
+            await conn.close()
+    finally:
+        await drop(postgres_dsn, stores[0])
+        for s in stores[1:]:
+            await s.close()
