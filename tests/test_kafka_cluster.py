@@ -60,10 +60,18 @@ async def services(*args: str, timeout: float = 120) -> str:
 
 
 async def describe(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """The topic's partitions, as the brokers know them. A new topic reaches each broker's metadata
+    in its own time (KRaft propagates it asynchronously): one that does not know it yet answers
+    UNKNOWN_TOPIC_OR_PARTITION (3), so ask again for a few seconds."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        (found,) = await admin.describe_topics([topic])
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            (found,) = await admin.describe_topics([topic])
+            if found["error_code"] != 3 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
     assert found["error_code"] == 0, found
