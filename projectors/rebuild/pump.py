@@ -83,25 +83,20 @@ def open_source(
 ) -> Source:
     """Where a rebuild reads `log_config`'s log from: `namespaces` (names or globs; every one if None), from
     `checkpoint` on."""
+    # What the projector dead-letters, the rebuild skips.
+    check = Checker(log_config.topic_prefix)
     if log_config.type == "kafka":
-        # What the projector dead-letters, the rebuild skips.
         return KafkaSource(
             log_config.bootstrap_servers,
             log_config.topic_prefix,
             checkpoint,
-            check=Checker(log_config.topic_prefix),
+            check=check,
             batch=batch,
             only=only,
             namespaces=namespaces,
         )
     return EmbeddedSource(
-        log_config.path,
-        log_config.topic_prefix,
-        checkpoint,
-        check=Checker(log_config.topic_prefix),
-        batch=batch,
-        only=only,
-        namespaces=namespaces,
+        log_config.path, log_config.topic_prefix, checkpoint, check=check, batch=batch, only=only, namespaces=namespaces
     )
 
 
