@@ -47,7 +47,7 @@ class SummaryProjection(SessionProjection):
     # topic-partition: asked once a live batch of that partition shows none was recorded meanwhile.
     _owed: dict[tuple[str, int], dict[SessionKey, _Plan]] = field(default_factory=dict, init=False)
 
-    def _planner(self) -> Observer:
+    def _planner(self, owed: dict[SessionKey, _Plan]) -> Observer:
         plans: dict[SessionKey, _Plan] = {}
         self._plans = plans
         view = self.view
@@ -57,12 +57,7 @@ class SummaryProjection(SessionProjection):
             header, recent = split(state)
             plan = plans.get(key)
             if plan is None or plan.epoch != header.epoch:
-                asked = self._asked.get(key)
-                if asked is not None and asked[0] == header.epoch and asked[1] > header.covers:
-                    plan = _Plan(*asked)
-                else:
-                    plan = _Plan(header.epoch, header.covers, header.text)
-                plans[key] = plan
+                plan = plans[key] = self._resumed(key, header.epoch, header.covers, header.text, owed)
             if header.covers > plan.base:  # a recorded summary arrived: plan again from it
                 plan.base, plan.text, plan.asks = header.covers, header.text, []
             open_ = recent[plan.covers - header.covers :]
@@ -72,15 +67,25 @@ class SummaryProjection(SessionProjection):
 
         return observe
 
+    def _resumed(self, key: SessionKey, epoch: str, covers: int, text: str, owed: dict[SessionKey, _Plan]) -> _Plan:
+        """Where a session's plan goes on from: summaries owed from an earlier batch, else the newest asked."""
+        held = owed.get(key)
+        if held is not None and held.epoch == epoch and held.covers > covers:
+            return held  # planning afresh from the stored view would cut where one-by-one folding does not
+        asked = self._asked.get(key)
+        if asked is not None and asked[0] == epoch and asked[1] > covers:
+            return _Plan(*asked)
+        return _Plan(epoch, covers, text)
+
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         view = self.view
         assert isinstance(view, Summary)
-        folded = await fold_batch(view, self.store, records, observer=self._planner)
-        derived: list[Event] = []
         if not records:
-            return Applied(folded.applied)
+            return Applied((await fold_batch(view, self.store, records)).applied)
         here = (records[0].position.topic, records[0].position.partition)
         owed = self._owed.setdefault(here, {})
+        folded = await fold_batch(view, self.store, records, observer=lambda: self._planner(owed))
+        derived: list[Event] = []
         for key, plan in self._plans.items():
             owed.pop(key, None)  # this batch planned the session afresh
             if plan.asks and not live:
