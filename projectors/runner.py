@@ -1,8 +1,10 @@
 """The consume-fold-checkpoint loop: one Kafka consumer group per view, the topics of its namespaces.
 
-On assignment a partition is sought to the view's stored checkpoint + 1 (Kafka's committed
-offsets are only advisory), each batch is folded per session and written with its
-checkpoint in one atomic step, and session guards make a re-delivered event a no-op.
+The group deals shards, not partitions (`projectors.shards`: a new namespace's topic joins its
+owner's assignment without a rebalance). A partition dealt to this process is sought to the
+view's stored checkpoint + 1 (no offsets are committed to Kafka: the checkpoints are the
+truth), each batch is folded per session and written with its checkpoint in one atomic step,
+and session guards make a re-delivered event a no-op.
 
 Faults, and what the loop does about them:
 
@@ -25,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 import asyncpg
 import redis.exceptions as redis_errors
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from helix_es.log.check import Checker
@@ -43,6 +45,7 @@ from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.deadletter import DeadLetters
+from projectors.shards import Shards
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ RETRY_FIRST = 0.1  # seconds before the first retry of a store write; doubles up
 RETRY_MAX = 5.0
 RESTART_FIRST = 0.5  # seconds before a projector stopped by an outage starts again; doubles up to RESTART_MAX
 RESTART_MAX = 30.0
+CHECKPOINT_READS = 64  # checkpoints read at once when partitions are dealt to this process
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
@@ -105,57 +109,6 @@ class Progress:
     refolds: int = 0  # partitions refolded from the start because their checkpoint vanished
 
 
-class _SeekToCheckpoint(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, projector: Projector) -> None:
-        self.p = projector
-
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        for tp in revoked:
-            self.p.progress.assigned.discard(tp)
-            self.p.written.pop(tp, None)
-            self.p.sought.pop(tp, None)
-
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        consumer = self.p.consumer
-        assert consumer is not None
-        tps = sorted(assigned)
-        projection = self.p.projection
-        # Records of a partition are folded only once it is sought (see `sought`), and a group may
-        # hand out hundreds at a time: read the checkpoints, then seek them all at once.
-        try:
-            checkpoints = [
-                await self.p.retrying(
-                    f"reading the checkpoint of {tp.topic}[{tp.partition}]",
-                    lambda tp=tp: projection.checkpoint(tp.topic, tp.partition),  # type: ignore[misc]
-                )
-                for tp in tps
-            ]
-            fresh = [tp for tp, c in zip(tps, checkpoints, strict=True) if c is None]
-            starts = (
-                await self.p.retrying("reading where partitions begin", lambda: consumer.beginning_offsets(fresh))
-                if fresh
-                else {}
-            )
-        except _Stopped:
-            return  # the loop ends; nothing was fetched for them
-        for tp, checkpoint in zip(tps, checkpoints, strict=True):
-            if checkpoint is None:
-                self.p.written.pop(tp, None)
-                consumer.seek(tp, starts[tp])
-            else:
-                self.p.written[tp] = checkpoint
-                consumer.seek(tp, checkpoint + 1)
-            self.p.mark_sought(tp)
-            log.info(
-                "%s: %s[%d] from offset %d",
-                projection.name,
-                tp.topic,
-                tp.partition,
-                starts[tp] if checkpoint is None else checkpoint + 1,
-            )
-            self.p.progress.assigned.add(tp)
-
-
 class Projector:
     """Projects the `<topic_prefix>.<namespace>` topics of `namespaces` (default: every one) into one view."""
 
@@ -172,6 +125,8 @@ class Projector:
         verify_interval: float = 5.0,
         namespaces: Sequence[str] | None = None,
         group_instance_id: str | None = None,
+        replication_factor: int = 1,
+        metadata_interval: float = 0.5,
     ) -> None:
         self.projection = projection
         # The view's namespaces (names or globs), None for every one: another namespace's events never reach it.
@@ -186,11 +141,15 @@ class Projector:
         self.verify_interval = verify_interval  # how often stored checkpoints are checked against `written`
         # Static membership (projectors.instance): a restart under the same id takes its partitions back at once.
         self.group_instance_id = group_instance_id
-        self.consumer: AIOKafkaConsumer | None = None
+        self.replication_factor = replication_factor  # of the shards topic, as of the namespace topics
+        self.metadata_interval = metadata_interval  # how soon a new namespace's topic is found
+        self.consumer: AIOKafkaConsumer | None = None  # the partitions this process folds, assigned by hand
+        self.shards: Shards | None = None
         self._log: KafkaLog | None = None  # appends derived events
         self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
         self.progress = Progress()
         self.written: dict[TopicPartition, int] = {}  # the checkpoint this process last read or wrote
+        self.next: dict[TopicPartition, int] = {}  # where each assigned partition is read from next
         # The last offset this process folded, per partition: a record at or below it that comes again
         # (a seek back, a refold, records fetched before the rebalance listener's seek) was parked already.
         self.handled: dict[TopicPartition, int] = {}
@@ -204,27 +163,39 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> Progress:
         """Consume until `stop` is set; then leave the group cleanly."""
         self._stop = stop
-        session_ms = max(1, round(self.session_timeout * 1000))
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
-            group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             metadata_max_age_ms=self.metadata_max_age_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
-            session_timeout_ms=session_ms,
-            heartbeat_interval_ms=max(1, session_ms // 3),
-            group_instance_id=self.group_instance_id,
         )
-        self.consumer.subscribe(pattern=self.pattern, listener=_SeekToCheckpoint(self))
+        self.shards = Shards(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
+            topic_prefix=self.topic_prefix,
+            pattern=self.pattern,
+            replication_factor=self.replication_factor,
+            session_timeout=self.session_timeout,
+            group_instance_id=self.group_instance_id,
+            metadata_interval=self.metadata_interval,
+        )
         self.written.clear()
         self.sought.clear()
+        self.next.clear()
         try:
             await self.consumer.start()
+            await self.shards.start(self.consumer)
             loop = asyncio.get_running_loop()
             next_check = loop.time() + self.verify_interval
             while not stop.is_set():
+                if self.shards.changed.is_set():
+                    await self._reassign(self.shards.wanted())
+                if not self.consumer.assignment():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.shards.changed.wait(), 0.2)
+                    continue
                 batches = await self.consumer.getmany(timeout_ms=200, max_records=self.batch_size)
                 sought = {tp: self.sought.get(tp) for tp in batches}
                 for tp, messages in batches.items():
@@ -240,25 +211,75 @@ class Projector:
             )
         finally:
             self.progress.assigned.clear()
-            if stop.is_set():
-                self._leave_as_dynamic()
+            await self.shards.stop(leave=stop.is_set())
             await self.consumer.stop()
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
         return self.progress
 
-    def _leave_as_dynamic(self) -> None:
-        """On a clean stop, make `consumer.stop()` send LeaveGroup, so the others take the partitions now.
+    async def _reassign(self, wanted: set[TopicPartition]) -> None:
+        """Fold `wanted` from now on: partitions kept read on where they were, new ones from their checkpoint.
 
-        aiokafka (like Kafka's own client) sends no LeaveGroup for a static member, which would leave
-        its partitions unowned for the session timeout; the broker accepts a leave by member id from a
-        static member (Kafka 3.9.1; tests/test_recovery.py times the handover). A failure (an outage)
-        keeps the id: the restart in this process rejoins in the member's place at once.
+        `assign` replaces the whole assignment (and drops what was fetched), so every kept partition
+        is sought back to where it was: no store read, no pause beyond one fetch for the others.
         """
-        coordinator = getattr(self.consumer, "_coordinator", None)
-        if coordinator is not None and self.group_instance_id is not None:
-            coordinator._group_instance_id = None
+        consumer = self.consumer
+        assert consumer is not None
+        current = consumer.assignment()
+        if wanted == current:
+            return
+        gained = sorted(wanted - current)
+        projection = self.projection
+        checkpoints: list[int | None] = []
+        for i in range(0, len(gained), CHECKPOINT_READS):  # a few store connections, many partitions
+            some = gained[i : i + CHECKPOINT_READS]
+            checkpoints += await self.retrying(
+                f"reading the checkpoints of {len(gained)} partitions",
+                lambda some=some: asyncio.gather(  # type: ignore[misc]
+                    *(projection.checkpoint(tp.topic, tp.partition) for tp in some)
+                ),
+            )
+        fresh = [tp for tp, c in zip(gained, checkpoints, strict=True) if c is None]
+        starts = (
+            await self.retrying("reading where partitions begin", lambda: consumer.beginning_offsets(fresh))
+            if fresh
+            else {}
+        )
+        for tp in current - wanted:  # dealt to another process
+            for held in (self.written, self.next, self.sought):
+                held.pop(tp, None)
+        kept = {tp: self.next[tp] for tp in wanted & current}
+        consumer.assign(sorted(wanted))
+        for tp, offset in kept.items():
+            consumer.seek(tp, offset)
+        for tp, checkpoint in zip(gained, checkpoints, strict=True):
+            if checkpoint is None:
+                self.written.pop(tp, None)
+                self._seek(tp, starts[tp])
+            else:
+                self.written[tp] = checkpoint
+                self._seek(tp, checkpoint + 1)
+        self.progress.assigned = set(wanted)
+        if len(gained) <= 12:
+            for tp, checkpoint in zip(gained, checkpoints, strict=True):
+                log.info(
+                    "%s: %s[%d] from offset %d",
+                    projection.name,
+                    tp.topic,
+                    tp.partition,
+                    starts[tp] if checkpoint is None else checkpoint + 1,
+                )
+        else:
+            log.info("%s: %d more partitions, each from its checkpoint", projection.name, len(gained))
+        if current - wanted:
+            log.info("%s: %d partitions dealt to other processes", projection.name, len(current - wanted))
+
+    def _seek(self, tp: TopicPartition, offset: int) -> None:
+        assert self.consumer is not None
+        self.consumer.seek(tp, offset)
+        self.next[tp] = offset
+        self.mark_sought(tp)
 
     async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, again and again with backoff while it fails transiently; `_Stopped` once stop is set."""
@@ -293,14 +314,15 @@ class Projector:
 
     async def _refold(self, tp: TopicPartition, why: str) -> None:
         """The view lost what it held of `tp`: fold the partition again from the start of the log."""
-        assert self.consumer is not None
+        consumer = self.consumer
+        assert consumer is not None
         log.warning(
             "%s: %s; refolding %s[%d] from the start of the log", self.projection.name, why, tp.topic, tp.partition
         )
         self.written.pop(tp, None)
         self.progress.refolds += 1
-        await self.consumer.seek_to_beginning(tp)
-        self.mark_sought(tp)
+        start = await self.retrying("reading where a partition begins", lambda: consumer.beginning_offsets([tp]))
+        self._seek(tp, start[tp])
 
     def mark_sought(self, tp: TopicPartition) -> None:
         self._seeks += 1
@@ -338,8 +360,7 @@ class Projector:
                     stored,
                 )
                 self.written[tp] = stored
-                self.consumer.seek(tp, stored + 1)
-                self.mark_sought(tp)
+                self._seek(tp, stored + 1)
 
     async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
         records = []
@@ -384,17 +405,12 @@ class Projector:
                 # Folding from the start of the log already (found gone, or never there): the store
                 # still remembered the checkpoint it lost, and has forgotten it now. Write again.
         self.written[tp] = messages[-1].offset
+        self.next[tp] = messages[-1].offset + 1
         self.handled[tp] = max(handled, messages[-1].offset)
         if applied is not None:
             self.progress.events += applied.events
             self.progress.skipped += len(records) - applied.events
         self.progress.batches += 1
-        # Advisory only: on restart we seek to the view's own checkpoint. A broker or coordinator
-        # that is away, or a rebalance under way, loses nothing here.
-        try:
-            await self.consumer.commit({tp: messages[-1].offset + 1})
-        except KafkaError as exc:
-            log.debug("%s: advisory commit of %s failed: %s", self.projection.name, where, exc)
 
     async def _append_derived(self, event: Event) -> None:
         if self._log is None:

@@ -72,6 +72,7 @@ async def _serve(
                 batch_size=batch_size,
                 session_timeout=session_timeout,
                 group_instance_id=instance_id,
+                replication_factor=log_config.replication_factor,
             )
         )
         say(

@@ -102,7 +102,7 @@ async def test_two_processes_share_partitions_and_lag_drains_to_zero(
         errors = [stop(first_proc), stop(second_proc)]
     # Each process got some of the 4 partitions of each view's consumer group.
     for err in errors:
-        assert "from offset" in err and "stopped cleanly" in err
+        assert "from offset" in err and "stopped cleanly" in err, err
     proc = subprocess.run(
         [sys.executable, "-m", "helix_es.cli", "lag", "--config", str(path), "--json", "--max", "0"],
         cwd=ROOT,

@@ -92,8 +92,9 @@ def instance_id(log: Path) -> str | None:
     return found.group(1) if found else None
 
 
-async def members(kafka: str, group: str) -> dict[str, set[int]]:
-    """The group's members (static ones are named after their instance id) and their partitions."""
+async def members(kafka: str, group: str, topic: str) -> dict[str, set[int]]:
+    """The group's members (static ones are named after their instance id) and the partitions of `topic`
+    each folds: the group deals shards (`projectors.shards`), each partition belongs to one."""
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
     await admin.start()
     try:
@@ -104,7 +105,8 @@ async def members(kafka: str, group: str) -> dict[str, set[int]]:
         out = {}
         for member_id, _, _, _, assignment in found:
             parts = ConsumerProtocolMemberAssignment.decode(assignment).assignment if assignment else []
-            out[member_id] = {p for _, ps in parts for p in ps}
+            shards = {p for _, ps in parts for p in ps}
+            out[member_id] = {p for p in range(PARTITIONS) if names.shard_of(topic, p, names.SHARDS) in shards}
         return out
     finally:
         await admin.close()
@@ -218,12 +220,13 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
 ) -> None:
     cfg = projectors.cfg
     group = names.consumer_group(views(cfg)[0], "redis", cfg["log"]["topic_prefix"])
+    topic = names.topic(_ns(projectors), cfg["log"]["topic_prefix"])
     explicit = unique("pod")  # as a Kubernetes pod name would be given
     kept, kept_log = projectors.start("--instance-id", explicit)
     doomed, doomed_log = projectors.start()  # the host's first free slot
 
     async def both_hold_partitions() -> bool:
-        held = await members(kafka_bootstrap, group)
+        held = await members(kafka_bootstrap, group, topic)
         return len(held) == 2 and all(held.values())
 
     # The topic exists once a first add made it; the group forms around it.
@@ -232,7 +235,7 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
     await wait_for(both_hold_partitions, 30, "both projectors to hold partitions")
     doomed_id = instance_id(doomed_log)
     assert instance_id(kept_log) == explicit and doomed_id is not None and doomed_id.endswith("-0")
-    held = await members(kafka_bootstrap, group)
+    held = await members(kafka_bootstrap, group, topic)
     [lost] = [parts for member, parts in held.items() if member.startswith(f"{doomed_id}-")]
     doomed.kill()  # for good: nothing takes its slot
     doomed.wait(30)
@@ -263,13 +266,14 @@ async def test_a_projector_stopped_by_sigterm_hands_its_partitions_over_at_once(
     """A static member's client sends no LeaveGroup by itself; the projector leaves explicitly on a clean stop."""
     cfg = projectors.cfg
     group = names.consumer_group(views(cfg)[0], "redis", cfg["log"]["topic_prefix"])
+    topic = names.topic(_ns(projectors), cfg["log"]["topic_prefix"])
     kept, _ = projectors.start()
     leaving, leaving_log = projectors.start()
     async with open_memory(cfg, session_id="warm", agent="a0") as mem:
         await mem.add(Message("user", "warm up"))
 
     async def held() -> dict[str, set[int]]:
-        return await members(kafka_bootstrap, group)
+        return await members(kafka_bootstrap, group, topic)
 
     await wait_for(lambda: _count(held, lambda h: len(h) == 2 and all(h.values())), 30, "both to hold partitions")
     asked = time.monotonic()

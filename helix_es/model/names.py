@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterable, Sequence
 
 from helix_es.model.errors import ConfigError, InvalidInput
@@ -132,6 +133,20 @@ def dlq_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
 
 def namespace_of(topic_name: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     return topic_name[len(prefix) + 1 :]
+
+
+SHARDS = 64  # a view's partitions are dealt to at most this many projector processes
+
+
+def shards_topic(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """The empty topic whose partitions (shards) a view's projector processes share in its consumer group."""
+    return "helix.projector.shards" if prefix == DEFAULT_TOPIC_PREFIX else f"{prefix}-shards"
+
+
+def shard_of(topic: str, partition: int, shards: int) -> int:
+    """The shard a topic-partition belongs to: a topic's partitions on consecutive shards, so a group's
+    round-robin deal of the shards spreads one namespace's partitions over its processes."""
+    return (zlib.crc32(topic.encode()) + partition) % shards
 
 
 def consumer_group(view: str, store: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:

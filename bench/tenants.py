@@ -1,0 +1,371 @@
+"""Many tenants: one projector process serving 1,000 namespaces while new ones appear.
+
+    python bench/tenants.py [--namespaces 1000] [--partitions 6] [--seconds 60] [--sessions 20] [--json]
+
+Needs HELIX_KAFKA_BOOTSTRAP and HELIX_REDIS_URL. Creates `--namespaces` namespace topics
+(`--partitions` each, the log's default is 6) with one add in each, starts a real
+`helix-es project` for a sliding window in Redis over all of them (namespace glob), and measures:
+
+1. **start**: how long the projector takes from start until every view checkpoint is at the end;
+2. **idle**: the projector's CPU (share of one core, over 20 s) and resident memory;
+3. **new namespace**: one new namespace per second for `--seconds` seconds; each one's first
+   add, until a read-your-writes `get` returns it (topic creation included), next to the anchor:
+   creating a topic and a first acked produce with raw aiokafka, in the same run;
+4. **existing namespaces under churn**: meanwhile `--sessions` sessions in existing namespaces
+   add and `get` in turn (add-to-visible), p50 / p99 / max, next to the same before the churn and
+   to raw aiokafka produce-to-consume in the same run.
+
+Everything it made (topics, keys) is deleted at the end; its empty consumer group expires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from helix_es import Message, open_memory
+from helix_es.log.kafka import TOPIC_CONFIGS
+from projectors.lag import lag
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def say(text: str) -> None:
+    print(f"tenants: {text}", file=sys.stderr, flush=True)
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "p50_ms": statistics.median(samples) * 1000,
+        "p99_ms": pct(samples, 0.99) * 1000,
+        "max_ms": max(samples) * 1000,
+    }
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.bootstrap = os.environ["HELIX_KAFKA_BOOTSTRAP"]
+        self.redis_url = os.environ["HELIX_REDIS_URL"]
+        run = uuid.uuid4().hex[:6]
+        self.prefix = f"bench-tn-{run}"
+        self.ns_head = f"tn{run}"
+        self.namespaces = [f"{self.ns_head}-{i:04d}" for i in range(args.namespaces)]
+        self.new_count = 0
+        self.tmp = Path(tempfile.mkdtemp(prefix="helix-tenants-"))
+
+    def memory(self, namespace: str, consistency: str = "read-your-writes") -> dict[str, Any]:
+        return {
+            "log": {
+                "type": "kafka",
+                "bootstrap_servers": self.bootstrap,
+                "topic_prefix": self.prefix,
+                "partitions": self.args.partitions,
+            },
+            "memory": {
+                "type": "sliding-window",
+                "window_size": 20,
+                "store": "redis",
+                "redis_url": self.redis_url,
+                "namespace": namespace,
+                "read_timeout": 60,
+                "consistency": consistency,
+            },
+        }
+
+    def topic(self, namespace: str) -> str:
+        return f"{self.prefix}.{namespace}"
+
+    async def create_topics(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            for start in range(0, len(self.namespaces), 100):
+                chunk = self.namespaces[start : start + 100]
+                new = [NewTopic(self.topic(ns), self.args.partitions, 1, topic_configs=TOPIC_CONFIGS) for ns in chunk]
+                await admin.create_topics(new)
+                say(f"created {start + len(chunk)}/{len(self.namespaces)} topics")
+        finally:
+            await admin.close()
+
+    async def seed(self) -> None:
+        """One add in every namespace, so each has a view and a checkpoint."""
+        gate = asyncio.Semaphore(50)
+
+        async def one(ns: str) -> None:
+            async with gate, open_memory(self.memory(ns, "eventual"), session_id="s0") as mem:
+                await mem.add(Message("user", f"hello from {ns}"))
+
+        done = 0
+        for start in range(0, len(self.namespaces), 200):
+            await asyncio.gather(*(one(ns) for ns in self.namespaces[start : start + 200]))
+            done += len(self.namespaces[start : start + 200])
+            say(f"seeded {done}/{len(self.namespaces)} namespaces")
+
+    def start_projector(self) -> subprocess.Popen[bytes]:
+        cfg = self.memory(f"{self.ns_head}-*")
+        path = self.tmp / "projector.json"
+        path.write_text(json.dumps(cfg))
+        self.config_path = path
+        log = open(self.tmp / "projector.log", "wb")  # noqa: SIM115
+        return subprocess.Popen(
+            [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)], cwd=ROOT, stderr=log
+        )
+
+    async def caught_up(self, timeout: float) -> float:
+        t = time.perf_counter()
+        while time.perf_counter() - t < timeout:
+            report = await lag(str(self.config_path))
+            if report.partitions and report.total() == 0:
+                return time.perf_counter() - t
+            await asyncio.sleep(0.5)
+        raise TimeoutError(f"the projector did not catch up in {timeout:.0f} s; see {self.tmp / 'projector.log'}")
+
+    @staticmethod
+    def cpu_seconds(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def rss_mb(pid: int) -> float:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    async def idle(self, pid: int, seconds: float = 20.0) -> dict[str, float]:
+        c0, t0 = self.cpu_seconds(pid), time.perf_counter()
+        await asyncio.sleep(seconds)
+        cpu = (self.cpu_seconds(pid) - c0) / (time.perf_counter() - t0)
+        return {"cpu_share_of_a_core": cpu, "rss_mb": self.rss_mb(pid)}
+
+    async def existing(self, stop: asyncio.Event, out: list[float], stack: AsyncExitStack) -> None:
+        """`--sessions` sessions in existing namespaces, each adding then reading in turn until `stop`."""
+        rng = random.Random(7)
+        chosen = rng.sample(self.namespaces, min(self.args.sessions, len(self.namespaces)))
+        mems = [await stack.enter_async_context(open_memory(self.memory(ns), session_id="s0")) for ns in chosen]
+
+        async def loop(mem: Any, k: int) -> None:
+            i = 0
+            while not stop.is_set():
+                text = f"turn {k}-{i}"
+                t = time.perf_counter()
+                await mem.add(Message("user", text))
+                got = await mem.get()
+                out.append(time.perf_counter() - t)
+                assert got[-1].content == text, (got[-1], text)
+                i += 1
+                await asyncio.sleep(0.02)
+
+        await asyncio.gather(*(loop(m, k) for k, m in enumerate(mems)))
+
+    async def new_namespace(self) -> float:
+        ns = f"{self.ns_head}-new{self.new_count:04d}"
+        self.new_count += 1
+        t = time.perf_counter()
+        async with open_memory(self.memory(ns), session_id="first") as mem:
+            await mem.add(Message("user", f"first words in {ns}"))
+            got = await mem.get()
+        took = time.perf_counter() - t
+        assert [m.content for m in got] == [f"first words in {ns}"], got
+        return took
+
+    async def churn(self, seconds: float) -> list[float]:
+        out: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            out.append(await self.new_namespace())
+            say(f"new namespace {len(out)}: visible after {out[-1] * 1000:.0f} ms")
+            await asyncio.sleep(max(0.0, 1.0 - (time.perf_counter() - t)))
+        return out
+
+    async def anchor_new_topic(self, n: int = 10) -> list[float]:
+        """Raw aiokafka: create a topic and wait for a first acked produce to it."""
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True)
+        await admin.start()
+        await producer.start()
+        out = []
+        try:
+            for i in range(n):
+                topic = f"{self.prefix}-anchor.{i}"
+                t = time.perf_counter()
+                await admin.create_topics([NewTopic(topic, self.args.partitions, 1, topic_configs=TOPIC_CONFIGS)])
+                await producer.send_and_wait(topic, b"first", key=b"k")
+                out.append(time.perf_counter() - t)
+        finally:
+            await producer.stop()
+            await admin.close()
+        return out
+
+    async def anchor_visible(self, n: int = 300) -> list[float]:
+        """Raw aiokafka produce (acks=all) until a consumer has the record: the add-to-visible floor."""
+        topic = f"{self.prefix}-anchor.visible"
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=TOPIC_CONFIGS)])
+        await admin.close()
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, isolation_level="read_committed")
+        await producer.start()
+        await consumer.start()
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        waiting: dict[bytes, asyncio.Future[None]] = {}
+
+        async def consume() -> None:
+            while True:
+                for msgs in (await consumer.getmany(timeout_ms=200)).values():
+                    for m in msgs:
+                        fut = waiting.pop(m.value, None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(None)
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.5)
+        out = []
+        try:
+            for i in range(n):
+                payload = f"visible-{i}".encode()
+                fut = asyncio.get_running_loop().create_future()
+                waiting[payload] = fut
+                t = time.perf_counter()
+                await producer.send_and_wait(topic, payload, partition=0)
+                await asyncio.wait_for(fut, 30)
+                out.append(time.perf_counter() - t)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await consumer.stop()
+            await producer.stop()
+        return out
+
+    async def cleanup(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            mine = [t for t in await admin.list_topics() if t.startswith(self.prefix)]
+            for start in range(0, len(mine), 200):
+                await admin.delete_topics(mine[start : start + 200])
+        finally:
+            await admin.close()
+        client = aioredis.from_url(self.redis_url)
+        try:
+            batch = []
+            async for key in client.scan_iter(match=f"helix:memory:{self.ns_head}-*", count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    await client.delete(*batch)
+                    batch.clear()
+            if batch:
+                await client.delete(*batch)
+            async for key in client.scan_iter(match=f"helix:*{self.prefix}*", count=1000):
+                await client.delete(key)
+        finally:
+            await client.aclose()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    bench = Bench(args)
+    out: dict[str, Any] = {"namespaces": args.namespaces, "partitions": args.partitions}
+    projector = None
+    try:
+        t = time.perf_counter()
+        await bench.create_topics()
+        await bench.seed()
+        say(f"{args.namespaces} namespaces ready in {time.perf_counter() - t:.0f} s; starting the projector")
+        projector = bench.start_projector()
+        out["start_to_caught_up_s"] = await bench.caught_up(600)
+        say(f"projector caught up {out['start_to_caught_up_s']:.1f} s after its start; idle for 20 s")
+        out["idle"] = await bench.idle(projector.pid)
+        say(f"idle: {out['idle']['cpu_share_of_a_core'] * 100:.1f}% of a core, {out['idle']['rss_mb']:.0f} MB")
+        out["anchor_visible"] = summary(await bench.anchor_visible())
+        out["anchor_new_topic"] = summary(await bench.anchor_new_topic())
+        async with AsyncExitStack() as stack:
+            stop = asyncio.Event()
+            calm: list[float] = []
+            task = asyncio.create_task(bench.existing(stop, calm, stack))
+            await asyncio.sleep(15)
+            stop.set()
+            await task
+            out["existing_calm"] = summary(calm[len(calm) // 10 :])
+            say(f"existing namespaces, no churn: {out['existing_calm']}")
+        async with AsyncExitStack() as stack:
+            stop = asyncio.Event()
+            busy: list[float] = []
+            task = asyncio.create_task(bench.existing(stop, busy, stack))
+            await asyncio.sleep(3)
+            skip = len(busy)
+            new = await bench.churn(args.seconds)
+            stop.set()
+            await task
+            out["new_namespace_first_add_visible"] = summary(new)
+            out["existing_under_churn"] = summary(busy[skip:])
+        out["projector_rss_mb_after"] = bench.rss_mb(projector.pid)
+    finally:
+        if projector is not None:
+            projector.send_signal(signal.SIGTERM)
+            try:
+                projector.wait(60)
+            except subprocess.TimeoutExpired:
+                projector.kill()
+        say("cleaning up")
+        await bench.cleanup()
+    return out
+
+
+def report(out: dict[str, Any]) -> str:
+    def row(name: str, s: dict[str, float]) -> str:
+        return f"| {name} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['max_ms']:.1f} | {s['n']} |"
+
+    lines = [
+        f"{out['namespaces']} namespaces x {out['partitions']} partitions; projector caught up "
+        f"{out['start_to_caught_up_s']:.1f} s after start; idle {out['idle']['cpu_share_of_a_core'] * 100:.1f}% "
+        f"of a core, {out['idle']['rss_mb']:.0f} MB resident ({out['projector_rss_mb_after']:.0f} MB at the end)",
+        "",
+        "| figure | p50 ms | p99 ms | max ms | n |",
+        "|---|---|---|---|---|",
+        row("new namespace: first add visible (one new namespace a second)", out["new_namespace_first_add_visible"]),
+        row("anchor: raw create topic + first acked produce", out["anchor_new_topic"]),
+        row("existing namespaces: add-to-visible, no new namespaces", out["existing_calm"]),
+        row("existing namespaces: add-to-visible while one appears a second", out["existing_under_churn"]),
+        row("anchor: raw aiokafka produce-to-consume", out["anchor_visible"]),
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--namespaces", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = asyncio.run(main(args))
+    print(json.dumps(result, indent=2) if args.json else report(result))
