@@ -1,19 +1,21 @@
 """Many tenants: one projector process serving 1,000 namespaces while new ones appear.
 
-    python bench/tenants.py [--namespaces 1000] [--partitions 6] [--seconds 60] [--sessions 20] [--json]
+    python bench/tenants.py [--namespaces 1000] [--partitions 6] [--seconds 60] [--sessions 20] [--pause 0.25] [--json]
 
 Needs HELIX_KAFKA_BOOTSTRAP and HELIX_REDIS_URL. Creates `--namespaces` namespace topics
 (`--partitions` each, the log's default is 6) with one add in each, starts a real
 `helix-es project` for a sliding window in Redis over all of them (namespace glob), and measures:
 
 1. **start**: how long the projector takes from start until every view checkpoint is at the end;
-2. **idle**: the projector's CPU (share of one core, over 20 s) and resident memory;
+2. **idle**: the projector's CPU (share of one core, over 20 s, once the partitions that had
+   records went back to the idle consumer) and resident memory;
 3. **new namespace**: one new namespace per second for `--seconds` seconds; each one's first
    add, until a read-your-writes `get` returns it (topic creation included), next to the anchor:
    creating a topic and a first acked produce with raw aiokafka, in the same run;
 4. **existing namespaces under churn**: meanwhile `--sessions` sessions in existing namespaces
-   add and `get` in turn (add-to-visible), p50 / p99 / max, next to the same before the churn and
-   to raw aiokafka produce-to-consume in the same run.
+   add and `get` in turn (add-to-visible), one turn every `--pause` seconds each (an agent's
+   pace), p50 / p99 / max, next to the same before the churn and to raw aiokafka
+   produce-to-consume in the same run.
 
 Everything it made (topics, keys) is deleted at the end; its empty consumer group expires.
 """
@@ -43,12 +45,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from helix_es import Message, open_memory
 from helix_es.log.kafka import TOPIC_CONFIGS
 from projectors.lag import lag
+from projectors.tiers import IDLE_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def say(text: str) -> None:
-    print(f"tenants: {text}", file=sys.stderr, flush=True)
+    print(f"tenants {time.strftime('%H:%M:%S')}: {text}", file=sys.stderr, flush=True)
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -138,9 +141,14 @@ class Bench:
     async def caught_up(self, timeout: float) -> float:
         t = time.perf_counter()
         while time.perf_counter() - t < timeout:
-            report = await lag(str(self.config_path))
+            try:
+                report = await lag(str(self.config_path))
+            except Exception as exc:  # a broker still electing leaders of thousands of new partitions
+                say(f"lag not readable yet ({type(exc).__name__}); again")
+                continue
             if report.partitions and report.total() == 0:
                 return time.perf_counter() - t
+            say(f"projector {report.total()} events behind")
             await asyncio.sleep(0.5)
         raise TimeoutError(f"the projector did not catch up in {timeout:.0f} s; see {self.tmp / 'projector.log'}")
 
@@ -178,7 +186,7 @@ class Bench:
                 out.append(time.perf_counter() - t)
                 assert got[-1].content == text, (got[-1], text)
                 i += 1
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(self.args.pause)
 
         await asyncio.gather(*(loop(m, k) for k, m in enumerate(mems)))
 
@@ -188,6 +196,7 @@ class Bench:
         t = time.perf_counter()
         async with open_memory(self.memory(ns), session_id="first") as mem:
             await mem.add(Message("user", f"first words in {ns}"))
+            self.added = time.perf_counter() - t
             got = await mem.get()
         took = time.perf_counter() - t
         assert [m.content for m in got] == [f"first words in {ns}"], got
@@ -199,7 +208,7 @@ class Bench:
         while time.perf_counter() < deadline:
             t = time.perf_counter()
             out.append(await self.new_namespace())
-            say(f"new namespace {len(out)}: visible after {out[-1] * 1000:.0f} ms")
+            say(f"new namespace {len(out)}: added in {self.added * 1000:.0f} ms, visible after {out[-1] * 1000:.0f} ms")
             await asyncio.sleep(max(0.0, 1.0 - (time.perf_counter() - t)))
         return out
 
@@ -301,7 +310,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         say(f"{args.namespaces} namespaces ready in {time.perf_counter() - t:.0f} s; starting the projector")
         projector = bench.start_projector()
         out["start_to_caught_up_s"] = await bench.caught_up(600)
-        say(f"projector caught up {out['start_to_caught_up_s']:.1f} s after its start; idle for 20 s")
+        # Partitions that had records are fetched apart for IDLE_SECONDS after (projectors.tiers).
+        say(
+            f"projector caught up {out['start_to_caught_up_s']:.1f} s after its start; "
+            f"idle for {IDLE_SECONDS + 25:.0f} s"
+        )
+        await asyncio.sleep(IDLE_SECONDS + 5)
         out["idle"] = await bench.idle(projector.pid)
         say(f"idle: {out['idle']['cpu_share_of_a_core'] * 100:.1f}% of a core, {out['idle']['rss_mb']:.0f} MB")
         out["anchor_visible"] = summary(await bench.anchor_visible())
@@ -365,6 +379,7 @@ if __name__ == "__main__":
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--pause", type=float, default=0.25, help="seconds between a session's turns")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = asyncio.run(main(args))

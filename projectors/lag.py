@@ -2,7 +2,7 @@
 
 A view's lag on a partition is the log's end offset minus the next offset the view would
 apply (its checkpoint + 1). It is read from the views' own checkpoints, not from Kafka's
-consumer offsets, which are only advisory here. `helix-es lag` prints it (helix_es.cli.lag).
+consumer offsets (projectors commit none). `helix-es lag` prints it (helix_es.cli.lag).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from helix_es.log.kafka import track
 from helix_es.model import names
 from helix_es.projection.aliases import current_target, target_projection
 from helix_es.projection.factory import open_store
@@ -57,6 +58,7 @@ async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
+        await track(consumer, {tp.topic for tp in tps})
         return dict(await consumer.end_offsets(tps))
     finally:
         await consumer.stop()

@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 
 import asyncpg
 import redis.exceptions as redis_errors
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from helix_es.log.check import Checker
@@ -46,6 +46,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.deadletter import DeadLetters
 from projectors.shards import Shards
+from projectors.tiers import Tiers
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ RETRY_FIRST = 0.1  # seconds before the first retry of a store write; doubles up
 RETRY_MAX = 5.0
 RESTART_FIRST = 0.5  # seconds before a projector stopped by an outage starts again; doubles up to RESTART_MAX
 RESTART_MAX = 30.0
-CHECKPOINT_READS = 64  # checkpoints read at once when partitions are dealt to this process
+CHECKPOINT_READS = 64  # checkpoints read at once (partitions dealt to this process, the periodic check)
+VERIFY_STEP = 0.1  # seconds between the periodic check's steps through many partitions
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
@@ -120,7 +122,6 @@ class Projector:
         topic_prefix: str = names.DEFAULT_TOPIC_PREFIX,
         batch_size: int = 500,
         codec: Codec | None = None,
-        metadata_max_age_ms: int = 1000,
         session_timeout: float = 10.0,
         verify_interval: float = 5.0,
         namespaces: Sequence[str] | None = None,
@@ -136,20 +137,20 @@ class Projector:
         self.batch_size = batch_size
         self.codec = codec or Codec()
         self.check = Checker(topic_prefix)
-        self.metadata_max_age_ms = metadata_max_age_ms
         self.session_timeout = session_timeout  # how soon the group gives a dead process's partitions away
         self.verify_interval = verify_interval  # how often stored checkpoints are checked against `written`
         # Static membership (projectors.instance): a restart under the same id takes its partitions back at once.
         self.group_instance_id = group_instance_id
         self.replication_factor = replication_factor  # of the shards topic, as of the namespace topics
         self.metadata_interval = metadata_interval  # how soon a new namespace's topic is found
-        self.consumer: AIOKafkaConsumer | None = None  # the partitions this process folds, assigned by hand
+        self.consumer: Tiers | None = None  # the partitions this process folds, assigned by hand
         self.shards: Shards | None = None
         self._log: KafkaLog | None = None  # appends derived events
         self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
         self.progress = Progress()
         self.written: dict[TopicPartition, int] = {}  # the checkpoint this process last read or wrote
         self.next: dict[TopicPartition, int] = {}  # where each assigned partition is read from next
+        self._unverified: list[TopicPartition] = []  # the periodic check's round, still to check
         # The last offset this process folded, per partition: a record at or below it that comes again
         # (a seek back, a refold, records fetched before the rebalance listener's seek) was parked already.
         self.handled: dict[TopicPartition, int] = {}
@@ -163,14 +164,7 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> Progress:
         """Consume until `stop` is set; then leave the group cleanly."""
         self._stop = stop
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            metadata_max_age_ms=self.metadata_max_age_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
+        self.consumer = Tiers(self.bootstrap_servers)
         self.shards = Shards(
             bootstrap_servers=self.bootstrap_servers,
             group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
@@ -186,24 +180,24 @@ class Projector:
         self.next.clear()
         try:
             await self.consumer.start()
-            await self.shards.start(self.consumer)
+            await self.shards.start()
             loop = asyncio.get_running_loop()
             next_check = loop.time() + self.verify_interval
             while not stop.is_set():
                 if self.shards.changed.is_set():
                     await self._reassign(self.shards.wanted())
-                if not self.consumer.assignment():
+                if not self.consumer.assigned:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.shards.changed.wait(), 0.2)
                     continue
-                batches = await self.consumer.getmany(timeout_ms=200, max_records=self.batch_size)
-                sought = {tp: self.sought.get(tp) for tp in batches}
-                for tp, messages in batches.items():
+                batches = await self.consumer.poll(self.batch_size)
+                sought = {tp: self.sought.get(tp) for tp, _ in batches}
+                for tp, messages in batches:
                     if sought[tp] is not None and self.sought.get(tp) == sought[tp]:
                         await self._fold(tp, messages)
+                self.consumer.settle(self.next)
                 if loop.time() >= next_check:
-                    await self._verify()
-                    next_check = loop.time() + self.verify_interval
+                    next_check = loop.time() + await self._verify()
         except _Stopped:
             log.warning(
                 "%s: stopped while a write was failing; the batch in hand is re-read on the next start",
@@ -226,11 +220,12 @@ class Projector:
         """
         consumer = self.consumer
         assert consumer is not None
-        current = consumer.assignment()
+        current = set(consumer.assigned)
         if wanted == current:
             return
         gained = sorted(wanted - current)
         projection = self.projection
+
         checkpoints: list[int | None] = []
         for i in range(0, len(gained), CHECKPOINT_READS):  # a few store connections, many partitions
             some = gained[i : i + CHECKPOINT_READS]
@@ -240,26 +235,20 @@ class Projector:
                     *(projection.checkpoint(tp.topic, tp.partition) for tp in some)
                 ),
             )
-        fresh = [tp for tp, c in zip(gained, checkpoints, strict=True) if c is None]
-        starts = (
-            await self.retrying("reading where partitions begin", lambda: consumer.beginning_offsets(fresh))
-            if fresh
-            else {}
-        )
         for tp in current - wanted:  # dealt to another process
             for held in (self.written, self.next, self.sought):
                 held.pop(tp, None)
-        kept = {tp: self.next[tp] for tp in wanted & current}
-        consumer.assign(sorted(wanted))
-        for tp, offset in kept.items():
-            consumer.seek(tp, offset)
         for tp, checkpoint in zip(gained, checkpoints, strict=True):
             if checkpoint is None:
+                # From the start: offset 0, or where the log begins (the consumer resets to the earliest
+                # offset), without asking the brokers first, which waits while a new topic elects leaders.
                 self.written.pop(tp, None)
-                self._seek(tp, starts[tp])
+                self.next[tp] = 0
             else:
                 self.written[tp] = checkpoint
-                self._seek(tp, checkpoint + 1)
+                self.next[tp] = checkpoint + 1
+            self.mark_sought(tp)
+        consumer.assign(wanted, self.next, {tp for tp, c in zip(gained, checkpoints, strict=True) if c is None})
         self.progress.assigned = set(wanted)
         if len(gained) <= 12:
             for tp, checkpoint in zip(gained, checkpoints, strict=True):
@@ -268,7 +257,7 @@ class Projector:
                     projection.name,
                     tp.topic,
                     tp.partition,
-                    starts[tp] if checkpoint is None else checkpoint + 1,
+                    0 if checkpoint is None else checkpoint + 1,
                 )
         else:
             log.info("%s: %d more partitions, each from its checkpoint", projection.name, len(gained))
@@ -314,46 +303,47 @@ class Projector:
 
     async def _refold(self, tp: TopicPartition, why: str) -> None:
         """The view lost what it held of `tp`: fold the partition again from the start of the log."""
-        consumer = self.consumer
-        assert consumer is not None
         log.warning(
             "%s: %s; refolding %s[%d] from the start of the log", self.projection.name, why, tp.topic, tp.partition
         )
         self.written.pop(tp, None)
         self.progress.refolds += 1
-        start = await self.retrying("reading where a partition begins", lambda: consumer.beginning_offsets([tp]))
-        self._seek(tp, start[tp])
+        self._seek(tp, 0)  # the consumer resets to where the log begins
 
     def mark_sought(self, tp: TopicPartition) -> None:
         self._seeks += 1
         self.sought[tp] = self._seeks
 
-    async def _verify(self) -> None:
-        """Check the stored checkpoints of the partitions this process holds against what it wrote."""
+    async def _verify(self) -> float:
+        """Check the next few stored checkpoints against what this process wrote; seconds to the next check.
+
+        A few at a time (`CHECKPOINT_READS`, read at once), so that thousands of partitions never
+        hold up the folding: a round over all of them starts every `verify_interval` seconds.
+        """
         assert self.consumer is not None
-        for tp, written in list(self.written.items()):
-            try:
-                stored = await self.projection.checkpoint(tp.topic, tp.partition)
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-                log.warning(
-                    "%s: could not check the checkpoint of %s[%d] (%s: %s)",
-                    self.projection.name,
-                    tp.topic,
-                    tp.partition,
-                    type(exc).__name__,
-                    exc,
-                )
-                return
-            if tp not in self.written or tp not in self.consumer.assignment():
-                continue  # revoked meanwhile
+        if not self._unverified:
+            self._unverified = list(self.written)
+            if not self._unverified:
+                return self.verify_interval
+        some, self._unverified = self._unverified[:CHECKPOINT_READS], self._unverified[CHECKPOINT_READS:]
+        projection = self.projection
+        try:
+            found = await asyncio.gather(*(projection.checkpoint(tp.topic, tp.partition) for tp in some))
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            log.warning("%s: could not check checkpoints (%s: %s)", projection.name, type(exc).__name__, exc)
+            return self.verify_interval
+        for tp, stored in zip(some, found, strict=True):
+            written = self.written.get(tp)
+            if written is None or tp not in self.consumer.assigned:
+                continue  # dealt away, or refolding, meanwhile
             if stored is None:
                 await self._refold(tp, f"the checkpoint of {tp.topic}[{tp.partition}] is gone (was {written})")
             elif stored < written:
                 log.warning(
                     "%s: the checkpoint of %s[%d] went back from %d to %d; folding again from there",
-                    self.projection.name,
+                    projection.name,
                     tp.topic,
                     tp.partition,
                     written,
@@ -361,6 +351,7 @@ class Projector:
                 )
                 self.written[tp] = stored
                 self._seek(tp, stored + 1)
+        return VERIFY_STEP if self._unverified else self.verify_interval
 
     async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
         records = []
@@ -381,7 +372,7 @@ class Projector:
                 continue
             records.append(Record(event, Position(tp.topic, tp.partition, m.offset)))
         assert self.consumer is not None
-        if tp not in self.consumer.assignment():
+        if tp not in self.consumer.assigned:
             return  # revoked while this batch was decoded: its new owner folds it from the checkpoint
         highwater = self.consumer.highwater(tp)
         live = highwater is None or messages[-1].offset + 1 >= highwater

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from helix_es.log.kafka import create_topic
@@ -78,6 +79,9 @@ class Shards:
             partition_assignment_strategy=(RoundRobinPartitionAssignor,),
         )
         self.group_instance_id = group_instance_id
+        # Its own connections: a broker answers a connection's requests in order, and a consumer's
+        # connection may be holding a long poll.
+        self.metadata = AIOKafkaClient(bootstrap_servers=bootstrap_servers)
         self.owned: set[int] = set()
         self.count = names.SHARDS  # the shards topic's partitions, once read
         self.topics: dict[str, int] = {}  # namespace topic -> partitions
@@ -85,13 +89,14 @@ class Shards:
         self._shard: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self, data: AIOKafkaConsumer) -> None:
-        """Join the group; watch the topics through `data`'s client (which is already started)."""
+    async def start(self) -> None:
+        """Join the group and watch the topics."""
         await self._ensure_topic()
+        await self.metadata.bootstrap()
         self.group.subscribe([self.topic], listener=_Owned(self))
         await self.group.start()
-        await self._look(data)  # the first deal needs the topics
-        self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self._watch(data))]
+        await self._look()  # the first deal needs the topics
+        self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self._watch())]
 
     async def _ensure_topic(self) -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
@@ -108,16 +113,16 @@ class Shards:
         while True:
             await self.group.getmany(timeout_ms=1000)
 
-    async def _watch(self, data: AIOKafkaConsumer) -> None:
+    async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self.metadata_interval)
             try:
-                await self._look(data)
+                await self._look()
             except Exception as exc:  # a broker away: the next look tries again; what we have stays
                 log.debug("could not read the cluster's topics: %s", exc)
 
-    async def _look(self, data: AIOKafkaConsumer) -> None:
-        cluster = await data._client.fetch_all_metadata()
+    async def _look(self) -> None:
+        cluster = await self.metadata.fetch_all_metadata()
         topics = {}
         for topic in cluster.topics():
             if self.pattern.match(topic):
@@ -158,3 +163,4 @@ class Shards:
             if coordinator is not None and self.group_instance_id is not None:
                 coordinator._group_instance_id = None
         await self.group.stop()
+        await self.metadata.close()

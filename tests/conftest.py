@@ -431,3 +431,28 @@ def redis_cluster_url() -> str:
             "HELIX_REDIS_CLUSTER_URL",
         )
     return done.stdout.strip().rpartition("=")[2]
+
+
+async def members(kafka: str, group: str, topic: str, partitions: int) -> dict[str, set[int]]:
+    """The group's members (static ones are named after their instance id) and the partitions of `topic`
+    each folds: the group deals shards (`projectors.shards`), each partition belongs to one."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+
+    from helix_es.model import names
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        [described] = await admin.describe_consumer_groups([group])
+        [(_, _, state, _, _, found)] = described.groups
+        if state != "Stable":
+            return {}
+        out = {}
+        for member_id, _, _, _, assignment in found:
+            parts = ConsumerProtocolMemberAssignment.decode(assignment).assignment if assignment else []
+            shards = {p for _, ps in parts for p in ps}
+            out[member_id] = {p for p in range(partitions) if names.shard_of(topic, p, names.SHARDS) in shards}
+        return out
+    finally:
+        await admin.close()

@@ -17,7 +17,7 @@ from helix_es.log.codec import Codec, event_to_record
 from helix_es.model import names
 from helix_es.model.events import Event, MessageAdded
 from projectors.lag import lag
-from tests.conftest import topic_values, unique, wait_for
+from tests.conftest import members, topic_values, unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,6 +87,15 @@ async def test_two_processes_share_partitions_and_lag_drains_to_zero(
 
     first_proc, second_proc = project(path), project(path)
     try:
+        topic = names.topic(ns, prefix)
+        for view, store in (("sliding-window-3", "redis"), ("conversation", "postgres")):
+            group = names.consumer_group(view, store, prefix)
+
+            async def shared(group: str = group) -> bool:
+                held = await members(kafka_bootstrap, group, topic, 4)
+                return len(held) == 2 and all(held.values())
+
+            await wait_for(shared, 60, f"both processes to hold partitions of {view}")
 
         async def drained() -> bool:
             return (await lag(str(path))).total() == 0

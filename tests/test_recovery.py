@@ -26,8 +26,6 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from helix_es import Message, open_memory
 from helix_es.config import load_config
@@ -35,7 +33,7 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from projectors import instance
 from projectors.lag import lag
-from tests.conftest import ROOT, Deadline, unique, wait_for
+from tests.conftest import ROOT, Deadline, members, unique, wait_for
 from tests.test_faults import assert_views_match_log, folded
 
 PARTITIONS = 4
@@ -90,26 +88,6 @@ class Projectors:
 def instance_id(log: Path) -> str | None:
     found = re.search(r"group instance id (\S+)", log.read_text(errors="replace"))
     return found.group(1) if found else None
-
-
-async def members(kafka: str, group: str, topic: str) -> dict[str, set[int]]:
-    """The group's members (static ones are named after their instance id) and the partitions of `topic`
-    each folds: the group deals shards (`projectors.shards`), each partition belongs to one."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
-    await admin.start()
-    try:
-        [described] = await admin.describe_consumer_groups([group])
-        [(_, _, state, _, _, found)] = described.groups
-        if state != "Stable":
-            return {}
-        out = {}
-        for member_id, _, _, _, assignment in found:
-            parts = ConsumerProtocolMemberAssignment.decode(assignment).assignment if assignment else []
-            shards = {p for _, ps in parts for p in ps}
-            out[member_id] = {p for p in range(PARTITIONS) if names.shard_of(topic, p, names.SHARDS) in shards}
-        return out
-    finally:
-        await admin.close()
 
 
 async def checkpoints(redis_url: str, cfg: dict[str, Any], topic: str) -> list[int]:
@@ -226,7 +204,7 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
     doomed, doomed_log = projectors.start()  # the host's first free slot
 
     async def both_hold_partitions() -> bool:
-        held = await members(kafka_bootstrap, group, topic)
+        held = await members(kafka_bootstrap, group, topic, PARTITIONS)
         return len(held) == 2 and all(held.values())
 
     # The topic exists once a first add made it; the group forms around it.
@@ -235,7 +213,7 @@ async def test_a_projector_dead_for_good_has_its_partitions_taken_over(
     await wait_for(both_hold_partitions, 30, "both projectors to hold partitions")
     doomed_id = instance_id(doomed_log)
     assert instance_id(kept_log) == explicit and doomed_id is not None and doomed_id.endswith("-0")
-    held = await members(kafka_bootstrap, group, topic)
+    held = await members(kafka_bootstrap, group, topic, PARTITIONS)
     [lost] = [parts for member, parts in held.items() if member.startswith(f"{doomed_id}-")]
     doomed.kill()  # for good: nothing takes its slot
     doomed.wait(30)
@@ -273,7 +251,7 @@ async def test_a_projector_stopped_by_sigterm_hands_its_partitions_over_at_once(
         await mem.add(Message("user", "warm up"))
 
     async def held() -> dict[str, set[int]]:
-        return await members(kafka_bootstrap, group, topic)
+        return await members(kafka_bootstrap, group, topic, PARTITIONS)
 
     await wait_for(lambda: _count(held, lambda h: len(h) == 2 and all(h.values())), 30, "both to hold partitions")
     asked = time.monotonic()

@@ -70,6 +70,15 @@ async def create_topic(
         await asyncio.sleep(0.05)
 
 
+async def track(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
+    """Make `consumer` know the partitions of `topics` too: a consumer knows those of the topics it tracks
+    only, and offsets asked of any other partition wait on stale metadata until they time out."""
+    client = consumer._client
+    if not topics <= client._topics:
+        client.set_topics(sorted(client._topics | topics))
+        await client.force_metadata_update()
+
+
 class KafkaUnavailable(HelixError):
     """The brokers did not answer, or gave up on a write. An `add` that raised this may have landed
     (a broker can fail after writing): retrying it is safe, and with an idempotency key shows once."""
