@@ -173,12 +173,15 @@ async def lead(
                 )
                 break
             await asyncio.sleep(0.2)
+        log.info("%s: folding in a group of %d after %.1fs", target, len(await source.members()), status.seconds)
         await drain(source, settling, own, caught_up, at_end=False, on_progress=None)
         status.events, status.skipped = own.events, own.skipped  # the last write landed after the last look
     finally:
         await settling.settle()
         await source.close()  # leaves the group: the members' signal to finish
+    log.info("%s: shared phase done after %.1fs (lag %d); waiting for the members", target, status.seconds, status.lag)
     await _members_gone(log_config, part, target)
+    log.info("%s: every member gone after %.1fs", target, status.seconds)
     forget(sink)
     return peak[0]
 
