@@ -193,7 +193,7 @@ async def shared(cfg: dict[str, Any], tmp: Path, into: str, args: argparse.Names
     join = ["-m", "helix_es.cli", "rebuild", "--config", str(path), "--into", into, "--join"]
     members = [
         await asyncio.create_subprocess_exec(
-            sys.executable, *join, "--batch-size", str(args.batch_size), env=env, stderr=asyncio.subprocess.DEVNULL
+            sys.executable, *join, "--batch-size", str(args.batch_size), "--progress", "60", env=env
         )
         for _ in range(args.members - 1)
     ]

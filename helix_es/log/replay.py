@@ -238,6 +238,7 @@ class KafkaSource:
             await self.admin.close()
 
 
+TOPICS_SECONDS = 10  # how often a group member looks for namespace topics created meanwhile
 GROUP_SESSION_MS = 6000  # a member that dies hands its partitions on after this (the brokers' least, by default)
 
 
@@ -275,6 +276,8 @@ class GroupSource(KafkaSource):
         self.folded: dict[tuple[str, int], int] = {}  # records handed out per partition: this member's share
         self.handed = 0  # the generation the last batch handed out was read under
         self.assignments = 0  # how many times the group dealt this member its partitions (none is one too)
+        self._all: list[Any] = []  # every partition of the rebuild (`all_ends`), as of `_topics_at`
+        self._topics_at = -TOPICS_SECONDS
 
     def _consumer(self, bootstrap_servers: str, **group: Any) -> AIOKafkaConsumer:
         return super()._consumer(
@@ -283,7 +286,9 @@ class GroupSource(KafkaSource):
             client_id=self.client_id,
             session_timeout_ms=GROUP_SESSION_MS,
             heartbeat_interval_ms=1000,
-            metadata_max_age_ms=2000,  # a namespace topic created meanwhile joins the pattern soon
+            # A namespace topic created meanwhile joins the pattern within this. Not much less: each refresh
+            # is the whole cluster's metadata, decoded in Python (a second of CPU at a few thousand topics).
+            metadata_max_age_ms=TOPICS_SECONDS * 1000,
             **group,
         )
 
@@ -301,8 +306,12 @@ class GroupSource(KafkaSource):
         self.ends = {tp: end for tp, end in ends.items() if tp in self.positions}  # some may have gone meanwhile
 
     async def all_ends(self) -> dict[tuple[str, int], int]:
-        """The end offset of every partition of the rebuild, whoever it is assigned to."""
-        tps = [TopicPartition(t, p) for t, parts in (await self._topics()).items() for p in parts]
+        """The end offset of every partition of the rebuild, whoever it is assigned to (the topics looked up
+        again every `TOPICS_SECONDS`: listing them reads the whole cluster's metadata)."""
+        if time.monotonic() >= self._topics_at + TOPICS_SECONDS:
+            self._all = [TopicPartition(t, p) for t, parts in (await self._topics()).items() for p in parts]
+            self._topics_at = time.monotonic()
+        tps = self._all
         ends = await self.consumer.end_offsets(tps) if tps else {}
         return {(tp.topic, tp.partition): end for tp, end in ends.items()}
 
