@@ -277,7 +277,7 @@ class GroupSource(KafkaSource):
         self.handed = 0  # the generation the last batch handed out was read under
         self.assignments = 0  # how many times the group dealt this member its partitions (none is one too)
         self._all: list[Any] = []  # every partition of the rebuild (`all_ends`), as of `_topics_at`
-        self._topics_at = -TOPICS_SECONDS
+        self._topics_at: float = -TOPICS_SECONDS
 
     def _consumer(self, bootstrap_servers: str, **group: Any) -> AIOKafkaConsumer:
         return super()._consumer(
