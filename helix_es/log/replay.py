@@ -273,7 +273,7 @@ class GroupSource(KafkaSource):
         )
         self.generation = 0  # one more on every revocation: a batch decoded under an older one is dropped
         self.before_revoke: Callable[[], Awaitable[None]] | None = None
-        self.folded: dict[tuple[str, int], int] = {}  # records handed out per partition: this member's share
+        self.folded: dict[tuple[str, int], int] = {}  # records written per partition (by `count`): this member's share
         self.handed = 0  # the generation the last batch handed out was read under
         self.assignments = 0  # how many times the group dealt this member its partitions (none is one too)
         self._all: list[Any] = []  # every partition of the rebuild (`all_ends`), as of `_topics_at`
@@ -327,6 +327,12 @@ class GroupSource(KafkaSource):
             await self._topics()
         return await group_state(self.admin, self.group)
 
+    def count(self, records: Sequence[Record]) -> None:
+        """`records` (one batch this source handed out) were written: they count as this member's share."""
+        if records:
+            key = (records[0].position.topic, records[0].position.partition)
+            self.folded[key] = self.folded.get(key, 0) + len(records)
+
     async def _revoked(self, revoked: Sequence[Any]) -> None:
         self.generation += 1
         for tp in revoked:
@@ -366,8 +372,6 @@ class GroupSource(KafkaSource):
                     continue
                 self.positions[tp] = messages[-1].offset + 1
                 if records:
-                    key = (tp.topic, tp.partition)
-                    self.folded[key] = self.folded.get(key, 0) + len(records)
                     self.handed = generation  # the write of this batch checks it is still current
                     yield records
 

@@ -85,7 +85,9 @@ class SettlingSink:
     async def _apply(self, records: Sequence[Record], generation: int) -> int:
         if generation != self.source.generation:
             return 0  # revoked since it was read
-        return await self.sink.apply(records)
+        events = await self.sink.apply(records)
+        self.source.count(records)
+        return events
 
     async def settle(self) -> None:
         if self.pending:
