@@ -278,6 +278,7 @@ class GroupSource(KafkaSource):
         self.assignments = 0  # how many times the group dealt this member its partitions (none is one too)
         self._all: list[Any] = []  # every partition of the rebuild (`all_ends`), as of `_topics_at`
         self._topics_at: float = -TOPICS_SECONDS
+        self.ends_seen: dict[tuple[str, int], int] = {}  # what `all_ends` found last
 
     def _consumer(self, bootstrap_servers: str, **group: Any) -> AIOKafkaConsumer:
         return super()._consumer(
@@ -313,7 +314,8 @@ class GroupSource(KafkaSource):
             self._topics_at = time.monotonic()
         tps = self._all
         ends = await self.consumer.end_offsets(tps) if tps else {}
-        return {(tp.topic, tp.partition): end for tp, end in ends.items()}
+        self.ends_seen = {(tp.topic, tp.partition): end for tp, end in ends.items()}
+        return self.ends_seen
 
     async def members(self) -> list[str]:
         """The client ids of the group's members now (each process one)."""

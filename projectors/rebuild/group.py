@@ -143,14 +143,19 @@ async def lead(
     last = [-1]  # records covered by the checkpoints at the look before
     peak = [1]  # the most processes seen in the group at once
 
-    async def caught_up() -> bool:
-        ends = await source.all_ends()
+    async def look(ends: dict[tuple[str, int], int]) -> tuple[int, int]:
+        """Records the target's checkpoints cover since the start (every member's), and the lag left."""
         covered = lag = 0
         for tp, end in ends.items():
             done = await projection.checkpoint(*tp)
             at = 0 if done is None else done + 1
             covered += at - started.setdefault(tp, at)
             lag += max(0, end - at)
+        return covered, lag
+
+    async def caught_up() -> bool:
+        ends = await source.all_ends()
+        covered, lag = await look(ends)
         peak[0] = max(peak[0], len(await source.members()))
         status.read, status.lag = base_read + covered, lag
         status.events, status.skipped = own.events, own.skipped
@@ -168,7 +173,7 @@ async def lead(
         await source.start()
         await caught_up()  # the partitions' starting points, before anyone folds
         deadline = time.monotonic() + 2 * JOIN_SECONDS
-        while members > 1 and not await _dealt(source, members):
+        while members > 1 and not await _dealt(source, members, peak):
             if time.monotonic() >= deadline:
                 log.warning(
                     "fewer than %d processes joined the rebuild of %s; folding with those there", members, target
@@ -178,19 +183,23 @@ async def lead(
         log.info("%s: folding in a group of %d after %.1fs", target, len(await source.members()), status.seconds)
         await drain(source, settling, own, caught_up, at_end=False, on_progress=None)
         status.events, status.skipped = own.events, own.skipped  # the last write landed after the last look
+        ends = source.ends_seen
     finally:
         await settling.settle()
         await source.close()  # leaves the group: the members' signal to finish
     log.info("%s: shared phase done after %.1fs (lag %d); waiting for the members", target, status.seconds, status.lag)
     await _members_gone(log_config, part, target)
+    covered, status.lag = await look(ends)  # members fold on until they see the lead gone: count that too
+    status.read = base_read + covered
     log.info("%s: every member gone after %.1fs", target, status.seconds)
     forget(sink)
     return peak[0]
 
 
-async def _dealt(source: GroupSource, members: int) -> bool:
+async def _dealt(source: GroupSource, members: int, peak: list[int]) -> bool:
     """`members` processes are in the group and its partitions are dealt out among them."""
     state, clients = await source.state()
+    peak[0] = max(peak[0], len(clients))
     return state == "Stable" and len(clients) >= members and source.assignments > 0
 
 
