@@ -1,15 +1,18 @@
 """How fast `helix-es rebuild` folds the log into a new target, next to the raw fastavro decode rate.
 
     python bench/rebuild.py [--events 200000] [--sessions 2000] [--views window,long-term] [--log kafka,embedded]
-                            [--batch-size 5000] [--profile] [--json]
+                            [--batch-size 5000] [--workers N | --members N] [--profile] [--json]
 
 Needs HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN (eval "$(scripts/services up)").
 Writes `--events` chat events (the bytes `add` writes: user and assistant turns, tool calls and
 their results, a clear now and then) over `--sessions` sessions into one namespace, on a Kafka
 topic of 6 partitions and in an embedded log file, then rebuilds each view from it into a new
-target with `projectors.rebuild.rebuild` (what the CLI runs) and reports events/s per view. The
-anchor, measured in the same run on the same bytes, is `fastavro.schemaless_reader` alone
-(schema parsed once, as any Avro program would). Everything it creates is deleted at the end.
+target with `projectors.rebuild.rebuild` (what the CLI runs) and reports events/s per view.
+`--members N` rebuilds through the target's consumer group instead (`--group`, Kafka only): this
+process leads and N - 1 `helix-es rebuild --join` processes join it, as other machines would; the
+rate counts from the lead's start, the members' start-up included. The anchor, measured in the
+same run on the same bytes, is `fastavro.schemaless_reader` alone (schema parsed once, as any
+Avro program would). Everything it creates is deleted at the end.
 """
 
 from __future__ import annotations
@@ -182,6 +185,33 @@ async def cleanup(
             await admin.close()
 
 
+async def shared(cfg: dict[str, Any], tmp: Path, into: str, args: argparse.Namespace) -> Any:
+    """The rebuild led by this process, with `--members` - 1 member processes joining its consumer group."""
+    path = tmp / f"{uuid.uuid4().hex[:8]}.json"
+    path.write_text(json.dumps(cfg))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    join = ["-m", "helix_es.cli", "rebuild", "--config", str(path), "--into", into, "--join"]
+    members = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, *join, "--batch-size", str(args.batch_size), "--progress", "60", env=env
+        )
+        for _ in range(args.members - 1)
+    ]
+    try:
+        report = await rebuild(
+            path, into=into, switch=False, batch_size=args.batch_size, group=True, members=args.members
+        )
+        for member in members:
+            if await member.wait() != 0:
+                raise RuntimeError(f"a rebuild member exited with {member.returncode}")
+        return report
+    finally:
+        for member in members:
+            if member.returncode is None:
+                member.kill()
+                await member.wait()
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     bootstrap = os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     redis_url = os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -216,7 +246,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 profiler = cProfile.Profile() if args.profile else None
                 if profiler:
                     profiler.enable()
-                report = await rebuild(cfg, switch=False, batch_size=args.batch_size, workers=args.workers)
+                if args.members > 1 and log_kind == "kafka":
+                    report = await shared(cfg, Path(tmp), f"{view}@g{run}", args)
+                else:
+                    report = await rebuild(cfg, switch=False, batch_size=args.batch_size, workers=args.workers)
                 if profiler:
                     profiler.disable()
                     pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
@@ -240,6 +273,12 @@ if __name__ == "__main__":
     parser.add_argument("--log", default="kafka,embedded")
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--workers", type=int, help="rebuild worker processes (default: one per core)")
+    parser.add_argument(
+        "--members",
+        type=int,
+        default=1,
+        help="rebuild through the target's consumer group: this process and N - 1 joined member processes",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile each rebuild (slower)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

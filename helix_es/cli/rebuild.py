@@ -2,6 +2,7 @@
 
 helix-es rebuild --config F [--view V] [--into NAME] [--switch/--no-switch] [--drop-old] [--json]
 helix-es rebuild --config F [--view V] --drop NAME
+helix-es rebuild --config F [--view V] --into NAME --group | --join
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
-from projectors.rebuild import DEFAULT_BATCH, HANDOVER_SECONDS, Display, drop, rebuild, select
+from projectors.rebuild import DEFAULT_BATCH, HANDOVER_SECONDS, Display, drop, join, rebuild, select
 
 
 def add_command(sub: Any) -> None:
@@ -50,12 +51,34 @@ def add_command(sub: Any) -> None:
         help="processes sharing the partitions of a big rebuild "
         "(default: one per core, at most 4; 1: this process only)",
     )
+    p.add_argument(
+        "--group",
+        action="store_true",
+        help="share the partitions through the target's Kafka consumer group with members started with --join "
+        "(on this machine or others); this process still decides when it is caught up and switches",
+    )
+    p.add_argument(
+        "--members",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --group: wait until N processes (this one included) are in the group before folding, "
+        "so the partitions are dealt out once (default 1: start at once; members may join any time)",
+    )
+    p.add_argument(
+        "--join",
+        action="store_true",
+        help="join the running `--group` rebuild into --into NAME as one more member, fold the partitions the "
+        "group assigns, and exit when that rebuild has caught up; same config as the rebuild",
+    )
     p.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines when not a terminal")
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
     p.set_defaults(run=_run)
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.join:
+        return await _join(args)
     if args.drop is not None:
         if args.into is not None or args.drop_old:
             raise ConfigError("--drop", "drops a target only: leave out --into and --drop-old")
@@ -86,6 +109,8 @@ async def _run(args: argparse.Namespace) -> int:
             handover=args.handover,
             on_progress=display,
             workers=args.workers,
+            group=args.group,
+            members=args.members,
         )
     finally:
         display.finish()
@@ -101,6 +126,37 @@ async def _run(args: argparse.Namespace) -> int:
         f"helix-es: rebuilt {report.view} into {report.target}: {report.read:,} events read, {report.events:,} "
         f"folded, {report.skipped} skipped, in {report.seconds:.1f}s ({report.events_per_second:,} events/s)"
         f"{moved}{old}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _join(args: argparse.Namespace) -> int:
+    """`--join`: one member of a running `--group` rebuild; the rebuild's own options are not a member's."""
+    if args.into is None:
+        raise ConfigError("--join", "needs --into NAME: the target of the running rebuild to join")
+    for flag, given in (
+        ("--group", args.group),
+        ("--drop", args.drop is not None),
+        ("--drop-old", args.drop_old),
+        ("--no-switch", not args.switch),
+        ("--workers", args.workers is not None),
+        ("--members", args.members != 1),
+    ):
+        if given:
+            raise ConfigError("--join", f"a member only folds: leave out {flag} (the rebuild it joins has it)")
+    display = Display(interval=args.progress)
+    try:
+        report = await join(
+            args.config, into=args.into, view=args.view, batch_size=args.batch_size, on_progress=display
+        )
+    finally:
+        display.finish()
+    if args.json:
+        print(json.dumps(report.to_json()))
+    print(
+        f"helix-es: member of the rebuild into {report.target}: {report.read:,} events read, {report.events:,} "
+        f"folded from {len(report.partitions)} partitions in {report.seconds:.1f}s",
         file=sys.stderr,
     )
     return 0

@@ -155,6 +155,13 @@ def consumer_group(view: str, store: str, prefix: str = DEFAULT_TOPIC_PREFIX) ->
     return group if prefix == DEFAULT_TOPIC_PREFIX else f"{group}.{prefix}"
 
 
+def rebuild_group(target: str, store: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """The consumer group a rebuild into `target` shares its partitions through (`helix-es rebuild --group`
+    and its `--join` members): one per target and store, apart from the projectors' groups."""
+    group = f"helix.rebuild.{store}.{target}"
+    return group if prefix == DEFAULT_TOPIC_PREFIX else f"{group}.{prefix}"
+
+
 def session_key(namespace: str, session_id: str, view_suffix: str = "") -> str:
     """`helix:memory:<namespace>:{<session_id>}[:<view>]`; the braces are the cluster hash tag."""
     key = f"helix:memory:{namespace}:{{{session_id}}}"

@@ -2,6 +2,8 @@
 
     helix-es rebuild --config F [--view V] [--into NAME] [--switch/--no-switch] [--drop-old] [--json]
     helix-es rebuild --config F [--view V] --drop NAME
+    helix-es rebuild --config F [--view V] --into NAME --group      # members may join (Kafka)
+    helix-es rebuild --config F [--view V] --into NAME --join       # one more member, on any machine
 
 1. **Target.** `--into NAME`, else `<view>@v<N>`, one past every target built so far
    (`helix_es.model.names` names them; a long-term memory in PostgreSQL gets its own table).
@@ -15,7 +17,10 @@
 3. **Caught up** when every partition has been consumed to the end offsets seen last, and a
    second look finds at most `CAUGHT_UP_LAG` more (under steady writes "none" may never come;
    those few are folded after the switch, never lost). A big rebuild shares the work with worker
-   processes (`--workers`): whole partitions each, or slices of a session view's sessions.
+   processes (`--workers`): whole partitions each, or slices of a session view's sessions. Past
+   one machine (`--group`, Kafka only), the partitions are shared through the target's consumer
+   group with the members that `--join` it, wherever they run; this process still decides
+   caught up and switches (`group`).
 4. **Switch** (unless `--no-switch`): the alias moves to the target in one compare-and-set
    write, so two rebuilds cannot both win. Open memories follow within about a second. On
    Kafka the rebuild keeps folding the new target until a projector service announces it
@@ -31,14 +36,16 @@ Views kept in memory (memory and file stores) live in the process that serves th
 rebuilt there, with `await rebuild(config)` in that process (the memories' backend), not by the CLI.
 
 Modules: `orchestrate` (rebuild, switch, hand-over, drop), `workers` (the worker processes,
-started as `python -m projectors.rebuild`), `pump` (log to target), `sinks` (where a target is
-written), `progress` (the bar), `status` (what is shown and reported), `selection` (which view).
+started as `python -m projectors.rebuild`), `group` (the consumer group's lead and members),
+`pump` (log to target), `sinks` (where a target is written), `progress` (the bar), `status` (what
+is shown and reported), `selection` (which view).
 The command itself is `helix_es.cli.rebuild`; the replay readers are `helix_es.log.replay`.
 """
 
 from __future__ import annotations
 
 from helix_es.log.replay import DEFAULT_BATCH
+from projectors.rebuild.group import MemberReport, join
 from projectors.rebuild.orchestrate import HANDOVER_SECONDS, drop, drop_target, rebuild
 from projectors.rebuild.progress import Display
 from projectors.rebuild.selection import select
@@ -51,11 +58,13 @@ __all__ = [
     "PARALLEL_MIN_EVENTS",
     "Display",
     "DropReport",
+    "MemberReport",
     "RebuildError",
     "RebuildReport",
     "Status",
     "drop",
     "drop_target",
+    "join",
     "rebuild",
     "select",
 ]

@@ -25,12 +25,13 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, IdempotencyStore, ViewStore
 from helix_es.views.base import View
+from projectors.rebuild.group import check_group_log, lead
 from projectors.rebuild.progress import Display
 from projectors.rebuild.pump import always, drain, open_source
 from projectors.rebuild.selection import ConfigSource, select
 from projectors.rebuild.sinks import ProjectionSink, SessionSink, Sink
 from projectors.rebuild.status import DropReport, ProgressCallback, RebuildError, RebuildReport, Status
-from projectors.rebuild.workers import plan_shards, run_workers, worker_count
+from projectors.rebuild.workers import Shard, plan_shards, run_workers, worker_count
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,27 @@ async def rebuild(
     handover: float = HANDOVER_SECONDS,
     on_progress: ProgressCallback | None = None,
     workers: int | None = None,
+    group: bool = False,
+    members: int = 1,
 ) -> RebuildReport:
     """Build `view` of `config` from the start of the log into a new target, then switch readers to it.
 
     The config names the store to build in (a Postgres long-term memory for history that only
     went to Redis: give a config with `store: postgres`). The steps are in `projectors.rebuild`'s doc.
+    With `group`, the partitions are shared through the target's Kafka consumer group with the
+    members that join it (`projectors.rebuild.group`), on this machine or others.
     """
     log_config, part = select(config, view)
+    if members < 1:
+        raise ConfigError("--members", f"must be >= 1 (this process included), got {members}")
+    if members > 1 and not group:
+        raise ConfigError("--members", "waits for members of a --group rebuild: add --group")
+    if group:
+        check_group_log(log_config, "--group")
+        if workers is not None and workers > 1:
+            raise ConfigError(
+                "--workers", "shares partitions without a group; with --group start members with --join instead"
+            )
     if drop_old and not switch:
         raise ConfigError("--drop-old", "needs --switch: without it the old target is the one readers use")
     if batch_size < 1:
@@ -84,7 +99,14 @@ async def rebuild(
             sink = ProjectionSink(projection)
         status = Status(name, target, "building")
         log.info("rebuilding %s (%s) into %s; readers use %s", name, part.store, target, old)
-        shards = await plan_shards(log_config, projection.checkpoint, worker_count(workers), config, part)
+        took_part = 0
+        if group:  # the bulk, shared with the members that join the target's group
+            shards: list[Shard] = []
+            took_part = await lead(
+                log_config, part, target, projection, sink, status, batch_size, on_progress, members=members
+            )
+        else:
+            shards = await plan_shards(log_config, projection.checkpoint, worker_count(workers), config, part)
         if shards:  # the bulk, partitions shared out to worker processes (one core each)
             await run_workers(config, part, target, shards, batch_size, status, on_progress)
         # What is left (all of it without workers, else what arrived meanwhile), in this process.
@@ -112,6 +134,7 @@ async def rebuild(
             False,
             None,
             workers=len(shards),
+            members=took_part,
         )
         if not switch:
             return report

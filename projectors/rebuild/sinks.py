@@ -5,7 +5,7 @@ Both apply through the one driver, never live: the history holds what was derive
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from helix_es.model.events import Record
@@ -13,12 +13,12 @@ from helix_es.projection.driver import Driver
 from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.protocol import Projection
 from helix_es.projection.session import SessionProjection
-from helix_es.stores.ports import IdempotencyStore, StaleWrite, ViewStore
+from helix_es.stores.ports import IdempotencyStore, SessionKey, Snapshot, StaleWrite, ViewStore
 from helix_es.views.base import View
 
 
 class Sink(Protocol):
-    async def apply(self, records: Sequence[Record]) -> int: ...
+    def apply(self, records: Sequence[Record]) -> Awaitable[int]: ...
 
 
 class ProjectionSink:
@@ -53,12 +53,18 @@ class SessionSink(ProjectionSink):
     ) -> None:
         # A worker folding a slice of a partition's sessions keeps its progress under another partition
         # number: the partition's own checkpoint is written once every slice is done (see `workers`).
+        self.cache: dict[SessionKey, Snapshot] = {}
         projection = SessionProjection(
-            view, store, cache={}, max_cached=max_sessions, checkpoint_partition=checkpoint_partition, retries=4
+            view, store, cache=self.cache, max_cached=max_sessions, checkpoint_partition=checkpoint_partition, retries=4
         )
         projection.name = target  # the name its idempotency keys are kept under (its rows: `store`'s)
         super().__init__(IdempotentProjection(projection, keys))
         self.view = view
+
+    def forget(self) -> None:
+        """Read every session again before its next write: another writer may have moved it (a rebuild
+        sharing its partitions with other processes, after a rebalance)."""
+        self.cache.clear()
 
     async def apply(self, records: Sequence[Record]) -> int:
         try:

@@ -52,6 +52,9 @@ class RebuildReport:
     handed_over: bool | None  # a projector service announced the new target (None: not waited for)
     dropped: list[str] = field(default_factory=list)
     workers: int = 0  # processes that shared the partitions out (0: this one alone)
+    # --group: the most processes in the target's group at once, this one included (0: no group). `read`
+    # then counts every member's records (from the target's checkpoints); `events`, `skipped` this one's.
+    members: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
