@@ -1,6 +1,6 @@
 """Every benchmark in one run, each figure next to its anchor measured in the same run.
 
-    python bench/all.py [--quick] [--only spine,throughput,long-term,vector,rebuild] [--out DIR]
+    python bench/all.py [--quick] [--only SECTION,...] [--out DIR] [--keep]
 
 Needs HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN (eval "$(scripts/services up)")
 and the `bench` extra (matplotlib). Writes `results.md` (the table, the machine, the command) and
@@ -19,7 +19,31 @@ with `--quick`, so a smoke run never overwrites the real figures). Progress goes
 - rebuild: `bench/rebuild.py --views window,token-window,conversation-pg,long-term,long-term-pg --log kafka
   --batch-size 20000` (500,000 events), next to raw fastavro.
 
-Everything it creates (topics, keys, rows, tables) is deleted at the end.
+The scale sections run a standalone script each, in its own process, and read its `--json`:
+
+- redis-cluster: `bench/redis_cluster.py` (a projector's fold into Redis, events/s, and the guarded
+  session read of `get`, p50/p99): a 3-master Redis Cluster next to one Redis server, rounds
+  interleaved. Needs HELIX_REDIS_CLUSTER_URL (`scripts/services redis-cluster up`); no target.
+- tenants: `bench/tenants.py` (1,000 namespaces x 6 partitions, one projector, one new namespace
+  a second for 60 s): a new namespace's first add visible (p50 <= 1.5 s) next to a raw aiokafka
+  topic creation and first produce; existing namespaces' add-to-visible while they appear (p99
+  <= 50 ms) next to raw produce-to-consume; the projector's idle CPU and memory.
+- trgm: `bench/long_term.py` at 100,000 and 1,000,000 rows: `search` through the pg_trgm GIN
+  index (p50 <= 5 ms at 1M) next to the same SELECT as a plain ILIKE scan.
+- pgvector: `bench/vector.py --postgres --no-memory` at 100,000 and 1,000,000 x 384: HNSW top-5
+  (p50 <= 10 ms with recall@10 >= 0.95 at 1M) next to exact numpy search, build time and index size.
+  At 1M the graph is about 2 GB: its p50 depends on Postgres' shared_buffers (noted in the results;
+  HELIX_POSTGRES_SHARED_BUFFERS for a server `scripts/services up` starts).
+
+Duration, on 2 cores: the first five sections about 3 minutes; redis-cluster about a minute;
+tenants about 5; trgm about 10 (at 1M: the COPY and index build 3-4 min, then 120 plain scans of
+about a second or more each); pgvector 20-40 (at 1M: fill, then an HNSW build of 15-35 min). The
+whole default run: about an hour. `--quick`: a few minutes.
+
+Everything it creates (topics, keys, rows, tables, databases) is deleted at the end, except with
+`--keep`: the pgvector databases and pg_trgm tables stay, and a later run reuses them (no fill, no
+index build). One that already exists when a run starts (an earlier `--keep`, or the script run
+alone with `--keep`) is reused and left in place.
 """
 
 from __future__ import annotations
@@ -38,6 +62,7 @@ import sys
 import time
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -58,7 +83,7 @@ from helix_es.log.codec import Codec  # noqa: E402
 from helix_es.model import names  # noqa: E402
 from helix_es.model.events import Event, MessageAdded  # noqa: E402
 
-SECTIONS = ("spine", "throughput", "long-term", "vector", "rebuild")
+SECTIONS = ("spine", "throughput", "long-term", "vector", "rebuild", "redis-cluster", "tenants", "trgm", "pgvector")
 WINDOW = spine.WINDOW
 
 
@@ -77,10 +102,48 @@ class Size:
     queries: int
     vectors: int
     rebuild_events: int
+    cluster_events: int  # per round and target
+    cluster_rounds: int
+    trgm_rows: tuple[int, ...]
+    trgm_queries: int  # rare-term queries per size (the plain scan is the slow part)
+    pgvector_rows: tuple[int, ...]
+    tenants: tuple[int, int, float, int]  # namespaces, partitions each, seconds of churn, sessions
 
 
-FULL = Size(2000, (30, 1_000, 100_000), 200, 250, 3, 100_000, 300, 100_000, 500_000)
-QUICK = Size(300, (30, 1_000, 10_000), 100, 100, 2, 10_000, 60, 10_000, 20_000)
+FULL = Size(
+    2000,
+    (30, 1_000, 100_000),
+    200,
+    250,
+    3,
+    100_000,
+    300,
+    100_000,
+    500_000,
+    cluster_events=20_000,
+    cluster_rounds=3,
+    trgm_rows=(100_000, 1_000_000),
+    trgm_queries=100,
+    pgvector_rows=(100_000, 1_000_000),
+    tenants=(1_000, 6, 60.0, 20),
+)
+QUICK = Size(
+    300,
+    (30, 1_000, 10_000),
+    100,
+    100,
+    2,
+    10_000,
+    60,
+    10_000,
+    20_000,
+    cluster_events=2_000,
+    cluster_rounds=2,
+    trgm_rows=(10_000, 20_000),
+    trgm_queries=30,
+    pgvector_rows=(5_000, 10_000),
+    tenants=(50, 2, 10.0, 5),
+)
 
 
 @dataclass
@@ -114,6 +177,7 @@ class Run:
     details: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)  # Postgres tables to drop at the end
+    keep: bool = False  # the scale sections' pgvector databases and pg_trgm tables stay for a later run
 
     @property
     def prefix(self) -> str:
@@ -129,11 +193,21 @@ def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
     if unit == "ms":
+        if value >= 1000:
+            return f"{value:,.0f} ms"
         return f"{value:.3f} ms" if value < 1 else f"{value:.2f} ms"
     if unit == "/s":
         return f"{value:,.0f}/s"
     if unit == "x":
         return f"{value:.2f}x"
+    if unit == "s":
+        return f"{value:,.1f} s"
+    if unit == "MB":
+        return f"{value:,.1f} MB" if value < 10 else f"{value:,.0f} MB"
+    if unit == "% of a core":
+        return f"{value:.1f}% of a core"
+    if unit == "recall":
+        return f"{value:.3f}"
     return f"{value:g} {unit}".strip()
 
 
@@ -683,6 +757,294 @@ async def run_rebuild(run: Run) -> None:
     )
 
 
+# --- the scale sections: standalone scripts, each in its own process, read through --json ---
+
+
+async def script_json(run: Run, script: str, *args: str) -> dict[str, Any]:
+    """`python bench/<script> <args> --json` in its own process (its memory is gone when it ends, and
+    it cleans up after itself); its stderr goes on to ours, its last line names a failure."""
+    cmd = [sys.executable, str(ROOT / "bench" / script), *args, "--json"]
+    shown = shlex.join(["python", f"bench/{script}", *args, "--json"])
+    say(f"{script}: {shown}")
+    env = {
+        **os.environ,
+        "HELIX_KAFKA_BOOTSTRAP": run.bootstrap,
+        "HELIX_REDIS_URL": run.redis_url,
+        "HELIX_POSTGRES_DSN": run.dsn,
+        # This tree, not an installed helix-es; tenants.py also imports `projectors`.
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    proc = await asyncio.create_subprocess_exec(*cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    tail: deque[str] = deque(maxlen=1)
+
+    async def relay(stream: asyncio.StreamReader) -> None:
+        async for line in stream:
+            text = line.decode(errors="replace").rstrip()
+            print(text, file=sys.stderr, flush=True)
+            if text.strip():
+                tail.append(text.strip())
+
+    relaying = asyncio.create_task(relay(proc.stderr))
+    try:
+        out = await proc.stdout.read()
+        await relaying
+        code = await proc.wait()
+    finally:
+        if proc.returncode is None:  # interrupted: the script's own cleanup runs on SIGTERM
+            proc.terminate()
+            await proc.wait()
+    if code != 0:
+        raise RuntimeError(f"`{shown}` exited with {code}: {tail[-1] if tail else 'no output'}")
+    text = out.decode().strip()
+    try:
+        result: dict[str, Any] = json.loads(text)  # tenants.py indents its JSON
+    except json.JSONDecodeError:
+        result = json.loads(text.splitlines()[-1])
+    result["_command"] = shown
+    return result
+
+
+async def pg_facts(
+    run: Run, extension: str, existing: str, names_: list[str]
+) -> tuple[bool, set[str], tuple[str, float]]:
+    """Whether the server has `extension`, which of `names_` exist already (`existing` checks one), and
+    its shared_buffers (as the server shows it, and in MB)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(run.dsn)
+    try:
+        has = bool(await conn.fetchval("SELECT 1 FROM pg_available_extensions WHERE name = $1", extension))
+        there = {n for n in names_ if await conn.fetchval(existing, n)}
+        shown = str(await conn.fetchval("SHOW shared_buffers"))
+        mb = await conn.fetchval(
+            "SELECT setting::float8 * current_setting('block_size')::float8 / 1e6 FROM pg_settings "
+            "WHERE name = 'shared_buffers'"
+        )
+        shared = (shown, float(mb))
+    finally:
+        await conn.close()
+    return has, there, shared
+
+
+async def run_redis_cluster(run: Run) -> None:
+    if not os.environ.get("HELIX_REDIS_CLUSTER_URL"):
+        raise RuntimeError(
+            "not measured: HELIX_REDIS_CLUSTER_URL is not set "
+            "(`scripts/services redis-cluster up` starts a cluster and prints the export line)"
+        )
+    size = run.size
+    r = await script_json(
+        run, "redis_cluster.py", "--events", str(size.cluster_events), "--rounds", str(size.cluster_rounds)
+    )
+    one, cluster = r["targets"]["1 server"], r["targets"]["cluster, 3 masters"]
+    masters = r["cluster_masters"]
+    run.rows.append(
+        Row(
+            f"Redis Cluster, {masters} masters: projector fold events/s (sliding window 30, batches of 500, "
+            f"median of {r['rounds']} rounds)",
+            statistics.median(cluster["fold_per_s"]),
+            "/s",
+            "the same fold into 1 Redis server, rounds interleaved",
+            statistics.median(one["fold_per_s"]),
+        )
+    )
+    for q in ("p50", "p99"):
+        run.rows.append(
+            Row(
+                f"Redis Cluster, {masters} masters: session read {q} (the guarded read of `get`)",
+                cluster[f"read_{q}_ms"],
+                "ms",
+                f"the same read from 1 Redis server, {q}",
+                one[f"read_{q}_ms"],
+            )
+        )
+    run.details.append(
+        f"Redis Cluster: `{r['_command']}`: {r['events']:,} events over {r['sessions']} sessions per round and "
+        f"target; fold rounds {', '.join(f'{x:,.0f}' for x in cluster['fold_per_s'])} events/s on the cluster, "
+        f"{', '.join(f'{x:,.0f}' for x in one['fold_per_s'])} on one server. No target: on one machine the "
+        "cluster's six servers share the same cores, and a batch costs a `WAIT` per master (README, Redis Cluster)."
+    )
+
+
+async def run_tenants(run: Run) -> None:
+    namespaces, partitions, seconds, sessions = run.size.tenants
+    r = await script_json(
+        run,
+        "tenants.py",
+        "--namespaces",
+        str(namespaces),
+        "--partitions",
+        str(partitions),
+        "--seconds",
+        f"{seconds:g}",
+        "--sessions",
+        str(sessions),
+    )
+    new, raw_new = r["new_namespace_first_add_visible"], r["anchor_new_topic"]
+    churn, calm, raw = r["existing_under_churn"], r["existing_calm"], r["anchor_visible"]
+    where = f"{r['namespaces']:,} namespaces x {r['partitions']} partitions, one projector"
+    for q, target in (("p50", 1500.0), ("p99", None)):
+        value = new[f"{q}_ms"]
+        run.rows.append(
+            Row(
+                f"New namespace: first add visible {q} ({where}; one new namespace a second, topic creation included)",
+                value,
+                "ms",
+                f"raw aiokafka create topic + first acked produce, {q}",
+                raw_new[f"{q}_ms"],
+                "" if target is None else "<= 1,500 ms",
+                None if target is None else value <= target,
+            )
+        )
+    for q, target in (("p50", None), ("p99", 50.0)):
+        value = churn[f"{q}_ms"]
+        run.rows.append(
+            Row(
+                f"Existing namespaces: add-to-visible {q} while one namespace appears a second ({sessions} sessions)",
+                value,
+                "ms",
+                f"raw aiokafka produce-to-consume {q}",
+                raw[f"{q}_ms"],
+                "" if target is None else "<= 50 ms",
+                None if target is None else value <= target,
+            )
+        )
+    run.rows.append(
+        Row(
+            "Existing namespaces: add-to-visible p99, no new namespaces",
+            calm["p99_ms"],
+            "ms",
+            "raw aiokafka produce-to-consume p99",
+            raw["p99_ms"],
+        )
+    )
+    idle = r["idle"]
+    run.rows.append(Row(f"Projector idle CPU ({where})", idle["cpu_share_of_a_core"] * 100, "% of a core"))
+    run.rows.append(Row(f"Projector resident memory, idle ({where})", idle["rss_mb"], "MB"))
+    run.details.append(
+        f"Tenants: `{r['_command']}`: the projector caught up {r['start_to_caught_up_s']:.1f} s after its start; "
+        f"{new['n']} new namespaces (max {new['max_ms']:,.0f} ms); {churn['n']:,} adds under churn "
+        f"(max {churn['max_ms']:,.0f} ms), {calm['n']:,} without (p50 {calm['p50_ms']:.2f} ms); idle over 20 s; "
+        f"{r['projector_rss_mb_after']:,.0f} MB resident after the churn."
+    )
+
+
+async def run_trgm(run: Run) -> None:
+    size = run.size
+    tables = {f"bench_long_term_{n}": n for n in size.trgm_rows}  # bench/long_term.py's names
+    has, kept, _ = await pg_facts(run, "pg_trgm", "SELECT to_regclass(quote_ident($1)) IS NOT NULL", list(tables))
+    if not has:
+        raise RuntimeError("not measured: the server has no pg_trgm extension (postgresql-contrib)")
+    top = max(size.trgm_rows)
+    for table, n in tables.items():
+        keep = run.keep or table in kept
+        if table in kept:
+            say(f"trgm: {table} exists (an earlier --keep): reused and left in place")
+        args = ["--n", str(n), "--queries", str(size.trgm_queries), *(["--keep"] if keep else [])]
+        r = await script_json(run, "long_term.py", *args)
+        indexed = any("Bitmap Index Scan" in line for line in r["rare_plan"])
+        for q in ("p50", "p99"):
+            value = r[f"rare_indexed_{q}"]
+            gated = q == "p50" and n == top  # the issue's target is at 1M rows
+            run.rows.append(
+                Row(
+                    f"Long-term search {q}, pg_trgm GIN index, {n:,} rows in one namespace "
+                    "(a term in one row at a random place)",
+                    value,
+                    "ms",
+                    f"the same SELECT as a plain ILIKE scan (bitmap scans off), {q}",
+                    r[f"rare_plain_{q}"],
+                    "<= 5 ms, through the index" if gated else "",
+                    (value <= 5 and indexed) if gated else None,
+                )
+            )
+        built = (
+            f"COPY {r['copy_s']:.1f} s, index built in {r['build_s']:.1f} s"
+            if "build_s" in r
+            else "a kept table, reused (no COPY, no build)"
+        )
+        run.details.append(
+            f"pg_trgm at {n:,} rows: `{r['_command']}`: {built}; index {r['index_mb']:,.0f} MB beside a "
+            f"{r['table_mb']:,.0f} MB table; the plan of `search` {'is' if indexed else 'is NOT'} a Bitmap Index "
+            f"Scan; a common word p50 {r['common_indexed_p50']:.2f} ms (scan {r['common_plain_p50']:.2f}), "
+            f"2 characters p50 {r['short_indexed_p50']:.2f} ms (scan {r['short_plain_p50']:.2f}); every result "
+            "checked equal to the scan's."
+        )
+
+
+async def run_pgvector(run: Run) -> None:
+    size = run.size
+    dbs = {f"helix_bench_vector_{n}_384": n for n in size.pgvector_rows}  # bench/vector.py's names
+    has, kept, shared = await pg_facts(run, "vector", "SELECT 1 FROM pg_database WHERE datname = $1", list(dbs))
+    if not has:
+        raise RuntimeError("not measured: the server has no vector extension (pgvector; `scripts/services up` adds it)")
+    top = max(size.pgvector_rows)
+    for db, n in dbs.items():
+        keep = run.keep or db in kept
+        if db in kept:
+            say(f"pgvector: database {db} exists (an earlier --keep): reused and left in place")
+        args = ["--postgres", "--no-memory", "--n", str(n), "--queries", str(size.queries)]
+        r = await script_json(run, "vector.py", *args, *(["--keep"] if keep else []))
+        ef, recall = r["postgres_ef_default"], r["postgres_recall10"]
+        gated = n == top  # the issue's target is at 1M
+        for q in ("p50", "p99"):
+            value = r[f"postgres_topk_{q}"]
+            run.rows.append(
+                Row(
+                    f"pgvector top-5 {q}, {n:,} x 384 (HNSW, ef_search {ef})",
+                    value,
+                    "ms",
+                    f"exact numpy top-5 (matrix @ q + argpartition), interleaved, {q}",
+                    r[f"postgres_anchor_{q}"],
+                    "<= 10 ms with recall@10 >= 0.95" if gated and q == "p50" else "",
+                    (value <= 10 and recall >= 0.95) if gated and q == "p50" else None,
+                )
+            )
+        run.rows.append(
+            Row(
+                f"pgvector recall@10, {n:,} x 384 (ef_search {ef})",
+                recall,
+                "recall",
+                "exact numpy top-10 of the same queries",
+                target=">= 0.95" if gated else "",
+                met=recall >= 0.95 if gated else None,
+            )
+        )
+        run.rows.append(
+            Row(
+                f"pgvector HNSW build, {n:,} x 384 (CONCURRENTLY)",
+                r.get("postgres_build_s"),
+                "s",
+                "COPY of the rows",
+                r.get("postgres_copy_s"),
+            )
+        )
+        run.rows.append(
+            Row(
+                f"pgvector HNSW index size, {n:,} x 384",
+                r["postgres_index_mb"],
+                "MB",
+                "the table it indexes (helix_vectors)",
+                r["postgres_table_mb"],
+            )
+        )
+        for name, key in ((f"pgvector top-5, {n:,}", "postgres_topk"), (f"raw numpy top-5, {n:,}", "postgres_anchor")):
+            run.quantiles[name] = {q: r[f"{key}_{q}"] for q in ("p50", "p90", "p99")}
+        reused = "" if "postgres_build_s" in r else "a kept database, reused (no fill, no build: n/a above); "
+        index = r["postgres_index_mb"]
+        fits = (
+            "holds the index"
+            if shared[1] > index
+            else "is smaller than the index: searches read most graph pages anew through the OS cache"
+        )
+        run.details.append(
+            f"pgvector at {n:,} x 384: `{r['_command']}`: {reused}Postgres shared_buffers {shared[0]} {fits} "
+            f"({index:,.0f} MB); the plan uses the HNSW index: {r[f'postgres_plan_uses_hnsw_ef{ef}']}; "
+            f"projection.search p50 {r['postgres_search_p50']:.2f} ms."
+        )
+
+
 # --- the report ---
 
 
@@ -841,6 +1203,13 @@ def plot_latency(run: Run, path: Path) -> bool:
         ),
         ("Add-to-visible", ["raw produce-to-consume", "add-to-visible"]),
         (
+            "pgvector top-5 by rows",
+            sorted(
+                (n for n in data if n.startswith(("pgvector top-5, ", "raw numpy top-5, "))),
+                key=lambda n: (int(n.split()[-1].replace(",", "")), n[0] != "r"),
+            ),
+        ),
+        (
             "Search",
             [
                 "raw SQL long-term",
@@ -943,6 +1312,7 @@ async def main(args: argparse.Namespace) -> int:
         os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0"),
         os.environ.get("HELIX_POSTGRES_DSN", "postgresql://helix:helix@127.0.0.1:5432/helix"),
+        keep=args.keep,
     )
     out = Path(args.out) if args.out else ROOT / "bench" / ("quick" if args.quick else "")
     out.mkdir(parents=True, exist_ok=True)
@@ -962,6 +1332,10 @@ async def main(args: argparse.Namespace) -> int:
         "long-term": run_long_term,
         "vector": run_vector,
         "rebuild": run_rebuild,
+        "redis-cluster": run_redis_cluster,
+        "tenants": run_tenants,
+        "trgm": run_trgm,
+        "pgvector": run_pgvector,
     }
     try:
         for name in wanted:
@@ -996,7 +1370,10 @@ async def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (about 2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (a few minutes)")
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--out", help="directory for results.md and latency.png (default bench/, or bench/quick/)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the pgvector databases and pg_trgm tables for a later run"
+    )
     sys.exit(asyncio.run(main(parser.parse_args())))

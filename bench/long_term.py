@@ -96,8 +96,9 @@ async def main(n: int, queries: int, keep: bool) -> dict[str, Any]:
     plain = await asyncpg.connect(dsn, server_settings={"enable_bitmapscan": "off"})
     try:
         index = await trgm_index(plain, table)
-        result["index_mb"] = await plain.fetchval("SELECT pg_relation_size($1::regclass) / 1e6", index)
-        result["table_mb"] = await plain.fetchval("SELECT pg_table_size($1::regclass) / 1e6", f'"{table}"')
+        # float8: a numeric would come back as a Decimal, which --json cannot write
+        result["index_mb"] = await plain.fetchval("SELECT pg_relation_size($1::regclass) / 1e6::float8", index)
+        result["table_mb"] = await plain.fetchval("SELECT pg_table_size($1::regclass) / 1e6::float8", f'"{table}"')
         pool = await store._pool_ready()
         rng = random.Random(5)
         kinds = {

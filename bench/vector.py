@@ -201,9 +201,9 @@ async def run_postgres(
             result["postgres_build_s"] = time.perf_counter() - t
             await pool.execute("VACUUM ANALYZE helix_vectors")
         result["postgres_index_mb"] = await pool.fetchval(
-            "SELECT pg_relation_size($1::regclass) / 1e6", f"helix_vectors_hnsw_{dims}"
+            "SELECT pg_relation_size($1::regclass) / 1e6::float8", f"helix_vectors_hnsw_{dims}"
         )
-        result["postgres_table_mb"] = await pool.fetchval("SELECT pg_table_size('helix_vectors') / 1e6")
+        result["postgres_table_mb"] = await pool.fetchval("SELECT pg_table_size('helix_vectors') / 1e6::float8")
         await store.close()
         for ef in efs:
             store = PostgresVectorStore(bench_dsn, ef_search=ef)
