@@ -127,7 +127,7 @@ class Projector:
         namespaces: Sequence[str] | None = None,
         group_instance_id: str | None = None,
         replication_factor: int = 1,
-        metadata_interval: float = 0.5,
+        metadata_interval: float = 1.0,
     ) -> None:
         self.projection = projection
         # The view's namespaces (names or globs), None for every one: another namespace's events never reach it.

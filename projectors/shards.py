@@ -43,6 +43,7 @@ class _Owned(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is un
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         self.s.owned = {tp.partition for tp in assigned}
+        self.s.deals += 1
         self.s.changed.set()
 
 
@@ -59,7 +60,7 @@ class Shards:
         replication_factor: int = 1,
         session_timeout: float = 10.0,
         group_instance_id: str | None = None,
-        metadata_interval: float = 0.5,
+        metadata_interval: float = 1.0,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = names.shards_topic(topic_prefix)
@@ -83,6 +84,7 @@ class Shards:
         # connection may be holding a long poll.
         self.metadata = AIOKafkaClient(bootstrap_servers=bootstrap_servers)
         self.owned: set[int] = set()
+        self.deals = 0  # rebalances of the group seen: processes came or went, never a new topic
         self.count = names.SHARDS  # the shards topic's partitions, once read
         self.topics: dict[str, int] = {}  # namespace topic -> partitions
         self.changed = asyncio.Event()  # the deal or the topics changed since `wanted` was last read

@@ -7,11 +7,11 @@ a few sessions write all the time the rounds come back to back: measured, 35% of
 idle and add-to-visible 4.6 s at p50. So the partitions that had records in the last
 `IDLE_SECONDS` are fetched by a `hot` consumer of their own (small, fast rounds), and every
 other partition by a `cold` one whose long poll (`COLD_WAIT_MS`) returns as soon as any of
-them has a record: that partition then moves to `hot`. `cold` holds every partition and
-pauses the hot ones, so a move there is a pause or resume, not a new assignment. A broker
-answers a connection's requests in order, so a new assignment's first fetch (and a metadata
-request) waits behind the long poll in flight: the long polls are short, and a new
-namespace's partitions start hot.
+them has a record: that partition then moves to `hot`. `cold` keeps the partitions it had and
+pauses the hot ones, so a move is a pause or resume, not a new assignment. A broker answers a
+connection's requests in order, so a new assignment's first fetch (and a metadata request)
+waits behind the long poll in flight: a new namespace's partitions start hot, and `cold` gets
+them only when they go idle.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 IDLE_SECONDS = 30.0  # a hot partition without records this long goes back to the cold consumer
-COLD_WAIT_MS = 500  # the cold long poll: a record on any of its partitions ends it at once
+COLD_WAIT_MS = 1000  # the cold long poll: a record on any of its partitions ends it at once
 HOT_WAIT_MS = 100  # the hot long poll, and how long a poll waits on it before looking at the cold one
 DATA_METADATA_AGE_MS = 30_000  # leaders are looked up again at once on a fetch error anyway
 
@@ -42,13 +42,19 @@ def _consumer(bootstrap_servers: str, fetch_max_wait_ms: int) -> AIOKafkaConsume
 
 
 class Tiers:
-    """The partitions dealt to this process, each fetched by `hot` or by `cold`; assigned by hand."""
+    """The partitions dealt to this process, each fetched by `hot` or by `cold`; assigned by hand.
+
+    `cold` is given a new assignment only when partitions leave this process, arrive with a
+    checkpoint, or come back from `hot` for the first time: a new assignment's first fetch waits
+    behind the long poll in flight, so new namespaces, one a second, go to `hot` alone.
+    """
 
     def __init__(self, bootstrap_servers: str) -> None:
         self.cold = _consumer(bootstrap_servers, COLD_WAIT_MS)
         self.hot = _consumer(bootstrap_servers, HOT_WAIT_MS)
         self.assigned: set[TopicPartition] = set()
         self._hot: set[TopicPartition] = set()
+        self._cold: set[TopicPartition] = set()  # cold's assignment: the hot ones among them paused
         self._last: dict[TopicPartition, float] = {}  # when each hot partition last had records
         self._next_demotion = 0.0
         self._warm: list[TopicPartition] = []  # cold partitions that just had records
@@ -67,19 +73,27 @@ class Tiers:
         """Fold `partitions` from `positions` (every one of them). The `fresh` ones (never folded: a new
         namespace, records due) start hot; others cold, until they have records."""
         wanted = set(partitions)
-        self.assigned = wanted
-        self._hot = (self._hot & wanted) | (fresh & wanted)
+        fresh = (fresh & wanted) - self.assigned
         now = time.monotonic()
-        for tp in fresh & wanted:
+        for tp in fresh:
             self._last[tp] = now
+        self.assigned = wanted
+        self._hot = (self._hot & wanted) | fresh
         for tp in set(self._last) - self._hot:
             del self._last[tp]
-        self.cold.assign(sorted(wanted))
-        for tp in wanted:
-            self.cold.seek(tp, positions[tp])
-        if self._hot:
-            self.cold.pause(*self._hot)
+        cold = (self._cold & wanted) | (wanted - self._hot)
+        if cold != self._cold:
+            self._assign_cold(cold, positions)
         self._assign_hot(positions)
+
+    def _assign_cold(self, cold: set[TopicPartition], positions: dict[TopicPartition, int]) -> None:
+        self._cold = cold
+        self.cold.assign(sorted(cold))
+        for tp in cold:
+            self.cold.seek(tp, positions[tp])
+        paused = cold & self._hot
+        if paused:
+            self.cold.pause(*paused)
 
     def _assign_hot(self, positions: dict[TopicPartition, int]) -> None:
         self.hot.assign(sorted(self._hot))
@@ -97,7 +111,10 @@ class Tiers:
         out: Batches = []
         if self._hot:
             out += (await self.hot.getmany(timeout_ms=HOT_WAIT_MS, max_records=max_records)).items()
-        cold = (await self.cold.getmany(timeout_ms=0 if self._hot else HOT_WAIT_MS, max_records=max_records)).items()
+        cold: Batches = []
+        if self._cold - self._hot:
+            wait = 0 if self._hot else HOT_WAIT_MS
+            cold = list((await self.cold.getmany(timeout_ms=wait, max_records=max_records)).items())
         out += cold
         now = time.monotonic()
         for tp, _ in out:
@@ -111,6 +128,7 @@ class Tiers:
         now = time.monotonic()
         moved = False
         warm = [tp for tp in self._warm if tp in self.assigned]
+        self._warm = []
         if warm:
             self.cold.pause(*warm)
             self._hot.update(warm)
@@ -119,14 +137,17 @@ class Tiers:
             moved = True
         if now >= self._next_demotion:
             self._next_demotion = now + IDLE_SECONDS / 3
-            idle = [tp for tp in self._hot if now - self._last.get(tp, now) > IDLE_SECONDS]
+            idle = {tp for tp in self._hot if now - self._last.get(tp, now) > IDLE_SECONDS}
             if idle:
-                self._hot.difference_update(idle)
+                self._hot -= idle
                 for tp in idle:
                     self._last.pop(tp, None)
-                    self.cold.seek(tp, positions[tp])
-                self.cold.resume(*idle)
+                if idle <= self._cold:
+                    for tp in idle:
+                        self.cold.seek(tp, positions[tp])
+                    self.cold.resume(*idle)
+                else:
+                    self._assign_cold(self._cold | idle, positions)
                 moved = True
-        self._warm = []
         if moved:
             self._assign_hot(positions)
