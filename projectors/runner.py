@@ -46,7 +46,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.deadletter import DeadLetters
 from projectors.shards import Shards
-from projectors.tiers import Tiers
+from projectors.tiers import Background, Batches, Tiers
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ RETRY_MAX = 5.0
 RESTART_FIRST = 0.5  # seconds before a projector stopped by an outage starts again; doubles up to RESTART_MAX
 RESTART_MAX = 30.0
 CHECKPOINT_READS = 64  # checkpoints read at once (partitions dealt to this process, the periodic check)
+FOLDS_AT_ONCE = 16  # partitions' batches folded at once (each holds a store connection)
 VERIFY_STEP = 0.1  # seconds between the periodic check's steps through many partitions
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
@@ -164,7 +165,8 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> Progress:
         """Consume until `stop` is set; then leave the group cleanly."""
         self._stop = stop
-        self.consumer = Tiers(self.bootstrap_servers)
+        background = Background()
+        self.consumer = Tiers(self.bootstrap_servers, background)
         self.shards = Shards(
             bootstrap_servers=self.bootstrap_servers,
             group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
@@ -174,6 +176,7 @@ class Projector:
             session_timeout=self.session_timeout,
             group_instance_id=self.group_instance_id,
             metadata_interval=self.metadata_interval,
+            background=background,
         )
         self.written.clear()
         self.sought.clear()
@@ -191,11 +194,8 @@ class Projector:
                         await asyncio.wait_for(self.shards.changed.wait(), 0.2)
                     continue
                 batches = await self.consumer.poll(self.batch_size)
-                sought = {tp: self.sought.get(tp) for tp, _ in batches}
-                for tp, messages in batches:
-                    if sought[tp] is not None and self.sought.get(tp) == sought[tp]:
-                        await self._fold(tp, messages)
-                self.consumer.settle(self.next)
+                await self._fold_all(batches)
+                await self.consumer.settle(self.next)
                 if loop.time() >= next_check:
                     next_check = loop.time() + await self._verify()
         except _Stopped:
@@ -205,12 +205,35 @@ class Projector:
             )
         finally:
             self.progress.assigned.clear()
-            await self.shards.stop(leave=stop.is_set())
-            await self.consumer.stop()
+            try:
+                await self.shards.stop(leave=stop.is_set())
+                await self.consumer.stop()
+            finally:
+                background.close()
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
         return self.progress
+
+    async def _fold_all(self, batches: Batches) -> None:
+        """Fold each partition's batch; at once, where the projection allows (many namespaces each have
+        a little: one after another, the last would wait for every other's round trips)."""
+        sought = {tp: self.sought.get(tp) for tp, _ in batches}
+        ready = [(tp, m) for tp, m in batches if sought[tp] is not None and self.sought.get(tp) == sought[tp]]
+        if len(ready) < 2 or not getattr(self.projection, "reentrant", False):
+            for tp, messages in ready:
+                await self._fold(tp, messages)
+            return
+        gate = asyncio.Semaphore(FOLDS_AT_ONCE)
+
+        async def fold(tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
+            async with gate:
+                await self._fold(tp, messages)
+
+        results = await asyncio.gather(*(fold(tp, m) for tp, m in ready), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _reassign(self, wanted: set[TopicPartition]) -> None:
         """Fold `wanted` from now on: partitions kept read on where they were, new ones from their checkpoint.
@@ -248,7 +271,7 @@ class Projector:
                 self.written[tp] = checkpoint
                 self.next[tp] = checkpoint + 1
             self.mark_sought(tp)
-        consumer.assign(wanted, self.next, {tp for tp, c in zip(gained, checkpoints, strict=True) if c is None})
+        await consumer.assign(wanted, self.next, {tp for tp, c in zip(gained, checkpoints, strict=True) if c is None})
         self.progress.assigned = set(wanted)
         if len(gained) <= 12:
             for tp, checkpoint in zip(gained, checkpoints, strict=True):
@@ -264,9 +287,9 @@ class Projector:
         if current - wanted:
             log.info("%s: %d partitions dealt to other processes", projection.name, len(current - wanted))
 
-    def _seek(self, tp: TopicPartition, offset: int) -> None:
+    async def _seek(self, tp: TopicPartition, offset: int) -> None:
         assert self.consumer is not None
-        self.consumer.seek(tp, offset)
+        await self.consumer.seek(tp, offset)
         self.next[tp] = offset
         self.mark_sought(tp)
 
@@ -308,7 +331,7 @@ class Projector:
         )
         self.written.pop(tp, None)
         self.progress.refolds += 1
-        self._seek(tp, 0)  # the consumer resets to where the log begins
+        await self._seek(tp, 0)  # the consumer resets to where the log begins
 
     def mark_sought(self, tp: TopicPartition) -> None:
         self._seeks += 1
@@ -350,7 +373,7 @@ class Projector:
                     stored,
                 )
                 self.written[tp] = stored
-                self._seek(tp, stored + 1)
+                await self._seek(tp, stored + 1)
         return VERIFY_STEP if self._unverified else self.verify_interval
 
     async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:

@@ -26,6 +26,7 @@ from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssigno
 
 from helix_es.log.kafka import create_topic
 from helix_es.model import names
+from projectors.tiers import Background
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Shards:
         session_timeout: float = 10.0,
         group_instance_id: str | None = None,
         metadata_interval: float = 1.0,
+        background: Background,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = names.shards_topic(topic_prefix)
@@ -80,9 +82,10 @@ class Shards:
             partition_assignment_strategy=(RoundRobinPartitionAssignor,),
         )
         self.group_instance_id = group_instance_id
-        # Its own connections: a broker answers a connection's requests in order, and a consumer's
-        # connection may be holding a long poll.
-        self.metadata = AIOKafkaClient(bootstrap_servers=bootstrap_servers)
+        # Its own connections (a broker answers a connection's requests in order, and a consumer's
+        # may be holding a long poll), on the background loop (its answer takes long to decode).
+        self.bg = background
+        self.metadata: AIOKafkaClient | None = None
         self.owned: set[int] = set()
         self.deals = 0  # rebalances of the group seen: processes came or went, never a new topic
         self.count = names.SHARDS  # the shards topic's partitions, once read
@@ -94,7 +97,7 @@ class Shards:
     async def start(self) -> None:
         """Join the group and watch the topics."""
         await self._ensure_topic()
-        await self.metadata.bootstrap()
+        self.metadata = await self.bg.run(self._bootstrap())
         self.group.subscribe([self.topic], listener=_Owned(self))
         await self.group.start()
         await self._look()  # the first deal needs the topics
@@ -123,7 +126,14 @@ class Shards:
             except Exception as exc:  # a broker away: the next look tries again; what we have stays
                 log.debug("could not read the cluster's topics: %s", exc)
 
-    async def _look(self) -> None:
+    async def _bootstrap(self) -> AIOKafkaClient:
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)
+        await client.bootstrap()
+        return client
+
+    async def _topics(self) -> dict[str, int]:
+        """The namespace topics and their partition counts (on the background loop)."""
+        assert self.metadata is not None
         cluster = await self.metadata.fetch_all_metadata()
         topics = {}
         for topic in cluster.topics():
@@ -131,6 +141,10 @@ class Shards:
                 parts = cluster.partitions_for_topic(topic)
                 if parts:
                     topics[topic] = max(parts) + 1
+        return topics
+
+    async def _look(self) -> None:
+        topics = await self.bg.run(self._topics())
         if topics != self.topics:
             self.topics = topics
             self.changed.set()
@@ -165,4 +179,5 @@ class Shards:
             if coordinator is not None and self.group_instance_id is not None:
                 coordinator._group_instance_id = None
         await self.group.stop()
-        await self.metadata.close()
+        if self.metadata is not None:
+            await self.bg.run(self.metadata.close())

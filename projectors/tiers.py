@@ -11,13 +11,19 @@ them has a record: that partition then moves to `hot`. `cold` keeps the partitio
 pauses the hot ones, so a move is a pause or resume, not a new assignment. A broker answers a
 connection's requests in order, so a new assignment's first fetch (and a metadata request)
 waits behind the long poll in flight: a new namespace's partitions start hot, and `cold` gets
-them only when they go idle.
+them only when they go idle. `cold` runs on an event loop of its own, in another thread (as
+does the metadata look of `projectors.shards`): decoding one of its answers takes tens of
+milliseconds per thousand partitions, and on the folding loop it would hold every busy
+partition up that long; on a thread the interpreter switches between them every few ms.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
@@ -27,6 +33,26 @@ HOT_WAIT_MS = 100  # the hot long poll, and how long a poll waits on it before l
 DATA_METADATA_AGE_MS = 30_000  # leaders are looked up again at once on a fetch error anyway
 
 Batches = list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]
+T = TypeVar("T")
+
+
+class Background:
+    """An event loop on a thread of its own: Kafka clients whose answers take long to decode live there."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="helix-kafka-background", daemon=True)
+        self.thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro`, run on the background loop, awaited from the caller's."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 def _consumer(bootstrap_servers: str, fetch_max_wait_ms: int) -> AIOKafkaConsumer:
@@ -49,9 +75,11 @@ class Tiers:
     behind the long poll in flight, so new namespaces, one a second, go to `hot` alone.
     """
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self.cold = _consumer(bootstrap_servers, COLD_WAIT_MS)
+    def __init__(self, bootstrap_servers: str, background: Background) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.bg = background
         self.hot = _consumer(bootstrap_servers, HOT_WAIT_MS)
+        self.cold: AIOKafkaConsumer | None = None  # made, started and used on the background loop
         self.assigned: set[TopicPartition] = set()
         self._hot: set[TopicPartition] = set()
         self._cold: set[TopicPartition] = set()  # cold's assignment: the hot ones among them paused
@@ -60,14 +88,28 @@ class Tiers:
         self._warm: list[TopicPartition] = []  # cold partitions that just had records
 
     async def start(self) -> None:
-        await self.cold.start()
+        self.cold = await self.bg.run(self._start_cold())
         await self.hot.start()
+
+    async def _start_cold(self) -> AIOKafkaConsumer:
+        cold = _consumer(self.bootstrap_servers, COLD_WAIT_MS)
+        await cold.start()
+        return cold
 
     async def stop(self) -> None:
         await self.hot.stop()
-        await self.cold.stop()
+        if self.cold is not None:
+            await self.bg.run(self.cold.stop())
 
-    def assign(
+    def _on_cold(self, call: Any, *args: Any) -> Awaitable[Any]:
+        """`call(*args)` (a sync method of `cold`), run on the background loop."""
+
+        async def run() -> Any:
+            return call(*args)
+
+        return self.bg.run(run())
+
+    async def assign(
         self, partitions: Iterable[TopicPartition], positions: dict[TopicPartition, int], fresh: set[TopicPartition]
     ) -> None:
         """Fold `partitions` from `positions` (every one of them). The `fresh` ones (never folded: a new
@@ -83,28 +125,41 @@ class Tiers:
             del self._last[tp]
         cold = (self._cold & wanted) | (wanted - self._hot)
         if cold != self._cold:
-            self._assign_cold(cold, positions)
+            await self._assign_cold(cold, positions)
         self._assign_hot(positions)
 
-    def _assign_cold(self, cold: set[TopicPartition], positions: dict[TopicPartition, int]) -> None:
+    async def _assign_cold(self, cold: set[TopicPartition], positions: dict[TopicPartition, int]) -> None:
         self._cold = cold
-        self.cold.assign(sorted(cold))
-        for tp in cold:
-            self.cold.seek(tp, positions[tp])
+        at = {tp: positions[tp] for tp in cold}
         paused = cold & self._hot
-        if paused:
-            self.cold.pause(*paused)
+        consumer = self.cold
+        assert consumer is not None
+
+        async def assign() -> None:
+            consumer.assign(sorted(at))
+            for tp, offset in at.items():
+                consumer.seek(tp, offset)
+            if paused:
+                consumer.pause(*paused)
+
+        await self.bg.run(assign())
 
     def _assign_hot(self, positions: dict[TopicPartition, int]) -> None:
         self.hot.assign(sorted(self._hot))
         for tp in self._hot:
             self.hot.seek(tp, positions[tp])
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        (self.hot if tp in self._hot else self.cold).seek(tp, offset)
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        if tp in self._hot:
+            self.hot.seek(tp, offset)
+        else:
+            assert self.cold is not None
+            await self._on_cold(self.cold.seek, tp, offset)
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        return (self.hot if tp in self._hot else self.cold).highwater(tp)  # type: ignore[no-any-return]
+        consumer = self.hot if tp in self._hot else self.cold
+        assert consumer is not None
+        return consumer.highwater(tp)  # type: ignore[no-any-return]  # a read of a plain dict, from any thread
 
     async def poll(self, max_records: int) -> Batches:
         """Records of hot partitions (waiting up to HOT_WAIT_MS for some), then whatever cold has."""
@@ -113,8 +168,9 @@ class Tiers:
             out += (await self.hot.getmany(timeout_ms=HOT_WAIT_MS, max_records=max_records)).items()
         cold: Batches = []
         if self._cold - self._hot:
+            assert self.cold is not None
             wait = 0 if self._hot else HOT_WAIT_MS
-            cold = list((await self.cold.getmany(timeout_ms=wait, max_records=max_records)).items())
+            cold = list((await self.bg.run(self.cold.getmany(timeout_ms=wait, max_records=max_records))).items())
         out += cold
         now = time.monotonic()
         for tp, _ in out:
@@ -123,14 +179,15 @@ class Tiers:
         self._warm = [tp for tp, _ in cold if tp not in self._hot]  # moved once their batch is folded
         return out
 
-    def settle(self, positions: dict[TopicPartition, int]) -> None:
+    async def settle(self, positions: dict[TopicPartition, int]) -> None:
         """After the batches of `poll` are folded: partitions that woke move hot, long-idle ones cold."""
+        assert self.cold is not None
         now = time.monotonic()
         moved = False
         warm = [tp for tp in self._warm if tp in self.assigned]
         self._warm = []
         if warm:
-            self.cold.pause(*warm)
+            await self._on_cold(self.cold.pause, *warm)
             self._hot.update(warm)
             for tp in warm:
                 self._last[tp] = now
@@ -143,11 +200,17 @@ class Tiers:
                 for tp in idle:
                     self._last.pop(tp, None)
                 if idle <= self._cold:
-                    for tp in idle:
-                        self.cold.seek(tp, positions[tp])
-                    self.cold.resume(*idle)
+                    consumer = self.cold
+                    at = {tp: positions[tp] for tp in idle}
+
+                    async def resume() -> None:
+                        for tp, offset in at.items():
+                            consumer.seek(tp, offset)
+                        consumer.resume(*at)
+
+                    await self.bg.run(resume())
                 else:
-                    self._assign_cold(self._cold | idle, positions)
+                    await self._assign_cold(self._cold | idle, positions)
                 moved = True
         if moved:
             self._assign_hot(positions)

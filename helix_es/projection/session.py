@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
@@ -22,6 +23,8 @@ class SessionProjection:
     the one its checkpoint is kept under (a rebuild worker folding a slice of a partition).
     """
 
+    # Batches of different partitions may be applied at once: they touch different sessions and checkpoints.
+    reentrant: ClassVar[bool] = True
     view: View
     store: ViewStore
     name: str = field(init=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from helix_es.model.events import Event, Record, SummaryRecorded
 from helix_es.model.message import Message
@@ -39,6 +40,7 @@ class _Plan:
 
 @dataclass
 class SummaryProjection(SessionProjection):
+    reentrant: ClassVar[bool] = False  # a batch's plans are kept on the projection until it asks
     summariser: Summariser = field(kw_only=True)
     # The newest summary asked for but not folded yet, per session: (epoch, covers, text).
     _asked: dict[SessionKey, tuple[str, int, str]] = field(default_factory=dict, init=False)

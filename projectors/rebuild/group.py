@@ -26,7 +26,8 @@ from typing import Any
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.check import Checker
-from helix_es.log.replay import CAUGHT_UP_LAG, DEFAULT_BATCH, GROUP_SESSION_MS, Checkpoint, GroupSource, GroupWatch
+from helix_es.log.group_replay import GROUP_SESSION_MS, GroupSource, GroupWatch
+from helix_es.log.replay import CAUGHT_UP_LAG, DEFAULT_BATCH, Checkpoint
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import Record
