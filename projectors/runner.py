@@ -247,45 +247,41 @@ class Projector:
         if wanted == current:
             return
         gained = sorted(wanted - current)
-        projection = self.projection
-
         checkpoints: list[int | None] = []
-        for i in range(0, len(gained), CHECKPOINT_READS):  # a few store connections, many partitions
+        for i in range(0, len(gained), CHECKPOINT_READS):
             some = gained[i : i + CHECKPOINT_READS]
             checkpoints += await self.retrying(
                 f"reading the checkpoints of {len(gained)} partitions",
-                lambda some=some: asyncio.gather(  # type: ignore[misc]
-                    *(projection.checkpoint(tp.topic, tp.partition) for tp in some)
-                ),
+                lambda some=some: self._checkpoints(some),  # type: ignore[misc]
             )
         for tp in current - wanted:  # dealt to another process
             for held in (self.written, self.next, self.sought):
                 held.pop(tp, None)
+        fresh = set()
         for tp, checkpoint in zip(gained, checkpoints, strict=True):
             if checkpoint is None:
                 # From the start: offset 0, or where the log begins (the consumer resets to the earliest
                 # offset), without asking the brokers first, which waits while a new topic elects leaders.
+                fresh.add(tp)
                 self.written.pop(tp, None)
-                self.next[tp] = 0
             else:
                 self.written[tp] = checkpoint
-                self.next[tp] = checkpoint + 1
+            self.next[tp] = 0 if checkpoint is None else checkpoint + 1
             self.mark_sought(tp)
-        await consumer.assign(wanted, self.next, {tp for tp, c in zip(gained, checkpoints, strict=True) if c is None})
+        await consumer.assign(wanted, self.next, fresh)
         self.progress.assigned = set(wanted)
+        name = self.projection.name
         if len(gained) <= 12:
-            for tp, checkpoint in zip(gained, checkpoints, strict=True):
-                log.info(
-                    "%s: %s[%d] from offset %d",
-                    projection.name,
-                    tp.topic,
-                    tp.partition,
-                    0 if checkpoint is None else checkpoint + 1,
-                )
+            for tp in gained:
+                log.info("%s: %s[%d] from offset %d", name, tp.topic, tp.partition, self.next[tp])
         else:
-            log.info("%s: %d more partitions, each from its checkpoint", projection.name, len(gained))
+            log.info("%s: %d more partitions, each from its checkpoint", name, len(gained))
         if current - wanted:
-            log.info("%s: %d partitions dealt to other processes", projection.name, len(current - wanted))
+            log.info("%s: %d partitions dealt to other processes", name, len(current - wanted))
+
+    async def _checkpoints(self, tps: Sequence[TopicPartition]) -> list[int | None]:
+        """The stored checkpoints of `tps` (at most `CHECKPOINT_READS`), read at once."""
+        return list(await asyncio.gather(*(self.projection.checkpoint(tp.topic, tp.partition) for tp in tps)))
 
     async def _seek(self, tp: TopicPartition, offset: int) -> None:
         assert self.consumer is not None
@@ -351,7 +347,7 @@ class Projector:
         some, self._unverified = self._unverified[:CHECKPOINT_READS], self._unverified[CHECKPOINT_READS:]
         projection = self.projection
         try:
-            found = await asyncio.gather(*(projection.checkpoint(tp.topic, tp.partition) for tp in some))
+            found = await self._checkpoints(some)
         except Exception as exc:
             if not transient(exc):
                 raise
