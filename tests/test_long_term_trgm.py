@@ -9,10 +9,13 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from helix_es import Message
 from helix_es.stores.ports import SessionKey
+from helix_es.stores.postgres import trigrams
 from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.stores.postgres.trigrams import probe, words
 from helix_es.views.long_term import escape_like
 from tests.conftest import unique
 
@@ -76,6 +79,17 @@ async def explain(dsn: str, store: PostgresLongTerm, ns: str, query: str) -> str
         await conn.close()
 
 
+async def found_as_in_python(
+    store: PostgresLongTerm, ns: str, texts: list[str], queries: list[str], limits: tuple[int, ...]
+) -> None:
+    """Every query's results are the texts holding it, case folded, oldest first."""
+    for query in queries:
+        for limit in limits:
+            got = await store.search(SessionKey(ns, "s"), query, limit, None)
+            want = [t for t in texts if query.lower() in t.lower()][:limit]
+            assert got is not None and [m.content for m in got] == want, (query, limit)
+
+
 async def test_a_rare_word_is_found_through_the_trigram_index(postgres_dsn: str) -> None:
     store, ns, _ = await filled(postgres_dsn, 20_000)
     try:
@@ -89,11 +103,8 @@ async def test_results_are_the_plain_scans_for_every_query(postgres_dsn: str) ->
     store, ns, texts = await filled(postgres_dsn, 3000)
     try:
         # Under 3 characters the index cannot narrow; wildcards and the escape are literal.
-        for query in ["zebra", "ZEB", "ze", "z", "%", "_", "%_", "\\", "100%", "a_c", "hotel", "note 12", "x" * 40]:
-            for limit in (3, 1000):
-                got = await store.search(SessionKey(ns, "s"), query, limit, None)
-                want = [t for t in texts if query.lower() in t.lower()][:limit]
-                assert got is not None and [m.content for m in got] == want, (query, limit)
+        queries = ["zebra", "ZEB", "ze", "z", "%", "_", "%_", "\\", "100%", "a_c", "hotel", "note 12", "x" * 40]
+        await found_as_in_python(store, ns, texts, queries, (3, 1000))
     finally:
         await drop(postgres_dsn, store)
 
@@ -117,3 +128,49 @@ async def test_projectors_starting_together_make_one_index(postgres_dsn: str) ->
         await drop(postgres_dsn, stores[0])
         for s in stores[1:]:
             await s.close()
+
+
+def test_the_index_probe_is_the_rare_pieces_of_the_words_in_order() -> None:
+    frequent = frozenset({"ref", "eet", "the"})
+    assert words("ref-653159 hé_llo, 42x") == ["ref", "653159", "hé", "llo", "42x"]
+    assert probe("ref-653159", frequent) == "%653159%"
+    assert probe("the meeting at 10", frequent) == "%eting%"  # 'mee' is rare but shorter than 'eting'
+    assert probe("ref", frequent) is None  # nothing rare: the whole query
+    assert probe("hotel", frequent) is None  # the probe would be the query itself
+    assert probe("ref-653159", frozenset()) is None  # a small table, or no sample
+    assert probe("50%_off the deal", frequent) == "%off%deal%"  # wildcards never reach it; "50" is too short
+
+
+async def test_a_query_with_frequent_trigrams_is_probed_by_its_rare_pieces_and_rechecked(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trigrams, "SMALL_TABLE", 0)  # sample this small table as if it were big
+    store, ns, _ = await filled(postgres_dsn, 3000)
+    texts = [f"ref-{i:06d}: a note about the {WORDS[i % len(WORDS)]}" for i in range(3000)]
+    # Rows holding the rare pieces but not the query: only the recheck keeps them out.
+    texts[100] = "000042 ref- pieces in the other order"
+    texts[200] = "ref-x000042 a piece with something between"
+    texts[300] = "REF-000043 upper case still matches"
+    texts[400] = r"ref_000044 and 100% ref\000045"
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        for i, t in enumerate(texts):
+            await conn.execute(
+                f'UPDATE "{store.table}" SET content = $1, message = $2::jsonb WHERE "offset" = $3',
+                t,
+                Message("user", t).to_json(),
+                i,
+            )
+        await conn.execute(f'ANALYZE "{store.table}"')
+    finally:
+        await conn.close()
+    try:
+        frequent = await store._frequent.get(await store._pool_ready())
+        assert {"ref", "not", "the"} <= frequent, sorted(frequent)[:50]
+        queries = ["ref-000042", "ref-000043", "ref_000044", "ref-000044", "ref\\000045", "100% ref", "ref-0001",
+                   "note about", "ref-000042: a note", "000042", "pieces in the other"]  # fmt: skip
+        probed = [q for q in queries if probe(q, frequent) is not None]
+        assert len(probed) >= 5, probed
+        await found_as_in_python(store, ns, texts, queries, (2, 1000))
+    finally:
+        await drop(postgres_dsn, store)

@@ -30,7 +30,9 @@ folding follows the database's collation. A `pg_trgm` GIN index on `content` (ma
 the schema, CONCURRENTLY and outside the schema lock, by one process: on an older, big table the
 build takes a while, and writers and other projectors go on meanwhile) lets the planner fetch
 only the rows holding the query's trigrams; for a common word it may still scan the namespace in
-order and stop at `limit`. Either way the result is the same.
+order and stop at `limit`. Trigrams in a large share of the rows are left out of the lookup
+(`helix_es.stores.postgres.trigrams`): the index finds the rows with the query's rare pieces,
+and the whole pattern is rechecked on them. Either way the result is the same.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from helix_es.stores.postgres.pool import (
     drop_checkpoints,
     transaction,
 )
+from helix_es.stores.postgres.trigrams import FrequentTrigrams, probe
 from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, check_table, escape_like, ops
 
 # The key helix_es.stores.postgres.views locks too: both create helix_checkpoints, and concurrent
@@ -238,6 +241,15 @@ class PostgresLongTerm:
         self._search = _READ.format(
             t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'", limit="LIMIT $7"
         )
+        # The index looks up $6, the query's rare words (trigrams.probe); `content || ''` keeps the
+        # whole query out of the index condition, so it is rechecked on the rows found only.
+        self._search_words = _READ.format(
+            t=t,
+            checkpoint=_CHECKPOINT,
+            where=r"AND content ILIKE $6 AND (content || '') ILIKE $8 ESCAPE E'\\'",
+            limit="LIMIT $7",
+        )
+        self._frequent = FrequentTrigrams(t)
         self.pg = Pg(dsn)
 
     async def ensure_table(self) -> None:
@@ -355,7 +367,14 @@ class PostgresLongTerm:
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
         pool = await self._pool_ready()
-        row = await pool.fetchrow(self._search, self.name, *self._want(want), key.namespace, escape_like(query), limit)
+        pattern = escape_like(query)
+        words = probe(query, await self._frequent.get(pool))
+        if words is None:
+            row = await pool.fetchrow(self._search, self.name, *self._want(want), key.namespace, pattern, limit)
+        else:
+            row = await pool.fetchrow(
+                self._search_words, self.name, *self._want(want), key.namespace, words, limit, pattern
+            )
         return None if row["messages"] is None else [decode_json(m) for m in row["messages"]]
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
@@ -375,4 +394,5 @@ class PostgresLongTerm:
             await drop_checkpoints(conn, self.name, topics)
 
     async def close(self) -> None:
+        await self._frequent.close()
         await self.pg.close()
