@@ -9,7 +9,7 @@ from helix_es.config import LogConfig, MemoryConfig, load_configs
 from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
-from projectors import instance
+from projectors import heap, instance
 from projectors.follow import TargetFollower
 from projectors.runner import run_projectors
 
@@ -101,10 +101,12 @@ async def _serve(
                 )
 
     reporter = asyncio.create_task(report())
+    collector = asyncio.create_task(heap.keep_short(stop))
     try:
         done = await run_projectors(projectors, stop)
     finally:
         reporter.cancel()
+        collector.cancel()
         for p in projectors:
             await p.projection.close()
         for store in stores:

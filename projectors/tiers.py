@@ -29,7 +29,13 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 IDLE_SECONDS = 30.0  # a hot partition without records this long goes back to the cold consumer
 COLD_WAIT_MS = 1000  # the cold long poll: a record on any of its partitions ends it at once
-HOT_WAIT_MS = 100  # the hot long poll, and how long a poll waits on it before looking at the cold one
+HOT_WAIT_MS = 20  # how long a poll waits for hot records before looking at the cold ones
+IDLE_WAIT_MS = 100  # how long a poll waits for cold records when no partition is hot
+# The hot long poll. aiokafka has one fetch in flight per broker, and leaves out of it the
+# partitions whose records are not yet taken: a busy partition's next record waits for the
+# fetch in flight to end, which is this long when the other hot partitions are quiet
+# (measured at 100 ms: add-to-visible p99 125 ms beside 8 ms for raw produce-to-consume).
+HOT_FETCH_WAIT_MS = 5
 DATA_METADATA_AGE_MS = 30_000  # leaders are looked up again at once on a fetch error anyway
 
 Batches = list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]
@@ -67,6 +73,15 @@ def _consumer(bootstrap_servers: str, fetch_max_wait_ms: int) -> AIOKafkaConsume
     )
 
 
+def _holds_fetched(consumer: AIOKafkaConsumer | None) -> bool:
+    """Whether `consumer` has fetched records (or an error) to hand out. Asking its loop costs a
+    wait for that loop, which is busy decoding for tens of ms at a time (measured: polls of
+    40-110 ms): the fetcher's buffer is read across threads instead (the length of a dict), and
+    if this aiokafka keeps it elsewhere, the loop is asked every time."""
+    records = getattr(getattr(consumer, "_fetcher", None), "_records", None)
+    return records is None or bool(records)
+
+
 class Tiers:
     """The partitions dealt to this process, each fetched by `hot` or by `cold`; assigned by hand.
 
@@ -78,7 +93,7 @@ class Tiers:
     def __init__(self, bootstrap_servers: str, background: Background) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.bg = background
-        self.hot = _consumer(bootstrap_servers, HOT_WAIT_MS)
+        self.hot = _consumer(bootstrap_servers, HOT_FETCH_WAIT_MS)
         self.cold: AIOKafkaConsumer | None = None  # made, started and used on the background loop
         self.assigned: set[TopicPartition] = set()
         self._hot: set[TopicPartition] = set()
@@ -167,9 +182,9 @@ class Tiers:
         if self._hot:
             out += (await self.hot.getmany(timeout_ms=HOT_WAIT_MS, max_records=max_records)).items()
         cold: Batches = []
-        if self._cold - self._hot:
+        if self._cold - self._hot and (not self._hot or _holds_fetched(self.cold)):
             assert self.cold is not None
-            wait = 0 if self._hot else HOT_WAIT_MS
+            wait = 0 if self._hot else IDLE_WAIT_MS
             cold = list((await self.bg.run(self.cold.getmany(timeout_ms=wait, max_records=max_records))).items())
         out += cold
         now = time.monotonic()
