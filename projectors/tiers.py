@@ -14,7 +14,9 @@ waits behind the long poll in flight: a new namespace's partitions start hot, an
 them only when they go idle. `cold` runs on an event loop of its own, in another thread (as
 does the metadata look of `projectors.shards`): decoding one of its answers takes tens of
 milliseconds per thousand partitions, and on the folding loop it would hold every busy
-partition up that long; on a thread the interpreter switches between them every few ms.
+partition up that long; on a thread the interpreter switches between them every few ms. A poll
+asks that loop for records only when cold's fetcher holds some (`_holds_fetched`): asking costs
+a wait for the loop, which may be in the middle of such a decode.
 """
 
 from __future__ import annotations
