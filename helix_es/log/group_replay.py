@@ -20,6 +20,9 @@ from helix_es.model.events import Record
 
 TOPICS_SECONDS = 10  # how often a group member looks for namespace topics created meanwhile
 GROUP_SESSION_MS = 6000  # a member that dies hands its partitions on after this (the brokers' least, by default)
+# A heartbeat is how a member hears of a rebalance: often, so a member that joins is dealt its partitions
+# within a fifth of a second, not a second (the group holds no data, a heartbeat costs little).
+HEARTBEAT_MS = 200
 
 
 class GroupSource(KafkaSource):
@@ -66,7 +69,7 @@ class GroupSource(KafkaSource):
             group_id=self.group,
             client_id=self.client_id,
             session_timeout_ms=GROUP_SESSION_MS,
-            heartbeat_interval_ms=1000,
+            heartbeat_interval_ms=HEARTBEAT_MS,
             # A namespace topic created meanwhile joins the pattern within this. Not much less: each refresh
             # is the whole cluster's metadata, decoded in Python (a second of CPU at a few thousand topics).
             metadata_max_age_ms=TOPICS_SECONDS * 1000,

@@ -37,6 +37,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import IdempotencyStore, ViewStore
 from helix_es.views.base import View
+from projectors.rebuild.bulk import defer_indexes
 from projectors.rebuild.pump import drain
 from projectors.rebuild.selection import ConfigSource, select
 from projectors.rebuild.sinks import ProjectionSink, SessionSink, Sink
@@ -291,6 +292,7 @@ async def join(
         await aliases.close()
     store = open_store(part) if isinstance(part.view, View) else None
     projection = target_projection(part, target, store)
+    defer_indexes(projection)
     sink, keys = open_sink(part, target, store, projection)
     source = group_source(log_config, part, target, projection.checkpoint, batch_size, client_id=MEMBER)
     status = Status(name, target, "building")
