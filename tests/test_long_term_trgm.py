@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from helix_es import Message
+from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres import trigrams
 from helix_es.stores.postgres.long_term import PostgresLongTerm
@@ -172,5 +173,47 @@ async def test_a_query_with_frequent_trigrams_is_probed_by_its_rare_pieces_and_r
         probed = [q for q in queries if probe(q, frequent) is not None]
         assert len(probed) >= 5, probed
         await found_as_in_python(store, ns, texts, queries, (2, 1000))
+    finally:
+        await drop(postgres_dsn, store)
+
+
+async def trigram_indexes(dsn: str, table: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        n: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
+            "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops' AND i.indisvalid",
+            f'"{table}"',
+        )
+        return n
+    finally:
+        await conn.close()
+
+
+def at(offset: int) -> Position:
+    return Position("t", 0, offset)
+
+
+async def test_a_bulk_load_builds_the_index_once_at_its_end(postgres_dsn: str) -> None:
+    """A rebuild's target defers the index; `build_indexes` makes it over the rows, and search finds the same."""
+    store = PostgresLongTerm(postgres_dsn, table=unique("lt_trgm").replace("-", "_"))
+    store.defer_indexes()
+    ns = unique("ns")
+    texts = contents(300)
+    records = [
+        Record(
+            Event(ns, "s", MessageAdded(Message("user", t)), timestamp=T0 + timedelta(seconds=i)), Position("t", 0, i)
+        )
+        for i, t in enumerate(texts)
+    ]
+    try:
+        await store.apply(records, live=False)
+        assert await trigram_indexes(postgres_dsn, store.table) == 0
+        before = await store.search(SessionKey(ns, "s"), "zebra", 10, None)
+        await store.build_indexes()
+        await store.build_indexes()  # once: it is there
+        assert await trigram_indexes(postgres_dsn, store.table) == 1
+        assert await store.search(SessionKey(ns, "s"), "zebra", 10, None) == before
+        assert before is not None and len(before) == 4
     finally:
         await drop(postgres_dsn, store)

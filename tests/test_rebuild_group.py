@@ -28,6 +28,7 @@ from helix_es.views.base import View
 from helix_es.views.long_term import target_table
 from projectors.rebuild import drop, join, rebuild
 from tests.conftest import cli, unique
+from tests.test_long_term_trgm import trigram_indexes
 from tests.test_rebuild import embedded, snapshots, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +147,9 @@ async def test_members_share_a_rebuild_and_build_what_one_process_builds(
         assert set(reports[0]["partitions"]) != set(reports[1]["partitions"])
         assert await built(cfg, shared, ns, postgres_dsn) == await built(cfg, alone, ns, postgres_dsn)
         assert await built(cfg, shared, ns, postgres_dsn)  # not two empty targets
+        view = load_config(cfg).memory.view
+        if kind == "long-term-postgres":  # the index every member deferred, built before the report
+            assert await trigram_indexes(postgres_dsn, target_table(view.table, view.name, shared)) == 1
     finally:
         for target in (shared, alone):
             await drop(path, target)

@@ -20,6 +20,13 @@ from helix_es.model.events import Record
 
 TOPICS_SECONDS = 10  # how often a group member looks for namespace topics created meanwhile
 GROUP_SESSION_MS = 6000  # a member that dies hands its partitions on after this (the brokers' least, by default)
+# A heartbeat is how a member hears of a rebalance: often, so a member that joins is dealt its partitions
+# within a fifth of a second, not a second (the group holds no data, a heartbeat costs little).
+HEARTBEAT_MS = 200
+# How often a member asks whether the rebuild is finished (the lead: whether every checkpoint reached the
+# ends; the others: whether the lead left). Each look is a few small requests; the rebuild's tail is
+# about two looks, so a look a fifth of a second apart, not half, ends it sooner.
+LOOK_SECONDS = 0.2
 
 
 class GroupSource(KafkaSource):
@@ -30,7 +37,7 @@ class GroupSource(KafkaSource):
     a no-op (checkpoints, session guards). On a rebalance `before_revoke` is awaited before the
     partitions go (the rebuild lets its write in flight land), and a batch decoded for a partition
     that went meanwhile is dropped: its next owner reads it from the checkpoint. A member reads
-    until `finished` says so, whatever `at_end` asks: the end is the rebuild's to decide.
+    until `finished` (asked every `LOOK_SECONDS`) says so, whatever `at_end` asks: the end is the rebuild's to decide.
     """
 
     def __init__(
@@ -66,7 +73,7 @@ class GroupSource(KafkaSource):
             group_id=self.group,
             client_id=self.client_id,
             session_timeout_ms=GROUP_SESSION_MS,
-            heartbeat_interval_ms=1000,
+            heartbeat_interval_ms=HEARTBEAT_MS,
             # A namespace topic created meanwhile joins the pattern within this. Not much less: each refresh
             # is the whole cluster's metadata, decoded in Python (a second of CPU at a few thousand topics).
             metadata_max_age_ms=TOPICS_SECONDS * 1000,
@@ -135,7 +142,7 @@ class GroupSource(KafkaSource):
         next_look = 0.0
         while True:
             if time.monotonic() >= next_look:
-                next_look = time.monotonic() + 0.5
+                next_look = time.monotonic() + LOOK_SECONDS
                 if await finished():
                     return
                 await self._refresh_ends()

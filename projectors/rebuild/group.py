@@ -26,7 +26,7 @@ from typing import Any
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.check import Checker
-from helix_es.log.group_replay import GROUP_SESSION_MS, GroupSource, GroupWatch
+from helix_es.log.group_replay import GROUP_SESSION_MS, LOOK_SECONDS, GroupSource, GroupWatch
 from helix_es.log.replay import CAUGHT_UP_LAG, DEFAULT_BATCH, Checkpoint
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
@@ -37,6 +37,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import IdempotencyStore, ViewStore
 from helix_es.views.base import View
+from projectors.rebuild.bulk import defer_indexes
 from projectors.rebuild.pump import drain
 from projectors.rebuild.selection import ConfigSource, select
 from projectors.rebuild.sinks import ProjectionSink, SessionSink, Sink
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 LEAD = "helix-rebuild-lead"  # the client id of the process that decides caught up and switches
 MEMBER = "helix-rebuild-member"
 JOIN_SECONDS = 30.0  # a member waits this long for the rebuild it joins to be running
-CALM_LOOKS = 6  # looks (about 0.5 s apart) near the ends that end the shared phase under steady writes
+CALM_LOOKS = round(3 / LOOK_SECONDS)  # looks near the ends (3 s of them) that end the shared phase under steady writes
 LEAVE_SECONDS = 2 * GROUP_SESSION_MS / 1000 + 10  # the lead waits this long for members to go
 
 
@@ -291,6 +292,7 @@ async def join(
         await aliases.close()
     store = open_store(part) if isinstance(part.view, View) else None
     projection = target_projection(part, target, store)
+    defer_indexes(projection)
     sink, keys = open_sink(part, target, store, projection)
     source = group_source(log_config, part, target, projection.checkpoint, batch_size, client_id=MEMBER)
     status = Status(name, target, "building")

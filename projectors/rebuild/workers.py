@@ -26,6 +26,7 @@ from helix_es.projection.aliases import target_projection, target_store
 from helix_es.projection.factory import open_idempotency, open_store
 from helix_es.stores.ports import IdempotencyStore
 from helix_es.views.base import View
+from projectors.rebuild.bulk import defer_indexes
 from projectors.rebuild.pump import always, drain, open_source
 from projectors.rebuild.selection import ConfigSource, select
 from projectors.rebuild.sinks import ProjectionSink, SessionSink, Sink
@@ -200,6 +201,7 @@ async def _worker(spec: Mapping[str, Any]) -> None:
     shard = Shard([(t, int(p)) for t, p in spec["shard"]["partitions"]], spec["shard"]["k"], spec["shard"]["n"])
     store = open_store(part) if isinstance(part.view, View) else None
     projection = target_projection(part, target, store)
+    defer_indexes(projection)
     keys: IdempotencyStore | None = None
     if store is not None:
         assert isinstance(part.view, View)

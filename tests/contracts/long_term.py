@@ -94,6 +94,27 @@ class LongTermContract:
         assert await self.stored_sessions(store, ns) == ["a", "b"]
         assert await store.checkpoint(topic, 0) == 4
 
+    async def test_messages_no_newer_than_a_clear_of_their_batch_are_gone_wherever_they_stand(
+        self, store: Projection
+    ) -> None:
+        ns = unique("lt")
+        topic = names.topic(ns)
+        at = [T0 + timedelta(seconds=i) for i in range(8)]
+        batch = [
+            said(ns, topic, 0, 0, "t1", at[1]),
+            said(ns, topic, 0, 1, "t5", at[5]),
+            cleared(ns, topic, 0, 2, at[3]),
+            said(ns, topic, 0, 3, "t2, after the clear", at[2]),
+            said(ns, topic, 0, 4, "t3, at the clear", at[3]),
+            said(ns, topic, 0, 5, "t4", at[4]),
+            cleared(ns, topic, 0, 6, at[0]),  # older than the first: moves nothing
+            said(ns, topic, 0, 7, "t6", at[6]),
+        ]
+        assert (await store.apply(batch)).events == 8
+        assert contents(await store.get(SessionKey(ns, "s"), None) or []) == ["t4", "t5", "t6"]
+        assert await store.checkpoint(topic, 0) == 7
+        assert await self.stored_sessions(store, ns) == ["s"] * 3  # nothing else left behind
+
     async def test_order_and_clears_do_not_depend_on_which_partition_is_applied_first(self, store: Projection) -> None:
         def batches(ns: str) -> tuple[list[Record], list[Record]]:
             topic = names.topic(ns)

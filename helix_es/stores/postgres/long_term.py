@@ -37,6 +37,7 @@ and the whole pattern is rechecked on them. Either way the result is the same.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -251,6 +252,7 @@ class PostgresLongTerm:
         )
         self._frequent = FrequentTrigrams(t)
         self.pg = Pg(dsn)
+        self._deferred = False
 
     async def ensure_table(self) -> None:
         """Connect if needed, create the schema if absent and check an existing table fits; safe to repeat."""
@@ -264,18 +266,34 @@ class PostgresLongTerm:
                 "long-term memory needs; it is left as it is. Set memory.table to another name."
             )
 
+    def defer_indexes(self) -> None:
+        """A bulk load (a rebuild's target, before readers use it): no trigram index until `build_indexes`.
+        Called before first use. A GIN index kept up row by row costs more than the COPY it slows; one
+        built over the rows at the end, far less."""
+        self._deferred = True
+
+    async def build_indexes(self) -> None:
+        """The trigram index a bulk load deferred, built over the rows now there (if another process is
+        building it, once it has)."""
+        pool = await self._pool_ready()
+        async with pool.acquire() as conn:
+            while not await self._trgm(conn):
+                await asyncio.sleep(0.2)
+
     async def _ready(self, conn: asyncpg.Connection) -> None:
         await self._fits(conn)
-        await self._trgm(conn)
+        if not self._deferred:
+            await self._trgm(conn)
 
-    async def _trgm(self, conn: asyncpg.Connection) -> None:
+    async def _trgm(self, conn: asyncpg.Connection) -> bool:
         """The pg_trgm GIN index on content, if pg_trgm is there: only a speed-up, as ILIKE is
-        rechecked on every row it finds (and queries under 3 characters, which it cannot narrow, scan)."""
+        rechecked on every row it finds (and queries under 3 characters, which it cannot narrow, scan).
+        False if another process is building it."""
         if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
-            return
+            return True
         t = f'"{self.table}"'
         try:
-            await build_index(
+            return await build_index(
                 conn,
                 f"trgm {self.table}",
                 _TRGM.format(what="EXISTS (SELECT 1", t=t, valid="i.indisvalid") + ")",
@@ -284,6 +302,7 @@ class PostgresLongTerm:
             )
         except asyncpg.PostgresError as e:  # the search is right without it: say so, go on
             log.warning("long-term %s: no trigram index on content (%s); search scans the rows", self.table, e)
+            return True
 
     async def _pool_ready(self) -> asyncpg.Pool:
         return await self.pg.pool(self._schema, check=self._ready)

@@ -296,12 +296,21 @@ class RedisLongTerm:
             base = self._prefix(e.namespace)
             await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset])
         field = f"{topic}:{partition}"
+        # A message no newer than a clear of its namespace in this batch is gone once the batch is applied,
+        # wherever it stands in the batch (a clear drops the rows up to its time, and no row up to the
+        # watermark is added): sent as nothing to do, it is neither written nor deleted again.
+        cleared: dict[str, int] = {}
+        for op in batch:
+            if op.clear:
+                cleared[op.namespace] = max(cleared.get(op.namespace, -1), max(micros(op.at), 0))
         rows: list[list[str]] = []
         for op in batch:
             at = max(micros(op.at), 0)
             offset = str(op.offset)
-            if op.message is not None and not any(
-                e.erases(op.session_id, topic, partition, op.offset) for e in erasures
+            if (
+                op.message is not None
+                and at > cleared.get(op.namespace, -1)
+                and not any(e.erases(op.session_id, topic, partition, op.offset) for e in erasures)
             ):
                 rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
             elif op.clear:

@@ -1,0 +1,24 @@
+"""A rebuild's target is a bulk load: search indexes built once over its rows at the end, not kept up row by row.
+
+A store that can do so (PostgreSQL long-term: its trigram index) has `defer_indexes` and
+`build_indexes`; every process folding into the target defers, and the rebuild builds them after
+its last pass, before it reports the target built (so before readers can be switched to it).
+"""
+
+from __future__ import annotations
+
+from helix_es.projection.protocol import Projection
+
+
+def defer_indexes(projection: Projection) -> None:
+    """Before `projection`'s first use: leave its store's search indexes for `build_indexes`."""
+    defer = getattr(projection, "defer_indexes", None)  # through IdempotentProjection to the store
+    if defer is not None:
+        defer()
+
+
+async def build_indexes(projection: Projection) -> None:
+    """The search indexes `defer_indexes` left, over every row now in the target."""
+    build = getattr(projection, "build_indexes", None)
+    if build is not None:
+        await build()
