@@ -883,6 +883,7 @@ async def run_tenants(run: Run) -> None:
     )
     new, raw_new = r["new_namespace_first_add_visible"], r["anchor_new_topic"]
     churn, calm, raw = r["existing_under_churn"], r["existing_calm"], r["anchor_visible"]
+    raw_churn = r["anchor_visible_under_churn"]
     where = f"{r['namespaces']:,} namespaces x {r['partitions']} partitions, one projector"
     for q, target in (("p50", 1500.0), ("p99", None)):
         value = new[f"{q}_ms"]
@@ -904,8 +905,8 @@ async def run_tenants(run: Run) -> None:
                 f"Existing namespaces: add-to-visible {q} while one namespace appears a second ({sessions} sessions)",
                 value,
                 "ms",
-                f"raw aiokafka produce-to-consume {q}",
-                raw[f"{q}_ms"],
+                f"raw aiokafka produce-to-consume {q}, beside them while the namespaces appear",
+                raw_churn[f"{q}_ms"],
                 "" if target is None else "<= 50 ms",
                 None if target is None else value <= target,
             )

@@ -237,9 +237,12 @@ class Bench:
             await admin.close()
         return out
 
-    async def anchor_visible(self, n: int = 300) -> list[float]:
-        """Raw aiokafka produce (acks=all) until a consumer has the record: the add-to-visible floor."""
-        topic = f"{self.prefix}-anchor.visible"
+    async def anchor_visible(
+        self, n: int = 300, *, name: str = "visible", stop: asyncio.Event | None = None, pause: float = 0.0
+    ) -> list[float]:
+        """Raw aiokafka produce (acks=all) until a consumer has the record: the add-to-visible floor.
+        `n` records one after another, or with `stop` one every `pause` seconds until it is set."""
+        topic = f"{self.prefix}-anchor.{name}"
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
         await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=TOPIC_CONFIGS)])
@@ -266,6 +269,10 @@ class Bench:
         out = []
         try:
             for i in range(n):
+                if stop is not None:
+                    if stop.is_set():
+                        break
+                    await asyncio.sleep(pause)
                 payload = f"visible-{i}".encode()
                 fut = asyncio.get_running_loop().create_future()
                 waiting[payload] = fut
@@ -359,6 +366,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             task = asyncio.create_task(bench.existing(stop, busy, stack, busy_acked))
             await asyncio.sleep(3)
             skip, skip_acked = len(busy), len(busy_acked)
+            # The broker also applies each new topic to its metadata: raw produce-to-consume beside
+            # the sessions, while the namespaces appear, is the floor under churn.
+            raw = asyncio.create_task(bench.anchor_visible(10**9, name="churn", stop=stop, pause=0.05))
             # The new namespaces come from another process, as from other clients: creating topics
             # here would hold up this process's sessions, and their figures with it.
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -367,6 +377,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await task
             out["new_namespace_first_add_visible"] = summary(new)
             out["existing_under_churn"] = summary(busy[skip:])
+            out["anchor_visible_under_churn"] = summary(await raw)
             out["existing_under_churn_acked"] = summary(busy_acked[skip_acked:])
         out["projector_rss_mb_after"] = bench.rss_mb(projector.pid)
     finally:
@@ -399,6 +410,7 @@ def report(out: dict[str, Any]) -> str:
         row("existing namespaces: add-to-visible while one appears a second", out["existing_under_churn"]),
         row("... of which the add, until the log acked it", out["existing_under_churn_acked"]),
         row("anchor: raw aiokafka produce-to-consume", out["anchor_visible"]),
+        row("anchor: the same while one namespace appears a second", out["anchor_visible_under_churn"]),
     ]
     return "\n".join(lines)
 
