@@ -827,6 +827,30 @@ async def pg_facts(
     return has, there, shared
 
 
+async def scale_runs(
+    run: Run,
+    section: str,
+    extension: tuple[str, str, str],
+    named: dict[str, int],
+    script: str,
+    args: Callable[[int], list[str]],
+) -> tuple[list[tuple[int, dict[str, Any]]], tuple[str, float]]:
+    """`script` once per size of `named` (table or database name -> rows), each reusing and keeping
+    what an earlier --keep left; `extension` is (name, the SQL that finds one of `named`, what is
+    missing without it). The results by size, and the server's shared_buffers."""
+    name, existing, missing = extension
+    has, kept, shared = await pg_facts(run, name, existing, list(named))
+    if not has:
+        raise RuntimeError(f"not measured: {missing}")
+    out = []
+    for what, n in named.items():
+        if what in kept:
+            say(f"{section}: {what} exists (an earlier --keep): reused and left in place")
+        keep = ["--keep"] if run.keep or what in kept else []
+        out.append((n, await script_json(run, script, *args(n), *keep)))
+    return out, shared
+
+
 async def run_redis_cluster(run: Run) -> None:
     if not os.environ.get("HELIX_REDIS_CLUSTER_URL"):
         raise RuntimeError(
@@ -933,17 +957,20 @@ async def run_tenants(run: Run) -> None:
 
 async def run_trgm(run: Run) -> None:
     size = run.size
-    tables = {f"bench_long_term_{n}": n for n in size.trgm_rows}  # bench/long_term.py's names
-    has, kept, _ = await pg_facts(run, "pg_trgm", "SELECT to_regclass(quote_ident($1)) IS NOT NULL", list(tables))
-    if not has:
-        raise RuntimeError("not measured: the server has no pg_trgm extension (postgresql-contrib)")
+    results, _ = await scale_runs(
+        run,
+        "trgm",
+        (
+            "pg_trgm",
+            "SELECT to_regclass(quote_ident($1)) IS NOT NULL",
+            "the server has no pg_trgm extension (postgresql-contrib)",
+        ),
+        {f"bench_long_term_{n}": n for n in size.trgm_rows},  # bench/long_term.py's names
+        "long_term.py",
+        lambda n: ["--n", str(n), "--queries", str(size.trgm_queries)],
+    )
     top = max(size.trgm_rows)
-    for table, n in tables.items():
-        keep = run.keep or table in kept
-        if table in kept:
-            say(f"trgm: {table} exists (an earlier --keep): reused and left in place")
-        args = ["--n", str(n), "--queries", str(size.trgm_queries), *(["--keep"] if keep else [])]
-        r = await script_json(run, "long_term.py", *args)
+    for n, r in results:
         indexed = any("Bitmap Index Scan" in line for line in r["rare_plan"])
         for q in ("p50", "p99"):
             value = r[f"rare_indexed_{q}"]
@@ -976,17 +1003,20 @@ async def run_trgm(run: Run) -> None:
 
 async def run_pgvector(run: Run) -> None:
     size = run.size
-    dbs = {f"helix_bench_vector_{n}_384": n for n in size.pgvector_rows}  # bench/vector.py's names
-    has, kept, shared = await pg_facts(run, "vector", "SELECT 1 FROM pg_database WHERE datname = $1", list(dbs))
-    if not has:
-        raise RuntimeError("not measured: the server has no vector extension (pgvector; `scripts/services up` adds it)")
+    results, shared = await scale_runs(
+        run,
+        "pgvector",
+        (
+            "vector",
+            "SELECT 1 FROM pg_database WHERE datname = $1",
+            "the server has no vector extension (pgvector; `scripts/services up` adds it)",
+        ),
+        {f"helix_bench_vector_{n}_384": n for n in size.pgvector_rows},  # bench/vector.py's names
+        "vector.py",
+        lambda n: ["--postgres", "--no-memory", "--n", str(n), "--queries", str(size.queries)],
+    )
     top = max(size.pgvector_rows)
-    for db, n in dbs.items():
-        keep = run.keep or db in kept
-        if db in kept:
-            say(f"pgvector: database {db} exists (an earlier --keep): reused and left in place")
-        args = ["--postgres", "--no-memory", "--n", str(n), "--queries", str(size.queries)]
-        r = await script_json(run, "vector.py", *args, *(["--keep"] if keep else []))
+    for n, r in results:
         ef, recall = r["postgres_ef_default"], r["postgres_recall10"]
         gated = n == top  # the issue's target is at 1M
         for q in ("p50", "p99"):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import multiprocessing
 import os
@@ -36,10 +35,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -47,9 +47,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from helix_es import Message, open_memory
 from helix_es.log.kafka import TOPIC_CONFIGS
+from projectors import heap
 from projectors.lag import lag
 from projectors.tiers import IDLE_SECONDS
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -196,6 +198,23 @@ class Bench:
 
         await asyncio.gather(*(loop(m, k) for k, m in enumerate(mems)))
 
+    async def sessions_during(
+        self, during: Callable[[asyncio.Event], Awaitable[T]], warm: float = 3.0
+    ) -> tuple[list[float], list[float], T]:
+        """The existing sessions' add-to-visible and add-alone samples while `during(stop)` runs (it
+        may set `stop` itself), from `warm` seconds after they started."""
+        async with AsyncExitStack() as stack:
+            stop = asyncio.Event()
+            seen: list[float] = []
+            acked: list[float] = []
+            task = asyncio.create_task(self.existing(stop, seen, stack, acked))
+            await asyncio.sleep(warm)
+            skip, skip_acked = len(seen), len(acked)
+            result = await during(stop)
+            stop.set()
+            await task
+        return seen[skip:], acked[skip_acked:], result
+
     async def new_namespace(self) -> float:
         ns = f"{self.ns_head}-new{self.new_count:04d}"
         self.new_count += 1
@@ -333,9 +352,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await bench.create_topics()
         await bench.seed()
         # This process's own heap (seeding a thousand namespaces): its collector's full passes
-        # would show up in the figures as the store's latency (the projector does the same).
-        gc.collect()
-        gc.freeze()
+        # would show up in the figures as the store's latency (the projector keeps them short too).
+        heap.settle(0)
         say(f"{args.namespaces} namespaces ready in {time.perf_counter() - t:.0f} s; starting the projector")
         projector = bench.start_projector()
         out["start_to_caught_up_s"] = await bench.caught_up(600)
@@ -348,24 +366,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         say(f"idle: {out['idle']['cpu_share_of_a_core'] * 100:.1f}% of a core, {out['idle']['rss_mb']:.0f} MB")
         out["anchor_visible"] = summary(await bench.anchor_visible())
         out["anchor_new_topic"] = summary(await bench.anchor_new_topic())
-        async with AsyncExitStack() as stack:
-            stop = asyncio.Event()
-            calm: list[float] = []
-            calm_acked: list[float] = []
-            task = asyncio.create_task(bench.existing(stop, calm, stack, calm_acked))
-            await asyncio.sleep(15)
-            stop.set()
-            await task
-            out["existing_calm"] = summary(calm[len(calm) // 10 :])
-            out["existing_calm_acked"] = summary(calm_acked[len(calm_acked) // 10 :])
-            say(f"existing namespaces, no churn: {out['existing_calm']}")
-        async with AsyncExitStack() as stack:
-            stop = asyncio.Event()
-            busy: list[float] = []
-            busy_acked: list[float] = []
-            task = asyncio.create_task(bench.existing(stop, busy, stack, busy_acked))
-            await asyncio.sleep(3)
-            skip, skip_acked = len(busy), len(busy_acked)
+        calm, calm_acked, _ = await bench.sessions_during(lambda stop: asyncio.sleep(15))
+        out["existing_calm"], out["existing_calm_acked"] = summary(calm), summary(calm_acked)
+        say(f"existing namespaces, no churn: {out['existing_calm']}")
+
+        async def churn(stop: asyncio.Event) -> tuple[list[float], list[float]]:
             # The broker also applies each new topic to its metadata: raw produce-to-consume beside
             # the sessions, while the namespaces appear, is the floor under churn.
             raw = asyncio.create_task(bench.anchor_visible(10**9, name="churn", stop=stop, pause=0.05))
@@ -374,11 +379,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 new = await asyncio.get_running_loop().run_in_executor(pool, churn_elsewhere, args, bench.run)
             stop.set()
-            await task
-            out["new_namespace_first_add_visible"] = summary(new)
-            out["existing_under_churn"] = summary(busy[skip:])
-            out["anchor_visible_under_churn"] = summary(await raw)
-            out["existing_under_churn_acked"] = summary(busy_acked[skip_acked:])
+            return new, await raw
+
+        busy, busy_acked, (new, raw) = await bench.sessions_during(churn)
+        out["new_namespace_first_add_visible"] = summary(new)
+        out["existing_under_churn"], out["existing_under_churn_acked"] = summary(busy), summary(busy_acked)
+        out["anchor_visible_under_churn"] = summary(raw)
         out["projector_rss_mb_after"] = bench.rss_mb(projector.pid)
     finally:
         if projector is not None:
