@@ -159,22 +159,37 @@ class Bench:
         raise TimeoutError(f"the projector did not catch up in {timeout:.0f} s; see {self.tmp / 'projector.log'}")
 
     @staticmethod
+    def tree(pid: int) -> list[int]:
+        """`pid` and its descendants (the projector and its idle partitions' watcher)."""
+        out = [pid]
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                out += Bench.tree(int(child))
+        return out
+
+    @staticmethod
     def cpu_seconds(pid: int) -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for p in Bench.tree(pid):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
     @staticmethod
     def rss_mb(pid: int) -> float:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        total = 0.0
+        for p in Bench.tree(pid):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        return total
 
     async def idle(self, pid: int, seconds: float = 20.0) -> dict[str, float]:
+        """CPU (share of one core) and resident memory of the projector's processes together."""
         c0, t0 = self.cpu_seconds(pid), time.perf_counter()
         await asyncio.sleep(seconds)
         cpu = (self.cpu_seconds(pid) - c0) / (time.perf_counter() - t0)
-        return {"cpu_share_of_a_core": cpu, "rss_mb": self.rss_mb(pid)}
+        return {"cpu_share_of_a_core": cpu, "rss_mb": self.rss_mb(pid), "processes": len(self.tree(pid))}
 
     async def existing(self, stop: asyncio.Event, out: list[float], stack: AsyncExitStack, acked: list[float]) -> None:
         """`--sessions` sessions in existing namespaces, each adding then reading in turn until `stop`:

@@ -166,7 +166,7 @@ class Projector:
         """Consume until `stop` is set; then leave the group cleanly."""
         self._stop = stop
         background = Background()
-        self.consumer = Tiers(self.bootstrap_servers, background)
+        self.consumer = Tiers(self.bootstrap_servers)
         self.shards = Shards(
             bootstrap_servers=self.bootstrap_servers,
             group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),

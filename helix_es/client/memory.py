@@ -22,6 +22,11 @@ from helix_es.stores.ports import SessionKey
 
 MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
 RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
+# A read-your-writes read polls the view until it shows the write: every FIRST_POLL_CAP seconds at
+# most for the first FIRST_POLLS_FOR seconds, every POLL_CAP after.
+FIRST_POLL_CAP = 0.002
+FIRST_POLLS_FOR = 0.03
+POLL_CAP = 0.01
 
 
 class EventWriter:
@@ -138,13 +143,16 @@ class ViewMemory(EventWriter):
         result = await op(want)
         if result is None:
             assert want is not None
-            deadline = time.monotonic() + self.read_timeout
+            started = time.monotonic()
+            deadline = started + self.read_timeout
             pause = 0.0005
             while result is None:
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     await self._timed_out(want)
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.01)
+                # A projector's write lands a few ms after the log's ack: look often then, seldom later.
+                pause = min(pause * 2, FIRST_POLL_CAP if now - started < FIRST_POLLS_FOR else POLL_CAP)
                 result = await op(want)
         if want is not None and want == self.last_write:  # not a write made while this read waited
             self._seen_last_write = True

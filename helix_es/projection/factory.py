@@ -22,11 +22,24 @@ from helix_es.projection.summary import SummaryProjection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores import registry
-from helix_es.stores.ports import AliasStore, IdempotencyStore, LongTermStore, StoreKind, VectorStore, ViewStore
+from helix_es.stores.ports import (
+    AliasStore,
+    IdempotencyStore,
+    LongTermStore,
+    SessionKey,
+    Snapshot,
+    StoreKind,
+    VectorStore,
+    ViewStore,
+)
 from helix_es.views.base import View
 from helix_es.views.long_term import LongTerm
 from helix_es.views.summary import Summary
 from helix_es.views.vector import Vector
+
+# Sessions whose snapshots a projector keeps between batches: a busy session's next batch is then
+# one write and no read. A window's snapshot is its messages, so this bounds the memory it takes.
+LIVE_CACHED = 2_000
 
 _MISSING = {  # what a store kind's address is called in config, and where it comes from
     "redis_url": ("memory.redis_url", "redis_url (or HELIX_REDIS_URL)"),
@@ -157,4 +170,7 @@ def _open(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | 
     store = store or open_store(memory)
     if isinstance(view, Summary):
         return SummaryProjection(view, store, summariser=memory.summariser or ExtractiveSummariser())
-    return SessionProjection(view, store)
+    # A store's expiry (Redis ttl) may take a session's data and its guard at different moments:
+    # then only a read tells what is left.
+    cache: dict[SessionKey, Snapshot] | None = {} if getattr(view, "ttl", None) is None else None
+    return SessionProjection(view, store, cache=cache, max_cached=LIVE_CACHED)

@@ -38,10 +38,12 @@ async def fold_batch(
     `observer()` makes a fresh observer for each attempt, which sees the state after every
     event, so work that depends on the state at a point (a summary) does not depend on batching.
 
-    With a `cache` (a writer that knows no other writes the store, a rebuild), snapshots are taken
-    from it and only sessions missing from it are loaded; after the write it holds every session's
-    new snapshot, the ones written last at its end (dict order: least recently written first). A
-    `StaleWrite` drops the batch's sessions from it, so the next attempt loads them afresh.
+    With a `cache`, snapshots are taken from it and only sessions missing from it are loaded; after
+    the write it holds every session's new snapshot, the ones written last at its end (dict order:
+    least recently written first). A store writes only if each session's guard is still the one
+    its snapshot names (compare-and-set), so a session another writer moved meanwhile fails the
+    write as `StaleWrite`, which drops the batch's sessions from the cache: the next attempt loads
+    them afresh.
     `checkpoint_partition` writes the checkpoint under another partition number than the records'.
     """
     if not records:
@@ -64,10 +66,19 @@ async def fold_batch(
         if cache is None:
             snapshots = await store.load(view, list(by_session))
         else:
-            missing = [k for k in by_session if k not in cache]
+            # Taken before the load: a batch of another partition, folded meanwhile, may trim the cache.
+            # A snapshot may say what to write, never what to skip: records at or below its guard
+            # come again after a seek back, as when the store lost data (FLUSHALL): load those.
+            snapshots = {}
+            for k, recs in by_session.items():
+                snap = cache.get(k)
+                if snap is not None and (snap.applied is None or recs[0].position.offset > snap.applied):
+                    snapshots[k] = snap
+            missing = [k for k in by_session if k not in snapshots]
             if missing:
-                cache.update(await store.load(view, missing))
-            snapshots = cache
+                loaded = await store.load(view, missing)
+                snapshots.update(loaded)
+                cache.update(loaded)
         changes = []
         states: dict[SessionKey, State] = {}
         observe = observer() if observer is not None else None

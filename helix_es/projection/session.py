@@ -17,10 +17,11 @@ from helix_es.views.base import View
 class SessionProjection:
     """A session view (one pure fold) over a shared `ViewStore`; the store's owner closes it.
 
-    A writer that knows nobody else writes the target (a rebuild) keeps a `cache` of its sessions'
-    snapshots between batches, so a batch is one write and no read (at most `max_cached` sessions,
-    the least recently written forgotten first); `checkpoint_partition` maps a batch's partition to
-    the one its checkpoint is kept under (a rebuild worker folding a slice of a partition).
+    With a `cache` of its sessions' snapshots between batches, a batch of sessions written before
+    is one write and no read (at most `max_cached` sessions, the least recently written forgotten
+    first; a session another writer moved meanwhile fails the guard's compare-and-set and is
+    loaded again); `checkpoint_partition` maps a batch's partition to the one its checkpoint is
+    kept under (a rebuild worker folding a slice of a partition).
     """
 
     # Batches of different partitions may be applied at once: they touch different sessions and checkpoints.

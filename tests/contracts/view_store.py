@@ -9,6 +9,8 @@ import pytest
 
 from helix_es import Event, MemoryCleared, Message, MessageAdded, Position, Record
 from helix_es.projection.fold import project
+from helix_es.projection.session import SessionProjection
+from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite, ViewStore
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow
@@ -114,6 +116,38 @@ class ViewStoreContract:
         assert await store.read(view, b) == EMPTY  # nothing of the refused batch landed
         assert texts(await store.read(view, a)) == ["one"]
         assert await store.checkpoint(view, "t", 0) == 0
+
+    async def test_writers_that_cache_snapshots_take_turns_without_losing_a_message(self, store: ViewStore) -> None:
+        # A projector keeps its sessions' snapshots between batches; another process (after a
+        # rebalance, or a replay) moving a session makes the cached snapshot stale: the guard's
+        # compare-and-set refuses the write, the session is loaded again, nothing is lost.
+        ns = unique("ns")
+        topic = f"helix.memory.{ns}"
+        view = SlidingWindow(4)
+        one, two = SessionProjection(view, store, cache={}), SessionProjection(view, store, cache={})
+        batch = records(ns, topic, [("a" if i % 3 else "b", f"m{i}") for i in range(24)])
+        for i in range(0, 24, 3):
+            writer = one if i % 2 == 0 else two
+            await writer.apply(batch[i : i + 3])
+        clean = MemoryStore()
+        await project(view, clean, batch)
+        for sid in ("a", "b"):
+            key = SessionKey(ns, sid)
+            assert await store.read(view, key) == await clean.read(view, key)
+        assert await store.checkpoint(view, topic, 0) == 23
+
+    async def test_a_cached_writer_folds_again_what_the_store_lost(self, store: ViewStore) -> None:
+        # After a loss (FLUSHALL, a dropped target) the records come again from the log: the
+        # writer's snapshots say they were applied, the store no longer has them.
+        ns = unique("ns")
+        topic = f"helix.memory.{ns}"
+        view = SlidingWindow(3)
+        writer = SessionProjection(view, store, cache={})
+        batch = records(ns, topic, [("a", f"m{i}") for i in range(6)])
+        await writer.apply(batch)
+        await store.drop(view, [ns], [topic])
+        await writer.apply(batch)
+        assert texts(await store.read(view, SessionKey(ns, "a"))) == ["m3", "m4", "m5"]
 
     async def test_large_states_and_rewrites_round_trip(self, store: ViewStore) -> None:
         ns = unique("ns")
