@@ -37,14 +37,17 @@ class _Odd(Exception):
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint of more than one byte at `pos`: (value, position after it)."""
-    shift = n = 0
-    for i in range(pos, min(pos + 10, len(data))):
-        byte = data[i]
+    n = data[pos] & 0x7F  # IndexError past the end: the caller falls back
+    shift, last = 7, pos + 9  # ten bytes at most
+    while True:
+        pos += 1
+        byte = data[pos]
         n |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return (n >> 1) ^ -(n & 1), i + 1
+            return (n >> 1) ^ -(n & 1), pos + 1
+        if pos >= last:
+            raise _Odd
         shift += 7
-    raise _Odd
 
 
 def _text(data: bytes, pos: int, size: int) -> tuple[str, int]:
@@ -55,9 +58,16 @@ def _text(data: bytes, pos: int, size: int) -> tuple[str, int]:
         if b & 1:
             raise _Odd
     else:
-        n, pos = _varint(data, pos)
-        if n < 0:
-            raise _Odd
+        b2 = data[pos + 1]
+        if b2 < 0x80:  # under 8 KiB: two bytes, a positive length
+            n = (b & 0x7F) | (b2 << 7)
+            if n & 1:
+                raise _Odd
+            n, pos = n >> 1, pos + 2
+        else:
+            n, pos = _varint(data, pos)
+            if n < 0:
+                raise _Odd
     end = pos + n
     if end > size:
         raise _Odd
