@@ -129,7 +129,7 @@ _EVENT_SET = tuple(
     getattr(Event, f).__set__
     for f in ("namespace", "session_id", "payload", "event_id", "timestamp", "idempotency_key")
 )
-_ADDED_SET = MessageAdded.message.__set__  # type: ignore[attr-defined]
+_ADDED_SET = vars(MessageAdded)["message"].__set__
 _RECORD_SET = tuple(getattr(Record, f).__set__ for f in ("event", "position", "duplicate_of"))
 _POSITION_SET = tuple(getattr(Position, f).__set__ for f in ("topic", "partition", "offset"))
 
