@@ -377,8 +377,8 @@ class Projector:
         handled = self.handled.get(tp, -1)
         for m in messages:
             try:
-                event = self.codec.decode(m.value)
-                self.check(event, tp.topic, m.key)
+                event, checked = self.codec.read(m.value)
+                self.check(event, tp.topic, m.key, checked)
             except Exception as exc:  # a record we cannot use must not stop every view behind it
                 if m.offset > handled:
                     await self.retrying(

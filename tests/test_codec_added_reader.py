@@ -122,3 +122,51 @@ def test_shape_ok_refuses_an_envelope_it_does_not_know() -> None:
         "idempotency_key": None,
     }
     assert via_decode(written(load_schemas()[-1], record)).payload == MessageAdded(Message("user", "hi"))
+
+
+def _unchecked(**fields: Any) -> bytes:
+    """The bytes of a MessageAdded whose message breaks Message()'s rules (as a foreign producer may write)."""
+    record = {
+        "event_id": str(uuid.uuid4()),
+        "namespace": "ns",
+        "session_id": "s",
+        "timestamp": datetime(2030, 1, 1, tzinfo=UTC),
+        "payload": ("helix.memory.MessageAdded", {"message": {**Message("user", "hi").to_record(), **fields}}),
+        "idempotency_key": None,
+    }
+    return written(load_schemas()[-1], record)
+
+
+BAD = [
+    {"role": "robot"},
+    {"content": "a\x00b"},
+    {"name": ""},
+    {"name": "n\x00"},
+    {"role": "tool"},
+    {"role": "tool", "tool_call_id": ""},
+    {"tool_call_id": "c1"},
+    {"tool_calls": [{"id": "c", "name": "f", "arguments": "{"}]},
+    {"role": "assistant", "tool_calls": [{"id": "c", "name": "f", "arguments": "NaN"}]},
+    {"metadata": {"": "v"}},
+    {"metadata": {"k": "\x00"}},
+]
+
+
+@pytest.mark.parametrize("fields", BAD)
+def test_a_message_that_breaks_the_rules_is_left_to_fastavro_and_the_check(fields: dict[str, Any]) -> None:
+    from helix_es.log.check import Checker
+    from helix_es.model.errors import InvalidInput
+
+    data = _unchecked(**fields)
+    assert CODEC._hand[data[2:HEADER_LEN]](data, HEADER_LEN) is None
+    event, checked = CODEC.read(data)
+    assert not checked and event == CODEC._decode_fastavro(data) == CODEC.decode(data)
+    with pytest.raises(InvalidInput):
+        Checker()(event, "helix.memory.ns", b"s", checked)
+
+
+@pytest.mark.parametrize("event", EVENTS)
+def test_what_the_hand_reader_returns_passes_the_check(event: Event) -> None:
+    decoded, checked = CODEC.read(CODEC.encode(event))
+    assert checked and decoded == event
+    decoded.payload.message.check()  # type: ignore[union-attr]

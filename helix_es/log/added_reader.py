@@ -6,6 +6,8 @@ into an `Event`; this reads the bytes in place and builds the `Event` directly. 
 plain shape a writer of `schemas/` produces (one block per array and map, no negative counts, no
 bytes left over); for anything else it returns None and the codec reads the body with fastavro,
 so what an event decodes to, or the error it raises, does not depend on this reader.
+It also returns None for a message that breaks Message()'s rules (`_valid`), so what it returns
+needs no further check of its message (`Codec.read`, `Checker`).
 `shape_ok` says whether a schema version is one this reader knows field by field.
 """
 
@@ -16,12 +18,17 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from helix_es.model.events import Event, MessageAdded
-from helix_es.model.message import Message, ToolCall
+from helix_es.model.events import Event, added_event
+from helix_es.model.message import ROLES, Message, ToolCall
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # fastavro's timestamp-micros: this + timedelta
 _NEW = object.__new__
-_SET = object.__setattr__
+# Message's slots set directly, as `events.added_event` does: faster than setting them by name.
+_MESSAGE_SET = tuple(
+    getattr(Message, f).__set__
+    for f in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "_tokens")
+)
+_ROLES = ROLES
 
 
 class _Odd(Exception):
@@ -30,14 +37,17 @@ class _Odd(Exception):
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint of more than one byte at `pos`: (value, position after it)."""
-    shift = n = 0
-    for i in range(pos, min(pos + 10, len(data))):
-        byte = data[i]
+    n = data[pos] & 0x7F  # IndexError past the end: the caller falls back
+    shift, last = 7, pos + 9  # ten bytes at most
+    while True:
+        pos += 1
+        byte = data[pos]
         n |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return (n >> 1) ^ -(n & 1), i + 1
+            return (n >> 1) ^ -(n & 1), pos + 1
+        if pos >= last:
+            raise _Odd
         shift += 7
-    raise _Odd
 
 
 def _text(data: bytes, pos: int, size: int) -> tuple[str, int]:
@@ -48,9 +58,16 @@ def _text(data: bytes, pos: int, size: int) -> tuple[str, int]:
         if b & 1:
             raise _Odd
     else:
-        n, pos = _varint(data, pos)
-        if n < 0:
-            raise _Odd
+        b2 = data[pos + 1]
+        if b2 < 0x80:  # under 8 KiB: two bytes, a positive length
+            n = (b & 0x7F) | (b2 << 7)
+            if n & 1:
+                raise _Odd
+            n, pos = n >> 1, pos + 2
+        else:
+            n, pos = _varint(data, pos)
+            if n < 0:
+                raise _Odd
     end = pos + n
     if end > size:
         raise _Odd
@@ -88,10 +105,31 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
     def read(data: bytes, start: int) -> Event | None:
         size = len(data)
         try:
-            text, pos = _text(data, start, size)
-            event_id = text
-            namespace, pos = _text(data, pos, size)
-            session_id, pos = _text(data, pos, size)
+            # The envelope's strings: lengths of one byte (under 64 bytes) read inline, the rest by `_text`.
+            b = data[start]
+            if b < 0x80 and not b & 1:
+                pos = start + 1 + (b >> 1)
+                if pos > size:
+                    return None
+                event_id = data[start + 1 : pos].decode()
+            else:
+                event_id, pos = _text(data, start, size)
+            b = data[pos]
+            if b < 0x80 and not b & 1:
+                end = pos + 1 + (b >> 1)
+                if end > size:
+                    return None
+                namespace, pos = data[pos + 1 : end].decode(), end
+            else:
+                namespace, pos = _text(data, pos, size)
+            b = data[pos]
+            if b < 0x80 and not b & 1:
+                end = pos + 1 + (b >> 1)
+                if end > size:
+                    return None
+                session_id, pos = data[pos + 1 : end].decode(), end
+            else:
+                session_id, pos = _text(data, pos, size)
             b = data[pos]
             if b < 0x80:
                 micros, pos = (b >> 1) ^ -(b & 1), pos + 1
@@ -99,45 +137,89 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
                 micros, pos = _varint(data, pos)
             if data[pos] != tag:
                 return None  # another payload type
-            role, pos = _text(data, pos + 1, size)
+            b = data[pos + 1]
+            if b < 0x80 and not b & 1:
+                end = pos + 2 + (b >> 1)
+                if end > size:
+                    return None
+                role, pos = data[pos + 2 : end].decode(), end
+            else:
+                role, pos = _text(data, pos + 1, size)
             content, pos = _text(data, pos, size)
-            name, pos = _optional(data, pos, size)
+            if data[pos] == 0:
+                name, pos = None, pos + 1
+            else:
+                name, pos = _optional(data, pos, size)
             calls: list[ToolCall] = []
-            n, pos = _count(data, pos)
-            while n:
-                for _ in range(n):
-                    call_id, pos = _text(data, pos, size)
-                    call_name, pos = _text(data, pos, size)
-                    arguments, pos = _text(data, pos, size)
-                    calls.append(ToolCall(call_id, call_name, arguments))
+            if data[pos] == 0:
+                pos += 1
+            else:
                 n, pos = _count(data, pos)
-            tool_call_id, pos = _optional(data, pos, size)
+                while n:
+                    for _ in range(n):
+                        call_id, pos = _text(data, pos, size)
+                        call_name, pos = _text(data, pos, size)
+                        arguments, pos = _text(data, pos, size)
+                        calls.append(ToolCall(call_id, call_name, arguments))
+                    n, pos = _count(data, pos)
+            if data[pos] == 0:
+                tool_call_id, pos = None, pos + 1
+            else:
+                tool_call_id, pos = _optional(data, pos, size)
             metadata: dict[str, str] = {}
-            n, pos = _count(data, pos)
-            while n:
-                for _ in range(n):
-                    key, pos = _text(data, pos, size)
-                    metadata[key], pos = _text(data, pos, size)
+            if data[pos] == 0:
+                pos += 1
+            else:
                 n, pos = _count(data, pos)
+                while n:
+                    for _ in range(n):
+                        key, pos = _text(data, pos, size)
+                        metadata[key], pos = _text(data, pos, size)
+                    n, pos = _count(data, pos)
             key_value = None
             if keyed:
-                key_value, pos = _optional(data, pos, size)
+                if data[pos] == 0:
+                    pos += 1
+                else:
+                    key_value, pos = _optional(data, pos, size)
             if pos != size:
                 return None  # bytes left over
-            timestamp = _EPOCH + timedelta(microseconds=micros)
+            timestamp = _EPOCH + timedelta(0, 0, micros)
         except (_Odd, IndexError, UnicodeDecodeError, OverflowError):
             return None
-        msg = _NEW(Message)  # as `Message.from_record`: trusted, the checks are `Checker`'s
-        _SET(msg, "role", role)
-        _SET(msg, "content", content)
-        _SET(msg, "name", name)
-        _SET(msg, "tool_calls", tuple(calls))
-        _SET(msg, "tool_call_id", tool_call_id)
-        _SET(msg, "metadata", metadata)
-        _SET(msg, "_tokens", None)
-        return Event(namespace, session_id, MessageAdded(msg), make_uuid(event_id), timestamp, key_value)
+        msg = _NEW(Message)  # as `Message.from_record`, then Message()'s rules: see `_valid`
+        s_role, s_content, s_name, s_calls, s_call_id, s_metadata, s_tokens = _MESSAGE_SET
+        s_role(msg, role)
+        s_content(msg, content)
+        s_name(msg, name)
+        s_calls(msg, tuple(calls))
+        s_call_id(msg, tool_call_id)
+        s_metadata(msg, metadata)
+        s_tokens(msg, None)
+        if not _valid(msg):
+            return None  # fastavro decodes it, and the reader's check says what is wrong with it
+        return added_event(namespace, session_id, msg, make_uuid(event_id), timestamp, key_value)
 
     return read
+
+
+def _valid(m: Message) -> bool:
+    """Whether `m` keeps Message()'s rules. Its texts are decoded UTF-8 (valid str), so what is left to
+    test for a plain message is cheap; a tool call's or a metadata's message runs the whole check."""
+    role = m.role
+    if m.tool_calls or m.metadata or role not in _ROLES or "\x00" in m.content:
+        try:
+            m.check()
+        except Exception:  # InvalidInput, or what json raises on arguments nested too deep: the check's to say
+            return False
+        return True
+    name = m.name
+    if name is not None and (not name or "\x00" in name):
+        return False
+    call_id = m.tool_call_id
+    if role == "tool":
+        return call_id is not None and call_id != "" and "\x00" not in call_id
+    return call_id is None
 
 
 _STRING = "string"

@@ -33,7 +33,8 @@ class Checker:
         self._namespaces: dict[str, str] = {}
         self._sessions: set[str] = set()
 
-    def __call__(self, event: Event, topic: str, key: bytes | None) -> None:
+    def __call__(self, event: Event, topic: str, key: bytes | None, checked: bool = False) -> None:
+        """`checked`: the event's message is known to keep Message()'s rules already (`Codec.read`)."""
         namespace = self._namespaces.get(topic)
         if namespace is None:
             namespace = self._namespaces[topic] = names.namespace_of(topic, self.prefix)
@@ -47,7 +48,7 @@ class Checker:
             self._sessions.add(session_id)
         if key != session_id.encode():
             raise InvalidInput("key", f"the record key {key!r} is not the session id {session_id!r}")
-        if isinstance(event.payload, MessageAdded):
+        if not checked and isinstance(event.payload, MessageAdded):
             event.payload.message.check()  # decoded without checks: apply Message()'s rules
 
     def use(self, decode: Callable[[bytes], Event], value: bytes | None, topic: str, key: bytes | None) -> Event:

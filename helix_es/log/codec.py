@@ -236,14 +236,19 @@ class Codec:
         return b"".join(out)
 
     def decode(self, data: bytes) -> Event:
+        return self.read(data)[0]
+
+    def read(self, data: bytes) -> tuple[Event, bool]:
+        """`decode`, and whether the event's message is known to keep Message()'s rules (read by hand: the
+        hand reader leaves any other to fastavro), so that a reader's `Checker` need not check it again."""
         if data[:2] != MAGIC:
-            return record_to_event(self.decode_record(data))
+            return record_to_event(self.decode_record(data)), False
         read = self._hand.get(data[2:HEADER_LEN])
         if read is not None:
             event = read(data, HEADER_LEN)
             if event is not None:
-                return event
-        return self._decode_fastavro(data)
+                return event, True
+        return self._decode_fastavro(data), False
 
     def _probe_bytes(self, version: SchemaVersion) -> list[bytes]:
         """The probes as `version` writes them (keyed ones only if it has the key field)."""

@@ -28,7 +28,7 @@ from helix_es.log.codec import Codec, session_id_of
 from helix_es.log.frames import FRAME, TailReader
 from helix_es.model import names
 from helix_es.model.errors import LogCorrupted
-from helix_es.model.events import Event, Position, Record
+from helix_es.model.events import Event, Record, record_at
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,13 @@ DECODE_SLICE = 1000  # records decoded between looks at the write in flight (~10
 CAUGHT_UP_LAG = 1000
 
 Checkpoint = Callable[[str, int], Awaitable["int | None"]]  # (topic, partition) -> last offset done
-Check = Callable[[Event, str, "bytes | None"], None]  # (event, topic, key): raises for a record to skip
+
+
+class Check(Protocol):
+    """Raises for a record to skip (`helix_es.log.check.Checker`); `checked`: its message passed Message()'s
+    rules already (`Codec.read`)."""
+
+    def __call__(self, event: Event, topic: str, key: bytes | None, checked: bool = False, /) -> None: ...
 
 
 class Source(Protocol):
@@ -177,20 +183,24 @@ class KafkaSource:
         return sorted(names.namespace_of(t, self.prefix) for t in await self._topics())
 
     def _decode(self, topic: str, partition: int, messages: Sequence[Any]) -> list[Record]:
-        decode, check = self.codec.decode, self.check
+        read, check = self.codec.read, self.check
         k, n = self.slice
         out = []
+        mine = skipped = 0  # counted here, added once: attribute writes per record add up
         for m in messages:
             if n > 1 and zlib.crc32(m.key or b"") % n != k:
                 continue  # another worker's session (the key is the session id)
-            self.read_count += 1
+            mine += 1
+            key = m.key
             try:
-                event = decode(m.value)
-                check(event, topic, m.key)
+                event, checked = read(m.value)
+                check(event, topic, key, checked)
             except Exception:  # the projector dead-letters it: the view never had it
-                self.skipped += 1
+                skipped += 1
                 continue
-            out.append(Record(event, Position(topic, partition, m.offset)))
+            out.append(record_at(event, topic, partition, m.offset))
+        self.read_count += mine
+        self.skipped += skipped
         return out
 
     async def read(self, finished: Callable[[], Awaitable[bool]], *, at_end: bool) -> AsyncIterator[list[Record]]:
@@ -302,7 +312,7 @@ class EmbeddedSource:
         return [(r.topic, 0, r.index) for r in self.readers.values()]
 
     async def read(self, finished: Callable[[], Awaitable[bool]], *, at_end: bool) -> AsyncIterator[list[Record]]:
-        decode, check = self.codec.decode, self.check
+        read, check = self.codec.read, self.check
         k, n = self.slice
         next_look = time.monotonic() + 0.5
         strikes = 0
@@ -325,9 +335,9 @@ class EmbeddedSource:
                             continue  # another worker's session: not even decoded
                     self.read_count += 1
                     try:
-                        event = decode(data)
-                        check(event, reader.topic, event.session_id.encode())
-                        records.append(Record(event, Position(reader.topic, 0, offset)))
+                        event, checked = read(data)
+                        check(event, reader.topic, event.session_id.encode(), checked)
+                        records.append(record_at(event, reader.topic, 0, offset))
                     except Exception as exc:  # a well-framed record the projector would refuse
                         self.skipped += 1
                         log.warning("%s@%d cannot be used (%s); skipped", reader.topic, offset, exc)

@@ -113,10 +113,60 @@ def check_idempotency_key(key: object) -> str | None:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)  # made once: long-term stores ask for every row
 
 
 def micros(at: datetime) -> int:
     """Microseconds since the Unix epoch, exactly (the wire's timestamp-micros); a naive time is taken as UTC."""
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
-    return (at - _EPOCH) // timedelta(microseconds=1)
+    return (at - _EPOCH) // _MICROSECOND
+
+
+# Readers build an Event, a Record and a Position for every record of the log: set through the slots
+# directly, without the frozen dataclasses' __init__ (which sets each field by name: 2-3x slower).
+_new = object.__new__
+_EVENT_SET = tuple(
+    getattr(Event, f).__set__
+    for f in ("namespace", "session_id", "payload", "event_id", "timestamp", "idempotency_key")
+)
+_ADDED_SET = vars(MessageAdded)["message"].__set__
+_RECORD_SET = tuple(getattr(Record, f).__set__ for f in ("event", "position", "duplicate_of"))
+_POSITION_SET = tuple(getattr(Position, f).__set__ for f in ("topic", "partition", "offset"))
+
+
+def added_event(
+    namespace: str,
+    session_id: str,
+    message: Message,
+    event_id: uuid.UUID,
+    timestamp: datetime,
+    idempotency_key: str | None,
+) -> Event:
+    """`Event(namespace, session_id, MessageAdded(message), event_id, timestamp, idempotency_key)`, faster."""
+    event = _new(Event)
+    s_ns, s_sid, s_payload, s_id, s_time, s_key = _EVENT_SET
+    added = _new(MessageAdded)
+    _ADDED_SET(added, message)
+    s_ns(event, namespace)
+    s_sid(event, session_id)
+    s_payload(event, added)
+    s_id(event, event_id)
+    s_time(event, timestamp)
+    s_key(event, idempotency_key)
+    return event
+
+
+def record_at(event: Event, topic: str, partition: int, offset: int) -> Record:
+    """`Record(event, Position(topic, partition, offset))`, faster."""
+    s_topic, s_partition, s_offset = _POSITION_SET
+    position = _new(Position)
+    s_topic(position, topic)
+    s_partition(position, partition)
+    s_offset(position, offset)
+    s_event, s_position, s_duplicate = _RECORD_SET
+    record = _new(Record)
+    s_event(record, event)
+    s_position(record, position)
+    s_duplicate(record, None)
+    return record

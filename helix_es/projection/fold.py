@@ -61,7 +61,7 @@ async def fold_batch(
         else:
             group.append(r)
     by_session = {SessionKey(ns, sid): recs for (ns, sid), recs in groups.items()}
-    fold = view.fold
+    fold, restarts = view.fold, view.restarts
     for attempt in range(retries + 1):
         if cache is None:
             snapshots = await store.load(view, list(by_session))
@@ -86,6 +86,12 @@ async def fold_batch(
         for key, recs in by_session.items():
             before = snapshots[key]
             state, last = before.state, before.applied
+            if restarts and observe is None and len(recs) > 1:
+                # After a clear the state does not depend on what came before it: fold from the last one.
+                start = _last_restart(recs, restarts, last)
+                if start:
+                    applied += start if last is None else sum(1 for r in recs[:start] if r.position.offset > last)
+                    recs = recs[start:]
             for r in recs:
                 offset = r.position.offset
                 if last is not None and offset <= last:
@@ -116,6 +122,16 @@ async def fold_batch(
                 cache[c.key] = Snapshot(c.after, c.applied)
         return Folded(applied, states)
     raise AssertionError("unreachable")
+
+
+def _last_restart(recs: list[Record], restarts: tuple[type, ...], guard: int | None) -> int:
+    """The index of the last record past `guard` whose payload is of a type in `restarts` (not a retry),
+    or 0: where a session's fold may start with the same result."""
+    for i in range(len(recs) - 1, 0, -1):
+        r = recs[i]
+        if type(r.event.payload) in restarts and r.duplicate_of is None:
+            return i if guard is None or r.position.offset > guard else 0
+    return 0
 
 
 async def project(view: View, store: ViewStore, records: Sequence[Record], *, retries: int = 3) -> int:

@@ -22,6 +22,14 @@ class View(ABC):
     kind: ClassVar[str]  # the seed's YAML `type`
     # Stores keep the views of one family together (PostgreSQL: in one pair of tables).
     family: ClassVar[str] = "view"
+    # Payload types whose fold does not depend on the state before (a clear): `fold_batch` starts a
+    # session's batch at the last of them. A view that overrides `fold` names its own (else none).
+    restarts: ClassVar[tuple[type, ...]] = (MemoryCleared, SessionErased)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "fold" in cls.__dict__ and "restarts" not in cls.__dict__:
+            cls.restarts = ()
 
     @property
     def name(self) -> str:

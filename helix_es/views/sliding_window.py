@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
 from helix_es.views.units import SPLIT, WHOLE, check_tool_pairs, front_cut, newest_unit, pairs_suffix
 
-_role = attrgetter("role")
-
 
 def pinned_index(state: State) -> int | None:
     """Index of the first system message, which no window evicts."""
-    roles = list(map(_role, state))  # C-speed scans: every add of every window asks
+    roles = [m.role for m in state]  # every add of every window asks: faster than map(attrgetter) on slots
     return roles.index("system") if "system" in roles else None
 
 

@@ -57,6 +57,8 @@ class Summary(View):
     def name(self) -> str:
         return f"{self.kind}-{self.max_messages}{pairs_suffix(self.tool_pairs)}"
 
+    restarts = (MemoryCleared, SessionErased)  # a new epoch, whatever the state: see `fold`
+
     def fold(self, state: State, event: Event) -> State:
         header, recent = split(state)
         payload = event.payload

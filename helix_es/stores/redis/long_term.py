@@ -312,7 +312,8 @@ class RedisLongTerm:
                 and at > cleared.get(op.namespace, -1)
                 and not any(e.erases(op.session_id, topic, partition, op.offset) for e in erasures)
             ):
-                rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
+                key = member((at, topic, partition, op.offset))  # op.order, its time computed once
+                rows.append(["a", offset, op.namespace, str(at), key, _value(op, op.message, at)])
             elif op.clear:
                 rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at
             else:
