@@ -29,8 +29,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-log = logging.getLogger(__name__)
-
 DATA_METADATA_AGE_MS = 30_000  # leaders are looked up again at once on a fetch error anyway
 STOP_SECONDS = 10.0  # how long a stop waits for the child to leave before it is killed
 LINE_LIMIT = 64 * 1024 * 1024  # an assignment of 100,000 partitions is about 5 MB of JSON

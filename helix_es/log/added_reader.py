@@ -105,31 +105,9 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
     def read(data: bytes, start: int) -> Event | None:
         size = len(data)
         try:
-            # The envelope's strings: lengths of one byte (under 64 bytes) read inline, the rest by `_text`.
-            b = data[start]
-            if b < 0x80 and not b & 1:
-                pos = start + 1 + (b >> 1)
-                if pos > size:
-                    return None
-                event_id = data[start + 1 : pos].decode()
-            else:
-                event_id, pos = _text(data, start, size)
-            b = data[pos]
-            if b < 0x80 and not b & 1:
-                end = pos + 1 + (b >> 1)
-                if end > size:
-                    return None
-                namespace, pos = data[pos + 1 : end].decode(), end
-            else:
-                namespace, pos = _text(data, pos, size)
-            b = data[pos]
-            if b < 0x80 and not b & 1:
-                end = pos + 1 + (b >> 1)
-                if end > size:
-                    return None
-                session_id, pos = data[pos + 1 : end].decode(), end
-            else:
-                session_id, pos = _text(data, pos, size)
+            event_id, pos = _text(data, start, size)
+            namespace, pos = _text(data, pos, size)
+            session_id, pos = _text(data, pos, size)
             b = data[pos]
             if b < 0x80:
                 micros, pos = (b >> 1) ^ -(b & 1), pos + 1
@@ -137,51 +115,29 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
                 micros, pos = _varint(data, pos)
             if data[pos] != tag:
                 return None  # another payload type
-            b = data[pos + 1]
-            if b < 0x80 and not b & 1:
-                end = pos + 2 + (b >> 1)
-                if end > size:
-                    return None
-                role, pos = data[pos + 2 : end].decode(), end
-            else:
-                role, pos = _text(data, pos + 1, size)
+            role, pos = _text(data, pos + 1, size)
             content, pos = _text(data, pos, size)
-            if data[pos] == 0:
-                name, pos = None, pos + 1
-            else:
-                name, pos = _optional(data, pos, size)
+            name, pos = _optional(data, pos, size)
             calls: list[ToolCall] = []
-            if data[pos] == 0:
-                pos += 1
-            else:
+            n, pos = _count(data, pos)
+            while n:
+                for _ in range(n):
+                    call_id, pos = _text(data, pos, size)
+                    call_name, pos = _text(data, pos, size)
+                    arguments, pos = _text(data, pos, size)
+                    calls.append(ToolCall(call_id, call_name, arguments))
                 n, pos = _count(data, pos)
-                while n:
-                    for _ in range(n):
-                        call_id, pos = _text(data, pos, size)
-                        call_name, pos = _text(data, pos, size)
-                        arguments, pos = _text(data, pos, size)
-                        calls.append(ToolCall(call_id, call_name, arguments))
-                    n, pos = _count(data, pos)
-            if data[pos] == 0:
-                tool_call_id, pos = None, pos + 1
-            else:
-                tool_call_id, pos = _optional(data, pos, size)
+            tool_call_id, pos = _optional(data, pos, size)
             metadata: dict[str, str] = {}
-            if data[pos] == 0:
-                pos += 1
-            else:
+            n, pos = _count(data, pos)
+            while n:
+                for _ in range(n):
+                    key, pos = _text(data, pos, size)
+                    metadata[key], pos = _text(data, pos, size)
                 n, pos = _count(data, pos)
-                while n:
-                    for _ in range(n):
-                        key, pos = _text(data, pos, size)
-                        metadata[key], pos = _text(data, pos, size)
-                    n, pos = _count(data, pos)
             key_value = None
             if keyed:
-                if data[pos] == 0:
-                    pos += 1
-                else:
-                    key_value, pos = _optional(data, pos, size)
+                key_value, pos = _optional(data, pos, size)
             if pos != size:
                 return None  # bytes left over
             timestamp = _EPOCH + timedelta(0, 0, micros)

@@ -312,8 +312,7 @@ class RedisLongTerm:
                 and at > cleared.get(op.namespace, -1)
                 and not any(e.erases(op.session_id, topic, partition, op.offset) for e in erasures)
             ):
-                key = member((at, topic, partition, op.offset))  # op.order, its time computed once
-                rows.append(["a", offset, op.namespace, str(at), key, _value(op, op.message, at)])
+                rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
             elif op.clear:
                 rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at
             else:
