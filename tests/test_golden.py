@@ -3,8 +3,8 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc (v4: envelope.v4.avsc) as first released, with fastavro alone (`schemaless_writer` on
-each schema file; no helix-es code), and written down literally.
+schemas/envelope.v1-3.avsc (v4, v5: envelope.v4.avsc, envelope.v5.avsc) as first released, with
+fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally.
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
 bytes already on a log would no longer read, or readers that predate it would no longer read
@@ -27,12 +27,21 @@ import pytest
 
 from helix_es.log.codec import Codec, event_to_record, load_schemas
 from helix_es.model.events import (
+    ChannelBlob,
+    CheckpointSaved,
+    CheckpointsDeleted,
     EmbeddingRecorded,
     Event,
+    ItemDeleted,
+    ItemPut,
     MemoryCleared,
     MessageAdded,
+    MessageRetracted,
+    PendingWrite,
+    Serialized,
     SessionErased,
     SummaryRecorded,
+    WritesSaved,
 )
 from helix_es.model.message import Message, ToolCall
 
@@ -151,6 +160,103 @@ EXPECTED: dict[str, Event] = {
         datetime(2026, 12, 1, 8, 0, 1, tzinfo=UTC),
         "0b9c2f4e-2d1a-4c3b-9e8f-7a6b5c4d3e2f",
     ),
+    "MessageRetracted": Event(
+        NS,
+        "sitzung-ü",
+        MessageRetracted("55555555-6666-4777-8888-999999999999", "pop_item"),
+        uuid.UUID("66666666-7777-4888-8999-aaaaaaaaaaaa"),
+        datetime(2026, 12, 2, 9, 0, 0, 1, tzinfo=UTC),
+    ),
+    "MessageRetracted.bare": Event(
+        NS,
+        "s-1",
+        MessageRetracted(),
+        uuid.UUID("66666666-7777-4888-8999-aaaaaaaaaaab"),
+        datetime(2026, 12, 2, 9, 0, 0, 2, tzinfo=UTC),
+    ),
+    "CheckpointSaved": Event(
+        NS,
+        "thread-ü",
+        CheckpointSaved(
+            "",
+            "1f0c2a3b-4d5e-6f60-8001-2c3d4e5f6a7b",
+            "1f0c2a3b-4d5e-6f60-8000-2c3d4e5f6a7b",
+            Serialized("msgpack", b"\x85\xa1v\x04\xa2ts"),
+            Serialized("json", b'{"source": "loop", "step": 1}'),
+            "run-7",
+            (
+                ChannelBlob("messages", '"00000000000000000000000000000002.0.5"', Serialized("msgpack", b"\x91\xa2hi")),
+                ChannelBlob("branch:to:agent", "3", Serialized("empty", b"")),
+            ),
+        ),
+        uuid.UUID("77777777-8888-4999-8aaa-bbbbbbbbbbbb"),
+        datetime(2026, 12, 2, 9, 0, 1, tzinfo=UTC),
+    ),
+    "CheckpointSaved.root": Event(
+        NS,
+        "thread-1",
+        CheckpointSaved("sub:1", "1f0", None, Serialized("msgpack", b""), Serialized("msgpack", b"\x80")),
+        uuid.UUID("77777777-8888-4999-8aaa-bbbbbbbbbbbc"),
+        datetime(2026, 12, 2, 9, 0, 2, tzinfo=UTC),
+    ),
+    "WritesSaved": Event(
+        NS,
+        "thread-ü",
+        WritesSaved(
+            "",
+            "1f0c2a3b-4d5e-6f60-8001-2c3d4e5f6a7b",
+            "task-1",
+            "~__pregel_pull, agent",
+            (
+                PendingWrite(0, "messages", Serialized("msgpack", b"\x91\xa2ok")),
+                PendingWrite(-3, "__interrupt__", Serialized("pickle", b"\x80\x05N.")),
+            ),
+        ),
+        uuid.UUID("88888888-9999-4aaa-8bbb-cccccccccccc"),
+        datetime(2026, 12, 2, 9, 0, 3, tzinfo=UTC),
+    ),
+    "CheckpointsDeleted": Event(
+        NS,
+        "thread-ü",
+        CheckpointsDeleted("runs", ("run-7", "run-8")),
+        uuid.UUID("99999999-aaaa-4bbb-8ccc-dddddddddddd"),
+        datetime(2026, 12, 2, 9, 0, 4, tzinfo=UTC),
+    ),
+    "CheckpointsDeleted.thread": Event(
+        NS,
+        "thread-1",
+        CheckpointsDeleted("thread"),
+        uuid.UUID("99999999-aaaa-4bbb-8ccc-ddddddddddde"),
+        datetime(2026, 12, 2, 9, 0, 5, tzinfo=UTC),
+    ),
+    "ItemPut": Event(
+        NS,
+        "users/ü-1",
+        ItemPut(("users", "ü-1"), "prefs", '{"theme": "dark", "lang": "nb"}', ("theme",), 60.5),
+        uuid.UUID("aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"),
+        datetime(2026, 12, 2, 9, 0, 6, tzinfo=UTC),
+    ),
+    "ItemPut.unindexed": Event(
+        NS,
+        "users/ü-1",
+        ItemPut(("users", "ü-1"), "raw", "{}", False),
+        uuid.UUID("aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeef"),
+        datetime(2026, 12, 2, 9, 0, 7, tzinfo=UTC),
+    ),
+    "ItemPut.default": Event(
+        NS,
+        "docs",
+        ItemPut(("docs",), "a", '{"text": "x"}'),
+        uuid.UUID("aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeef0"),
+        datetime(2026, 12, 2, 9, 0, 8, tzinfo=UTC),
+    ),
+    "ItemDeleted": Event(
+        NS,
+        "users/ü-1",
+        ItemDeleted(("users", "ü-1"), "prefs"),
+        uuid.UUID("bbbbbbbb-cccc-4ddd-8eee-ffffffffffff"),
+        datetime(2026, 12, 2, 9, 0, 9, tzinfo=UTC),
+    ),
 }
 KEYED = {k for k, e in EXPECTED.items() if e.idempotency_key is not None}  # need v4 on
 
@@ -161,14 +267,29 @@ TYPES = {
     "v2": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded"],
     "v3": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded", "SessionErased"],
     "v4": ["MessageAdded", "MemoryCleared", "SummaryRecorded", "EmbeddingRecorded", "SessionErased"],
+    "v5": [
+        "MessageAdded",
+        "MemoryCleared",
+        "SummaryRecorded",
+        "EmbeddingRecorded",
+        "SessionErased",
+        "MessageRetracted",
+        "CheckpointSaved",
+        "WritesSaved",
+        "CheckpointsDeleted",
+        "ItemPut",
+        "ItemDeleted",
+    ],
 }
-HAS_KEYS = {"v4"}  # versions with the envelope's idempotency_key
+HAS_KEYS = {"v4", "v5"}  # versions with the envelope's idempotency_key
 OLDEST = {
     "MessageAdded": "v1",
     "MemoryCleared": "v1",
     "SummaryRecorded": "v2",
     "EmbeddingRecorded": "v2",
     "SessionErased": "v3",
+    **dict.fromkeys(("MessageRetracted", "CheckpointSaved", "WritesSaved", "CheckpointsDeleted"), "v5"),
+    **dict.fromkeys(("ItemPut", "ItemDeleted"), "v5"),
 }
 GOLDEN_CASES = [(version, key) for version, records in RECORDS.items() for key in records]
 
@@ -189,12 +310,12 @@ def writable(key: str, version: str) -> bool:
 
 
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4"]
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5"]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
         assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 4
+    assert len(set(FINGERPRINTS.values())) == 5
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
@@ -224,7 +345,7 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
     # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
     # one that predates keys reads a keyed event without its key.
-    for reader in (1, 2, 3, 4):
+    for reader in (1, 2, 3, 4, 5):
         if kind(key) in TYPES[f"v{reader}"]:
             want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
             assert Codec(reader=reader).decode(data) == want, f"reader v{reader}"

@@ -18,22 +18,17 @@ import fastavro
 import fastavro.schema
 
 from helix_es.log import added_reader
+from helix_es.log.records import NS
+from helix_es.log.records import event_to_record as event_to_record  # re-exported: readers look here
+from helix_es.log.records import record_to_event as record_to_event
 from helix_es.model.errors import InvalidInput, UnknownSchema
-from helix_es.model.events import (
-    EmbeddingRecorded,
-    Event,
-    MemoryCleared,
-    MessageAdded,
-    Payload,
-    SessionErased,
-    SummaryRecorded,
-)
+from helix_es.model.events import Event, MessageAdded
 from helix_es.model.message import Message, ToolCall
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 _VERSION_RE = re.compile(r"envelope\.v(\d+)\.avsc$")
-_NS = "helix.memory."
+_NS = NS
 
 
 @dataclass(frozen=True)
@@ -388,63 +383,3 @@ def _has_key_field(schema: Mapping[str, Any]) -> bool:
 def _payload_names(schema: Mapping[str, Any]) -> list[str]:
     payload = next(f for f in schema["fields"] if f["name"] == "payload")
     return [branch["name"] for branch in payload["type"]]
-
-
-def event_to_record(event: Event) -> dict[str, Any]:
-    payload = event.payload
-    body: tuple[str, dict[str, Any]]
-    if isinstance(payload, MessageAdded):
-        body = (_NS + "MessageAdded", {"message": payload.message.to_record()})
-    elif isinstance(payload, MemoryCleared):
-        body = (_NS + "MemoryCleared", {"reason": payload.reason})
-    elif isinstance(payload, SummaryRecorded):
-        body = (
-            _NS + "SummaryRecorded",
-            {
-                "view": payload.view,
-                "epoch": payload.epoch,
-                "covers": payload.covers,
-                "text": payload.text,
-                "model": payload.model,
-            },
-        )
-    elif isinstance(payload, SessionErased):
-        body = (_NS + "SessionErased", {"reason": payload.reason, "key_ids": list(payload.key_ids)})
-    else:
-        body = (
-            _NS + "EmbeddingRecorded",
-            {"model": payload.model, "content_sha256": payload.content_sha256, "vector": payload.vector},
-        )
-    return {
-        "event_id": event.event_id,
-        "namespace": event.namespace,
-        "session_id": event.session_id,
-        "timestamp": event.timestamp,
-        "payload": body,
-        "idempotency_key": event.idempotency_key,  # written by v4 on (a keyed event needs one)
-    }
-
-
-def record_to_event(record: Mapping[str, Any]) -> Event:
-    name, body = record["payload"]
-    payload: Payload
-    if name == _NS + "MessageAdded":
-        payload = MessageAdded(Message.from_record(body["message"]))
-    elif name == _NS + "MemoryCleared":
-        payload = MemoryCleared(body.get("reason"))
-    elif name == _NS + "SummaryRecorded":
-        payload = SummaryRecorded(body["view"], body["epoch"], body["covers"], body["text"], body.get("model"))
-    elif name == _NS + "EmbeddingRecorded":
-        payload = EmbeddingRecorded(body["model"], body["content_sha256"], body["vector"])
-    elif name == _NS + "SessionErased":
-        payload = SessionErased(body.get("reason"), tuple(body.get("key_ids") or ()))
-    else:
-        raise UnknownSchema(f"payload type {name} is not known to this version of helix-es")
-    return Event(
-        namespace=record["namespace"],
-        session_id=record["session_id"],
-        payload=payload,
-        event_id=record["event_id"],
-        timestamp=record["timestamp"],
-        idempotency_key=record.get("idempotency_key"),
-    )

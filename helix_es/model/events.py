@@ -60,7 +60,118 @@ class SessionErased:
     key_ids: tuple[str, ...] = ()  # the destroyed keys' ids, as named in helix-enc envelopes
 
 
-Payload = MessageAdded | MemoryCleared | SummaryRecorded | EmbeddingRecorded | SessionErased
+@dataclass(frozen=True, slots=True)
+class MessageRetracted:
+    """The session's latest message still in its views is taken back (schema v5; an Agents SDK `pop_item`).
+
+    The message stays on the log (audit shows both); every session view drops its latest message.
+    """
+
+    retracted: str | None = None  # event id of the MessageAdded the writer saw as latest (for audit)
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Serialized:
+    """A value as a serializer wrote it: its type tag and bytes (LangGraph's `dumps_typed` pair)."""
+
+    type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelBlob:
+    channel: str
+    version: str  # JSON text of the channel version (a string or a number)
+    value: Serialized  # type "empty": the channel has no value at this version
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSaved:
+    """A LangGraph checkpoint of the thread (the event's session id), schema v5.
+
+    `checkpoint` is the checkpoint without its channel values; `blobs` carry the values of the
+    channels it gives new versions. `run_id` is the metadata's, readable without the serializer.
+    """
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    checkpoint: Serialized
+    metadata: Serialized
+    run_id: str | None = None
+    blobs: tuple[ChannelBlob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    idx: int  # negative for LangGraph's special channels, which replace rather than add
+    channel: str
+    value: Serialized
+
+
+@dataclass(frozen=True, slots=True)
+class WritesSaved:
+    """Pending writes of one task against a checkpoint of the thread (schema v5)."""
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    writes: tuple[PendingWrite, ...]
+
+
+DELETE_SCOPES = ("thread", "runs", "keep_latest")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointsDeleted:
+    """Checkpoints of the thread leave the checkpoint view; they stay on the log (schema v5).
+
+    `scope`: "thread" (all, with their writes), "runs" (those whose run_id is in `run_ids`) or
+    "keep_latest" (all but the latest of each checkpoint namespace).
+    """
+
+    scope: str
+    run_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scope not in DELETE_SCOPES:
+            raise InvalidInput("scope", f"must be one of {', '.join(DELETE_SCOPES)}, got {self.scope!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPut:
+    """A LangGraph store item written, created or replaced (schema v5)."""
+
+    namespace: tuple[str, ...]  # the item's namespace path
+    key: str
+    value: str  # JSON text of the item's value (an object)
+    index: bool | tuple[str, ...] | None = None  # None: the store's index config; False: not indexed
+    ttl_minutes: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemDeleted:
+    """A LangGraph store item deleted (schema v5)."""
+
+    namespace: tuple[str, ...]
+    key: str
+
+
+Payload = (
+    MessageAdded
+    | MemoryCleared
+    | SummaryRecorded
+    | EmbeddingRecorded
+    | SessionErased
+    | MessageRetracted
+    | CheckpointSaved
+    | WritesSaved
+    | CheckpointsDeleted
+    | ItemPut
+    | ItemDeleted
+)
 
 
 def _now() -> datetime:
