@@ -168,7 +168,7 @@ def test_exceptions_reach_the_caller_with_their_own_type(tmp_path: Path) -> None
     with pytest.raises(InvalidInput, match="session_id"):
         open_memory(embedded(tmp_path))
     with open_memory(embedded(tmp_path), session_id="s") as mem:
-        with pytest.raises(InvalidMessage, match="helix_es.Message"):
+        with pytest.raises(InvalidMessage, match=r"helix_es\.Message"):
             mem.add("not a message")  # type: ignore[arg-type]
         with pytest.raises(InvalidInput, match="limit") as caught:
             mem.search("x", limit=0)
