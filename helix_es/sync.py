@@ -96,7 +96,14 @@ class _Loop:
             )
         future = self.submit(coro)
         try:
-            return future.result()
+            while True:
+                try:
+                    return future.result(timeout=1.0)
+                except TimeoutError:
+                    if future.done():  # the call's own TimeoutError (ConsistencyTimeout is one)
+                        raise
+                    if not self.thread.is_alive():  # stopped at interpreter exit: it would never answer
+                        raise MemoryClosed("helix-es's event loop has stopped (the interpreter is exiting)") from None
         except BaseException:
             future.cancel()  # KeyboardInterrupt while waiting: the work stops too
             raise
@@ -279,6 +286,8 @@ class SyncMemory:
                 raise MemoryClosed(f"{self!r} is closed; open another with helix_es.sync.open_memory")
             if self._loop.pid != os.getpid():
                 raise MemoryClosed(f"{self!r} was opened before this process forked; open another here")
+            if not self._loop.thread.is_alive():
+                raise MemoryClosed(f"{self!r}: helix-es's event loop has stopped (the interpreter is exiting)")
             self._in_flight += 1
 
     def _leave(self) -> None:

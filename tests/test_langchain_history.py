@@ -46,7 +46,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder  # no
 from langchain_core.runnables import RunnableLambda  # noqa: E402
 from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa: E402
 
-from helix_es import InvalidMessage, Message, ToolCall  # noqa: E402
+from helix_es import InvalidMessage, Memory, Message, Position, ToolCall, register  # noqa: E402
 from helix_es.integrations import _langchain_messages as mapping  # noqa: E402
 from helix_es.integrations.langchain import HelixChatMessageHistory, MemoryClosed, UnsupportedMessage  # noqa: E402
 from helix_es.sync import open_memory  # noqa: E402
@@ -376,8 +376,32 @@ def test_kafka_with_postgres_conversation(tmp_path: Path, kafka_bootstrap: str, 
     assert proc.returncode == 0, proc.stderr
 
 
+class SlowAdds:
+    """Middleware whose adds yield to the loop first, as a remote log's do: concurrent batches could interleave."""
+
+    def __init__(self, inner: Memory) -> None:
+        self.inner = inner
+
+    async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
+        await asyncio.sleep(0.001)
+        return await self.inner.add(message, idempotency_key=idempotency_key)
+
+    async def get(self) -> list[Message]:
+        return await self.inner.get()
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        return await self.inner.search(query, limit)
+
+    async def clear(self, *, idempotency_key: str | None = None) -> Position:
+        return await self.inner.clear(idempotency_key=idempotency_key)
+
+
+register("test-slow-adds", lambda: SlowAdds)
+
+
 def test_many_threads_share_one_history(tmp_path: Path) -> None:
-    with HelixChatMessageHistory(embedded(tmp_path), session_id="s") as history:
+    cfg = {**embedded(tmp_path), "memory_middleware": ["test-slow-adds"]}
+    with HelixChatMessageHistory(cfg, session_id="s") as history:
 
         def turn(t: int) -> None:
             for i in range(10):
@@ -390,9 +414,11 @@ def test_many_threads_share_one_history(tmp_path: Path) -> None:
             w.join(60)
         got = history.messages
     assert len(got) == 160
-    for t in range(8):  # each batch in order, whole: a thread's adds are one hand-over
+    for t in range(8):  # each thread's batches in its order
         mine = [m.content for m in got if str(m.content).split(".")[0].removeprefix("re ") == str(t)]
         assert mine == [x for i in range(10) for x in (f"{t}.{i}", f"re {t}.{i}")]
+    for question, answer in zip(got[::2], got[1::2], strict=True):  # and each batch whole: never interleaved
+        assert answer.content == f"re {question.content}"
 
 
 # -- a chain with a fake chat model ---------------------------------------------------------------

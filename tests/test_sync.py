@@ -298,3 +298,56 @@ def test_kafka_without_a_projector_times_out_with_its_own_type(kafka_bootstrap: 
         with pytest.raises(ConsistencyTimeout) as caught:
             mem.get()
         assert isinstance(caught.value, TimeoutError)
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_after_a_fork_the_child_opens_its_own_and_the_parent_s_memory_refuses_there(tmp_path: Path) -> None:
+    script = """
+import json, os, sys
+from helix_es import Message
+from helix_es.sync import MemoryClosed, open_memory
+parent_cfg, child_cfg = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+mem = open_memory(parent_cfg, session_id="s")
+mem.add(Message("user", "parent"))
+pid = os.fork()
+if pid == 0:
+    try:
+        mem.get()
+        os._exit(3)
+    except MemoryClosed:
+        pass
+    with open_memory(child_cfg, session_id="s") as own:
+        own.add(Message("user", "child"))
+        os._exit(0 if [m.content for m in own.get()] == ["child"] else 4)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), [m.content for m in mem.get()])
+mem.close()
+"""
+    parent, child = embedded(tmp_path / "parent"), embedded(tmp_path / "child")
+    done = run_script(script, json.dumps(parent), json.dumps(child))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0 ['parent']"
+
+
+def test_a_call_after_the_loop_stopped_at_exit_raises_instead_of_hanging(tmp_path: Path) -> None:
+    script = """
+import atexit, json, sys
+def late():  # registered before helix_es.sync: runs after its exit hook stopped the loop
+    from helix_es.sync import MemoryClosed
+    try:
+        mem.get()
+        print("answered")
+    except MemoryClosed as exc:
+        print("MemoryClosed:", "stopped" in str(exc))
+atexit.register(late)
+from helix_es import Message
+from helix_es.sync import open_memory
+mem = open_memory(json.loads(sys.argv[1]), session_id="s")
+mem.add(Message("user", "x"))
+"""
+    done = run_script(script, json.dumps(embedded(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "MemoryClosed: True"

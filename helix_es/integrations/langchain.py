@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
@@ -41,6 +41,8 @@ from helix_es.sync import MemoryClosed, SyncMemory
 from helix_es.sync import open_memory as open_sync
 
 __all__ = ["HelixChatMessageHistory", "MemoryClosed", "UnsupportedMessage"]
+
+T = TypeVar("T")
 
 
 class HelixChatMessageHistory(BaseChatMessageHistory):
@@ -62,6 +64,7 @@ class HelixChatMessageHistory(BaseChatMessageHistory):
             raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
         self.session_id = sid
         self._memory: SyncMemory | None = None
+        self._writes: asyncio.Lock | None = None  # on helix-es's loop: one batch at a time, contiguous
         self._opening = threading.Lock()
         self._closed = False
 
@@ -76,16 +79,16 @@ class HelixChatMessageHistory(BaseChatMessageHistory):
     def messages(self, messages: Sequence[BaseMessage]) -> None:
         """Replace the history: a clear, then `messages` (checked first: a bad one changes nothing)."""
         converted = to_helix_all(messages)
-        self._open().run(lambda memory: _replace(memory, converted))
+        self._open().run(lambda memory: self._write(lambda: _replace(memory, converted)))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append `messages` in order. All are checked before the first is written."""
         converted = to_helix_all(messages)
         if converted:
-            self._open().run(lambda memory: _add_all(memory, converted))
+            self._open().run(lambda memory: self._write(lambda: _add_all(memory, converted)))
 
     def clear(self) -> None:
-        self._open().clear()
+        self._open().run(lambda memory: self._write(memory.clear))
 
     # -- async ------------------------------------------------------------------------------------
 
@@ -97,11 +100,11 @@ class HelixChatMessageHistory(BaseChatMessageHistory):
         converted = to_helix_all(messages)
         if converted:
             memory = await self._aopen()
-            await asyncio.wrap_future(memory.submit(lambda m: _add_all(m, converted)))
+            await asyncio.wrap_future(memory.submit(lambda m: self._write(lambda: _add_all(m, converted))))
 
     async def aclear(self) -> None:
         memory = await self._aopen()
-        await asyncio.wrap_future(memory.submit(lambda m: m.clear()))
+        await asyncio.wrap_future(memory.submit(lambda m: self._write(m.clear)))
 
     # -- lifetime ---------------------------------------------------------------------------------
 
@@ -134,6 +137,14 @@ class HelixChatMessageHistory(BaseChatMessageHistory):
 
     def __repr__(self) -> str:
         return f"HelixChatMessageHistory(namespace={self.config.memory.namespace!r}, session_id={self.session_id!r})"
+
+    async def _write(self, write: Callable[[], Awaitable[T]]) -> T:
+        """One write call at a time, on helix-es's loop: a batch from one thread is never interleaved
+        with another's, so an AIMessage's tool calls and their ToolMessages stay next to each other."""
+        if self._writes is None:
+            self._writes = asyncio.Lock()
+        async with self._writes:
+            return await write()
 
     def _open(self) -> SyncMemory:
         memory = self._memory
