@@ -25,7 +25,11 @@ view stores and their connection pools) are shared per event loop (`helix_es.cli
 An embedded log folds each append into the views of its one backend, so two memories of one
 log on two loops would each see only their own writes in a `memory` store; one loop gives sync
 memories the sharing async memories have. It also costs one thread however many memories and
-sessions are open, and the loop interleaves their I/O as any event loop does.
+sessions are open, and the loop interleaves their I/O as any event loop does. The same holds
+between sync and async code: an async memory opened on another loop of the process, over the
+same embedded log, has a backend of its own, and while both are open neither one's `memory`
+store sees the other's writes. Async code beside sync memories reaches the same memory through
+`SyncMemory.submit` (awaited with `asyncio.wrap_future`), as the LangChain adapter does.
 
 Closing a memory (leaving `with`, or `close()`) waits for its calls in flight, then releases its
 backend; a call after that raises `MemoryClosed`. A memory dropped without closing is released
@@ -63,7 +67,8 @@ EXIT_TIMEOUT = 5.0  # seconds the interpreter's exit waits, in all, for the memo
 
 
 class MemoryClosed(HelixError, RuntimeError):
-    """The sync memory was closed (or opened before this process forked); open another."""
+    """The sync memory was closed, opened before this process forked, or used after helix-es's loop stopped
+    at interpreter exit; open another."""
 
 
 class _Loop:
