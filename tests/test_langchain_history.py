@@ -281,6 +281,28 @@ def test_invalid_helix_input_is_refused_with_helix_s_own_error(tmp_path: Path) -
         assert history.messages == []
 
 
+def test_list_content_and_tool_arguments_are_sealed_by_the_encryption_middleware(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """List content is stored in `content` (as JSON), so encryption covers it as it covers text."""
+    import base64
+    import os
+
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    cfg = {**embedded(tmp_path), "memory_middleware": ["encryption"]}
+    sent: list[BaseMessage] = [
+        HumanMessage([{"type": "text", "text": "my secret plan"}]),
+        AIMessage("", tool_calls=[{"id": "c1", "name": "vault", "args": {"code": "hidden-arguments"}}]),
+        ToolMessage("unsealed-result", tool_call_id="c1"),
+    ]
+    with HelixChatMessageHistory(cfg, session_id="s") as history:
+        history.add_messages(sent)
+        assert history.messages == sent
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "log").rglob("*") if p.is_file())
+    for text in (b"my secret plan", b"hidden-arguments", b"unsealed-result"):
+        assert text not in raw
+
+
 def assert_whole_exchanges(got: list[BaseMessage]) -> None:
     """A ToolMessage only right after the AIMessage (and its other results) whose call it answers; an
     AIMessage with tool_calls only with all its results, unless it is the newest, still waiting."""
