@@ -1,6 +1,6 @@
 """LangChain messages <-> helix `Message`, exact both ways, for any adapter that speaks LangChain's types.
 
-The mapping (the only module of helix-es that imports `langchain_core.messages`):
+The mapping (this module alone knows LangChain's message fields):
 
 - `HumanMessage`, `AIMessage`, `SystemMessage`, `ToolMessage`: roles `user`, `assistant`,
   `system`, `tool`; their `...MessageChunk` classes the same roles, `langchain.type` naming the class.
@@ -14,7 +14,8 @@ The mapping (the only module of helix-es that imports `langchain_core.messages`)
 
 So `Message.metadata` holds at most three keys, all written only when needed: `langchain.type`,
 `langchain.content` and `langchain.fields`. List content stays in `content` (as JSON text), not in
-metadata, so the encryption and redaction middleware cover it as they cover text; metadata is
+metadata, so the encryption and redaction middleware cover it as they cover text (a list that
+redaction left unreadable as JSON comes back as the text); metadata is
 never encrypted, so what `langchain.fields` holds (model names, token counts, provider extras)
 is stored in the clear.
 
