@@ -59,7 +59,7 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Position
 from helix_es.model.message import Message
 
-__all__ = ["EXIT_TIMEOUT", "MemoryClosed", "SyncMemory", "open_memory"]
+__all__ = ["EXIT_TIMEOUT", "MemoryClosed", "SyncMemory", "open_memory", "run", "submit"]
 
 T = TypeVar("T")
 
@@ -128,6 +128,17 @@ def _the_loop() -> _Loop:
         if _current is None or _current.pid != os.getpid() or not _current.thread.is_alive():
             _current = _Loop()
         return _current
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on helix-es's loop and wait for its result: the sync side of an adapter (a LangGraph
+    store's `batch`) whose async objects were opened on that loop (`submit`)."""
+    return _the_loop().wait(coro)
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start `coro` on helix-es's loop; await the future with `asyncio.wrap_future` or take its `result()`."""
+    return _the_loop().submit(coro)
 
 
 def _forget_after_fork() -> None:
