@@ -367,7 +367,7 @@ class ItemStore(Protocol):
         offset: int,
         now: datetime,
     ) -> list[StoredItem]:
-        """Live items under `prefix` whose value passes `where`, in the order they were first put."""
+        """Live items under `prefix` whose value passes `where`, in `helix_es.views.items.order`."""
         ...
 
     async def item_namespaces(

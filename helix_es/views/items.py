@@ -68,6 +68,11 @@ class ItemOp:
         return None if self.payload is None else (self.payload.namespace, self.payload.key)
 
 
+def order(item: StoredItem) -> tuple[datetime, tuple[str, ...], str]:
+    """A search's order in every store: items first put earliest first (a re-put keeps its place)."""
+    return item.created_at, item.namespace, item.key
+
+
 def ops(records: Sequence[Record]) -> tuple[str, int, list[ItemOp]]:
     """The view's operations in a batch of one topic-partition; other events (messages) pass."""
     position = records[0].position
@@ -129,6 +134,19 @@ def check_namespace(namespace: object, field_name: str = "namespace") -> tuple[s
 def matches(value: Mapping[str, Any], where: Mapping[str, Any] | None) -> bool:
     """Whether an item's value passes a search filter (every key must match)."""
     return not where or all(_compare(value.get(k), v) for k, v in where.items())
+
+
+def plain_equalities(where: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The part of a filter that JSONB containment (`@>`) can check: objects and scalars compared for
+    equality. Containment is looser for lists (and drops operators), so `matches` decides after it."""
+    out: dict[str, Any] = {}
+    for k, v in (where or {}).items():
+        if isinstance(v, dict):
+            if not any(str(x).startswith("$") for x in v):
+                out[k] = plain_equalities(v)
+        elif v is not None and not isinstance(v, list | tuple):  # None also matches a missing key
+            out[k] = v
+    return out
 
 
 def _compare(have: Any, want: Any) -> bool:

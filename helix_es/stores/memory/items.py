@@ -1,9 +1,7 @@
 """In-process items of a LangGraph store (`helix_es.views.items`): the embedded default and the tests' reference.
 
-Per helix namespace, LangGraph namespace paths in the order they were first written, each a dict
-of its items in the order they were first put, as LangGraph's `InMemoryStore` keeps them, so a
-search without a query lists items in the same order. `apply` has no await inside: nothing runs
-between its steps, which makes it the atomic step.
+Per helix namespace, a dict of LangGraph namespace paths, each a dict of its items. `apply` has no
+await inside: nothing runs between its steps, which makes it the atomic step.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from helix_es.views.items import (
     namespace_of,
     not_messages,
     ops,
+    order,
 )
 
 Paths = dict[tuple[str, ...], dict[str, StoredItem]]
@@ -95,6 +94,7 @@ class MemoryItems:
             if path[: len(prefix)] != prefix:
                 continue
             out += [i for i in items.values() if i.live(now) and matches(i.data(), where)]
+        out.sort(key=order)
         return out[offset : offset + limit]
 
     async def item_namespaces(
