@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,11 @@ def view(item: Item | None) -> tuple[Any, ...] | None:
     return None if item is None else (item.namespace, item.key, item.value)
 
 
+def ident(item: Item) -> str:
+    """An item as text, its value's keys sorted (PostgreSQL's jsonb keeps them in its own order)."""
+    return json.dumps([item.namespace, item.key, item.value], sort_keys=True)
+
+
 async def same(ours: BaseStore, theirs: BaseStore, call: str, *args: Any, **kwargs: Any) -> Any:
     got = await getattr(ours, call)(*args, **kwargs)
     if call == "alist_namespaces":
@@ -41,7 +47,7 @@ async def same(ours: BaseStore, theirs: BaseStore, call: str, *args: Any, **kwar
         window = {k: kwargs.pop(k) for k in ("limit", "offset") if k in kwargs}
         ours_all = await ours.asearch(*args, **kwargs, limit=10_000)
         theirs_all = await theirs.asearch(*args, **kwargs, limit=10_000)
-        assert sorted(map(view, ours_all), key=repr) == sorted(map(view, theirs_all), key=repr), (call, args, kwargs)
+        assert sorted(map(ident, ours_all)) == sorted(map(ident, theirs_all)), (call, args, kwargs)
         assert [i.created_at for i in ours_all] == sorted(i.created_at for i in ours_all)
         offset, limit = window.get("offset", 0), window.get("limit", 10)
         assert list(map(view, got)) == list(map(view, ours_all[offset : offset + limit]))
@@ -233,3 +239,92 @@ async def test_the_store_mapping_is_checked(tmp_path: Path) -> None:
         async with HelixStore.from_config({"store": {"namespace": "a*"}}):
             pass
     assert unique("x") != unique("x")
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "ocean", "river", "mountain", "forest", "coffee", "tea", "bread"]
+WORDS += ["cheese", "train", "plane"]
+INDEX = {"embed": {"provider": "hash", "dims": 64}, "fields": ["text", "tags[*]"]}
+
+
+def reference_index() -> dict[str, Any]:
+    """LangGraph's InMemoryStore with the very vectors helix-es computes (the hash embedder)."""
+    from helix_es.providers.embed import HashEmbedder
+
+    embedder = HashEmbedder(64)
+    return {"dims": 64, "embed": lambda texts: embedder.embed_sync(texts).tolist(), "fields": ["text", "tags[*]"]}
+
+
+async def semantic_calls(store: BaseStore, seed: int, calls: int) -> None:
+    rng = random.Random(seed)
+    reference = InMemoryStore(index=reference_index())  # type: ignore[arg-type]
+    for n in range(calls):
+        path = rng.choice([("docs",), ("docs", "a"), ("notes",)])
+        roll = rng.random()
+        if roll < 0.5:
+            text = " ".join(rng.sample(WORDS, 3)) + f" #{n}"  # distinct texts: no ties in the ranking
+            value = {"text": text, "tags": rng.sample(WORDS, 2), "n": n % 3}
+            index = rng.choice([None, None, ["text"], False])
+            key = f"k{rng.randint(0, 8)}"
+            await store.aput(path, key, value, index=index)
+            # InMemoryStore keeps an item's old vectors of fields a later put does not embed: a put
+            # replaces the whole item in HelixStore, so the reference forgets it first.
+            await reference.adelete(path, key)
+            await reference.aput(path, key, value, index=index)
+        elif roll < 0.6:
+            key = f"k{rng.randint(0, 8)}"
+            await store.adelete(path, key)
+            await reference.adelete(path, key)
+        else:
+            query = " ".join(rng.sample(WORDS, 2))
+            prefix = rng.choice([(), ("docs",)])
+            where = rng.choice([None, {"n": 1}])
+            limit = rng.choice([3, 10])
+            got = await store.asearch(prefix, query=query, filter=where, limit=limit)
+            want = await reference.asearch(prefix, query=query, filter=where, limit=limit)
+            # The same scores, best first; items of equal score (one shared word) may come in either order.
+            assert [i.score for i in got if i.score is not None] == pytest.approx(
+                [i.score for i in want if i.score is not None], abs=1e-6
+            ), query
+            every = {
+                ident(i): i.score
+                for i in await reference.asearch(prefix, query=query, filter=where, limit=10_000)
+                if i.score is not None
+            }
+            assert all(abs(every.get(ident(i), -9) - i.score) < 1e-6 for i in got if i.score is not None), query
+            # The unscored rest fills the page with the same items, in our order.
+            unscored = {ident(i) for i in got if i.score is None}
+            assert unscored <= {ident(i) for i in await reference.asearch(prefix, filter=where, limit=10_000)}
+            assert len(got) == len(want)
+
+
+async def test_semantic_search_ranks_as_in_memory_store_does(tmp_path: Path) -> None:
+    cfg = embedded(tmp_path)
+    cfg["store"]["index"] = INDEX
+    async with HelixStore.from_config(cfg) as store:
+        await semantic_calls(store, 3, 300)
+
+
+async def test_semantic_search_on_kafka_with_postgres(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+) -> None:
+    cfg = on_kafka(kafka_bootstrap, postgres_dsn)
+    cfg["store"]["index"] = INDEX
+    procs.append(start_projector(cfg, tmp_path))
+    async with HelixStore.from_config({**cfg, "store": {**cfg["store"], "read_timeout": 60}}) as store:
+        await semantic_calls(store, 5, 120)
+
+
+async def test_an_index_config_is_checked(tmp_path: Path) -> None:
+    from helix_es.model.errors import ConfigError
+
+    for index, field in (
+        ({"embed": {"provider": "hash"}, "fields": "text"}, r"store\.index\.fields"),
+        ({"dims": 3}, r"store\.index\.dims"),
+        ({"embed": {"provider": "openai"}}, r"store\.index\.embed"),
+        ("yes", r"store\.index"),
+    ):
+        cfg = embedded(tmp_path)
+        cfg["store"]["index"] = index
+        with pytest.raises(ConfigError, match=field):
+            async with HelixStore.from_config(cfg):
+                pass

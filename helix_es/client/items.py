@@ -98,16 +98,20 @@ class Items:
         prefix: tuple[str, ...],
         *,
         where: Mapping[str, Any] | None = None,
+        query: str | None = None,
         limit: int = 10,
         offset: int = 0,
     ) -> list[StoredItem]:
+        """Live items under `prefix` passing `where`; with a `query` and an index, the most similar first."""
         if not isinstance(prefix, tuple) or not all(isinstance(p, str) for p in prefix):
             raise InvalidInput("namespace_prefix", f"must be a tuple of strings, got {prefix!r}")
         if where is not None and not isinstance(where, Mapping):
             raise InvalidInput("filter", f"must be a mapping or None, got {type(where).__name__}")
+        if query is not None:
+            check_text(query, "query", error=InvalidInput)
         _check_window(limit, offset)
         await self._caught_up()
-        return await self.view.find_items(self.namespace, prefix, where, limit, offset, datetime.now(UTC))
+        return await self.view.find_items(self.namespace, prefix, where, limit, offset, datetime.now(UTC), query)
 
     async def namespaces(
         self,

@@ -63,7 +63,9 @@ class HelixStore(BaseStore):
                 found = await self.items.get(op.namespace, op.key)
                 results.append(None if found is None else _item(found))
             elif isinstance(op, SearchOp):
-                hits = await self.items.search(op.namespace_prefix, where=op.filter, limit=op.limit, offset=op.offset)
+                hits = await self.items.search(
+                    op.namespace_prefix, where=op.filter, query=op.query, limit=op.limit, offset=op.offset
+                )
                 results.append([_item(h, search=True) for h in hits])
             elif isinstance(op, ListNamespacesOp):
                 conditions = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
@@ -100,8 +102,11 @@ class HelixStore(BaseStore):
 
 
 def _item(found: StoredItem, *, search: bool = False) -> Item:
-    kind = SearchItem if search else Item
-    return kind(
+    if search:
+        return SearchItem(
+            found.namespace, found.key, found.data(), found.created_at, found.updated_at, score=found.score
+        )
+    return Item(
         value=found.data(),
         key=found.key,
         namespace=found.namespace,

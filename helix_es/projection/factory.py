@@ -126,7 +126,8 @@ def open_items(memory: MemoryConfig) -> ItemStore:
     if kind is None or kind.items is None:
         stores = " or ".join(registry.offering("items"))
         raise ConfigError("store.store", f"LangGraph store items live in {stores}, got {memory.store!r}")
-    return kind.items(_located(memory, kind, f"store: {kind.name}"), memory.view.name)
+    assert isinstance(memory.view, Items)
+    return kind.items(_located(memory, kind, f"store: {kind.name}"), memory.view)
 
 
 def open_vectors(memory: MemoryConfig) -> VectorStore:

@@ -24,7 +24,7 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, Position
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
-from helix_es.views.items import StoredItem
+from helix_es.views.items import Items, StoredItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,8 +366,10 @@ class ItemStore(Protocol):
         limit: int,
         offset: int,
         now: datetime,
+        query: str | None = None,
     ) -> list[StoredItem]:
-        """Live items under `prefix` whose value passes `where`, in `helix_es.views.items.order`."""
+        """Live items under `prefix` whose value passes `where`, in `helix_es.views.items.order`; with a
+        `query` and an index, ranked by similarity (`helix_es.views.items.rank`)."""
         ...
 
     async def item_namespaces(
@@ -420,4 +422,4 @@ class StoreKind:
     vectors: Callable[[str | None], VectorStore] | None = None
     keys: Callable[[str | None], KeyStore] | None = None
     idempotency: Callable[[str | None], IdempotencyStore] | None = None
-    items: Callable[[str | None, str], ItemStore] | None = None  # (location, view name): LangGraph store items
+    items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items

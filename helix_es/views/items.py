@@ -14,17 +14,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
+
+import numpy as np
 
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, InvalidInput
 from helix_es.model.events import ItemDeleted, ItemPut, MemoryCleared, Record, SessionErased
+from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views.base import IndexView
+from helix_es.views.item_text import texts_at
+from helix_es.views.vector import model_slug
 
 VIEW_NAME = "langgraph-store"
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+
+
+@dataclass(frozen=True)
+class ItemIndex:
+    """`index:` of a `store:` mapping: which texts of each item to embed (`fields`, LangGraph's paths;
+    an item's own `index` list wins), and with which embedder (a vector view's `embed:`)."""
+
+    embed: EmbedSpec = field(default_factory=EmbedSpec)
+    fields: tuple[str, ...] = ("$",)
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,39 @@ class Items(IndexView):
     store: str = "memory"
     dsn: str | None = field(default=None, repr=False)
     redis_url: str | None = field(default=None, repr=False)
+    index: ItemIndex | None = None
+
+    @property
+    def name(self) -> str:
+        # Other vectors are another materialisation: its own consumer group, rows and checkpoints.
+        return self.kind if self.index is None else f"{self.kind}-{model_slug(self.index.embed.model_id)}"
+
+    @classmethod
+    def from_config(cls, options: Mapping[str, Any], where: str) -> Items:
+        raw = options.get("index")
+        index = None
+        if raw is not None:
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"{where}.index", f"must be a mapping (embed, fields), got {type(raw).__name__}")
+            unknown = sorted(set(raw) - {"embed", "fields"})
+            if unknown:
+                raise ConfigError(f"{where}.index.{unknown[0]}", "unknown key; known: embed, fields")
+            spec = parse_embed(raw.get("embed"), f"{where}.index.embed")
+            if spec.build().paid:
+                raise ConfigError(
+                    f"{where}.index.embed",
+                    f"{spec.model_id} is paid, and a store index re-embeds on every rebuild: use a free embedder",
+                )
+            fields = raw.get("fields", ["$"])
+            if (
+                isinstance(fields, str)
+                or not isinstance(fields, list)
+                or not all(isinstance(f, str) and f for f in fields)
+            ):
+                raise ConfigError(f"{where}.index.fields", f"must be a list of field paths, got {fields!r}")
+            index = ItemIndex(spec, tuple(fields) or ("$",))
+        store = options.get("store", "memory")
+        return cls(store=store, dsn=options.get("dsn"), redis_url=options.get("redis_url"), index=index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +93,7 @@ class StoredItem:
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None = None
+    score: float | None = None  # a semantic search's cosine similarity to its query
 
     def live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -66,6 +114,28 @@ class ItemOp:
     @property
     def ident(self) -> tuple[tuple[str, ...], str] | None:
         return None if self.payload is None else (self.payload.namespace, self.payload.key)
+
+
+def rank(
+    found: Sequence[tuple[StoredItem, np.ndarray | None]], query: np.ndarray, limit: int, offset: int
+) -> list[StoredItem]:
+    """A semantic search's page, as LangGraph's stores rank: by the best cosine of an item's texts to
+    the query (ties in `order`), then, if the page is short, items without vectors unscored."""
+    scored = []
+    unscored = []
+    query = np.asarray(query, dtype=np.float64)
+    q_norm = float(np.linalg.norm(query))
+    for item, found_vectors in found:
+        if found_vectors is None or not len(found_vectors):
+            unscored.append(item)
+            continue
+        vectors = np.asarray(found_vectors, dtype=np.float64)
+        norms = np.linalg.norm(vectors, axis=1) * q_norm
+        sims = np.divide(vectors @ query, norms, out=np.zeros(len(vectors)), where=norms != 0)
+        scored.append(replace(item, score=float(sims.max())))
+    scored.sort(key=lambda i: -(i.score or 0.0))  # stable: ties keep `order`
+    page = scored[offset : offset + limit]
+    return page + unscored[: max(0, limit - len(page))]
 
 
 def order(item: StoredItem) -> tuple[datetime, tuple[str, ...], str]:
@@ -95,6 +165,31 @@ def fold_item(current: StoredItem | None, op: ItemOp) -> StoredItem | None:
     expires = None if payload.ttl_minutes is None else op.at + timedelta(minutes=payload.ttl_minutes)
     created = op.at if current is None else current.created_at
     return StoredItem(payload.namespace, payload.key, payload.value, created, op.at, expires)
+
+
+def texts(index: ItemIndex | None, payload: ItemPut) -> list[str]:
+    """What an item put embeds: nothing without an index or with `index: False`, else the texts at
+    the put's own field paths or the index's."""
+    if index is None or payload.index is False:
+        return []
+    value = json.loads(payload.value)
+    paths = payload.index if isinstance(payload.index, tuple) else index.fields
+    return [t for path in paths for t in texts_at(value, path)]
+
+
+async def embed(embedder: Embedder | None, index: ItemIndex | None, batch: Sequence[ItemOp]) -> list[np.ndarray | None]:
+    """Per op, the vectors of the texts its put embeds (None: no vectors), in one call for the batch."""
+    per_op = [texts(index, op.payload) if isinstance(op.payload, ItemPut) else [] for op in batch]
+    flat = [t for ts in per_op for t in ts]
+    if embedder is None or not flat:
+        return [None] * len(batch)
+    vectors = await embedder.embed(flat)
+    out: list[np.ndarray | None] = []
+    at = 0
+    for ts in per_op:
+        out.append(vectors[at : at + len(ts)] if ts else None)
+        at += len(ts)
+    return out
 
 
 def session_of(namespace: Sequence[str]) -> str:

@@ -98,10 +98,8 @@ VIEW_TYPES["sql-long-term"] = sql_long_term
 VIEW_KEYS["long-term"] = set(LONG_TERM_KEYS)
 VIEW_KEYS["sql-long-term"] = set(LONG_TERM_KEYS)
 # The `store:` mapping of a config (helix_es.integrations.langgraph.HelixStore): LangGraph store items.
-VIEW_TYPES["langgraph-store"] = lambda options, where: Items(
-    store=options.get("store", "memory"), dsn=options.get("dsn"), redis_url=options.get("redis_url")
-)
-VIEW_KEYS["langgraph-store"] = set()
+VIEW_TYPES["langgraph-store"] = Items.from_config
+VIEW_KEYS["langgraph-store"] = {"index"}
 DEFAULT_STORES: dict[str, str] = {"sql-long-term": "postgres"}  # a type's store when `store:` is left out
 
 

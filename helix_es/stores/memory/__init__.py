@@ -19,5 +19,5 @@ KIND = StoreKind(
     aliases=lambda _: MemoryAliases(),
     vectors=lambda _: MemoryVectorStore(),
     idempotency=lambda _: MemoryIdempotency(),
-    items=lambda _, name: MemoryItems(name),
+    items=lambda _, view: MemoryItems(view),
 )

@@ -10,11 +10,14 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views.items import (
-    VIEW_NAME,
+    Items,
     StoredItem,
+    embed,
     fold_item,
     list_namespaces,
     matches,
@@ -22,6 +25,7 @@ from helix_es.views.items import (
     not_messages,
     ops,
     order,
+    rank,
 )
 
 Paths = dict[tuple[str, ...], dict[str, StoredItem]]
@@ -30,9 +34,12 @@ Paths = dict[tuple[str, ...], dict[str, StoredItem]]
 class MemoryItems:
     kind = "memory"
 
-    def __init__(self, name: str = VIEW_NAME) -> None:
-        self.name = name
+    def __init__(self, view: Items | None = None) -> None:
+        self.view = view or Items()
+        self.name = self.view.name
+        self.embedder = None if self.view.index is None else self.view.index.embed.build()
         self._namespaces: dict[str, Paths] = {}
+        self._vectors: dict[tuple[str, tuple[str, ...], str], np.ndarray] = {}  # (namespace, path, key)
         self._checkpoints: dict[tuple[str, int], int] = {}
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
@@ -41,15 +48,15 @@ class MemoryItems:
         topic, partition, batch = ops(records)
         done = self._checkpoints.get((topic, partition), -1)
         namespace = records[0].event.namespace
+        fresh = [op for op in batch if op.offset > done]
+        vectors = await embed(self.embedder, self.view.index, fresh)  # before the atomic step: it awaits
         paths = self._namespaces.setdefault(namespace, {})
-        applied = 0
-        for op in batch:
-            if op.offset <= done:
-                continue
-            applied += 1
+        for op, found in zip(fresh, vectors, strict=True):
             ident = op.ident
             if ident is None:  # a clear or an erasure: every item of the session's path goes
-                paths.pop(namespace_of(op.session_id), None)
+                path = namespace_of(op.session_id)
+                for key in paths.pop(path, {}):
+                    self._vectors.pop((namespace, path, key), None)
                 continue
             path, key = ident
             items = paths.setdefault(path, {})
@@ -58,10 +65,14 @@ class MemoryItems:
                 items.pop(key, None)
             else:
                 items[key] = item
+            if found is None:
+                self._vectors.pop((namespace, path, key), None)
+            else:
+                self._vectors[(namespace, path, key)] = found
         last = records[-1].position.offset
         if last > done:
             self._checkpoints[(topic, partition)] = last
-        return Applied(applied)
+        return Applied(len(fresh))
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         return self._checkpoints.get((topic, partition))
@@ -88,6 +99,7 @@ class MemoryItems:
         limit: int,
         offset: int,
         now: datetime,
+        query: str | None = None,
     ) -> list[StoredItem]:
         out = []
         for path, items in self._namespaces.get(namespace, {}).items():
@@ -95,6 +107,9 @@ class MemoryItems:
                 continue
             out += [i for i in items.values() if i.live(now) and matches(i.data(), where)]
         out.sort(key=order)
+        if query and self.embedder is not None:
+            q = (await self.embedder.embed([query]))[0]
+            return rank([(i, self._vectors.get((namespace, i.namespace, i.key))) for i in out], q, limit, offset)
         return out[offset : offset + limit]
 
     async def item_namespaces(
@@ -113,6 +128,7 @@ class MemoryItems:
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
         for ns in namespaces:
             self._namespaces.pop(ns, None)
+        self._vectors = {k: v for k, v in self._vectors.items() if k[0] not in namespaces}
         for tp in [tp for tp in self._checkpoints if tp[0] in topics]:
             del self._checkpoints[tp]
 

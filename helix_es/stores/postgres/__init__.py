@@ -27,5 +27,5 @@ KIND = StoreKind(
     vectors=lambda dsn: PostgresVectorStore(_dsn(dsn)),
     keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
-    items=lambda dsn, name: PostgresItems(_dsn(dsn), name),
+    items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
 )

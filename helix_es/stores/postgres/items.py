@@ -22,19 +22,22 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 from helix_es.views.items import (
-    VIEW_NAME,
+    Items,
     StoredItem,
+    embed,
     fold_item,
     list_namespaces,
     matches,
     not_messages,
     ops,
     plain_equalities,
+    rank,
     session_of,
 )
 
@@ -51,6 +54,7 @@ CREATE TABLE IF NOT EXISTS helix_store_items (
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
     expires_at timestamptz,
+    vectors bytea,
     PRIMARY KEY (view, namespace, path_id, key)
 );
 """
@@ -67,11 +71,11 @@ SELECT path_id, key, path, value::text AS value, created_at, updated_at, expires
 WHERE view = $1 AND namespace = $2 AND path_id = ANY($3::text[])
 """
 _UPSERT = """
-INSERT INTO helix_store_items (view, namespace, path_id, key, path, value, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)
+INSERT INTO helix_store_items (view, namespace, path_id, key, path, value, created_at, updated_at, expires_at, vectors)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10)
 ON CONFLICT (view, namespace, path_id, key) DO UPDATE SET
     value = excluded.value, created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at
+    expires_at = excluded.expires_at, vectors = excluded.vectors
 """
 _DELETE = "DELETE FROM helix_store_items WHERE view = $1 AND namespace = $2 AND path_id = $3 AND key = $4"
 _MOVE = 'UPDATE helix_checkpoints SET "offset" = $4 WHERE view = $1 AND topic = $2 AND partition = $3'
@@ -80,7 +84,7 @@ _CHECKPOINTS = """
 SELECT topic, partition, "offset" FROM helix_checkpoints
 WHERE view = $1 AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
 """
-_COLUMNS = "i.path_id, i.key, i.path, i.value::text AS value, i.created_at, i.updated_at, i.expires_at"
+_COLUMNS = "i.path_id, i.key, i.path, i.value::text AS value, i.created_at, i.updated_at, i.expires_at, i.vectors"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > $3)"
 _GET = f"""
 SELECT {_COLUMNS} FROM helix_store_items i
@@ -102,12 +106,23 @@ def _row(row: Mapping[str, Any]) -> StoredItem:
     )
 
 
+def _times(item: StoredItem) -> tuple[datetime, datetime, datetime | None]:
+    return item.created_at, item.updated_at, item.expires_at
+
+
+def _vectors(row: Mapping[str, Any], dims: int) -> np.ndarray | None:
+    data = row["vectors"]
+    return None if data is None else np.frombuffer(data, dtype=np.float32).reshape(-1, dims)
+
+
 class PostgresItems:
     kind = "postgres"
 
-    def __init__(self, dsn: str, name: str = VIEW_NAME) -> None:
+    def __init__(self, dsn: str, view: Items | None = None) -> None:
         self.dsn = dsn
-        self.name = name
+        self.view = view or Items(store="postgres")
+        self.name = self.view.name
+        self.embedder = None if self.view.index is None else self.view.index.embed.build()
         self.pg = Pg(dsn)
 
     async def _pool(self) -> asyncpg.Pool:
@@ -119,6 +134,10 @@ class PostgresItems:
         topic, partition, batch = ops(records)
         namespace = records[0].event.namespace
         last = records[-1].position.offset
+        # Embedded outside the transaction (a model's call); the ops the checkpoint covers cost a little then.
+        embedded = await embed(self.embedder, self.view.index, batch)
+        vectors = {op.offset: v for op, v in zip(batch, embedded, strict=True)}
+        blobs: dict[tuple[str, str], bytes | None] = {}
         pool = await self._pool()
         async with pool.acquire() as conn, conn.transaction():
             done: int = await conn.fetchval(_LOCK, self.name, topic, partition)
@@ -138,13 +157,25 @@ class PostgresItems:
                     state.pop(k, None)
                 else:
                     state[k] = item
+                    found = vectors[op.offset]
+                    blobs[k] = None if found is None else np.asarray(found, dtype=np.float32).tobytes()
             gone = [(self.name, namespace, p, k) for (p, k) in current if (p, k) not in state]
             if gone:
                 await conn.executemany(_DELETE, gone)
-            changed = [
-                (self.name, namespace, p, k, list(i.namespace), i.value, i.created_at, i.updated_at, i.expires_at)
-                for (p, k), i in state.items()
-                if current.get((p, k)) != i
+            changed = [  # the items a put of this batch left: each with the vectors of that put
+                (
+                    self.name,
+                    namespace,
+                    *k,
+                    list(i.namespace),
+                    i.value,
+                    i.created_at,
+                    i.updated_at,
+                    i.expires_at,
+                    blobs[k],
+                )
+                for k, i in state.items()
+                if k in blobs
             ]
             if changed:
                 await conn.executemany(_UPSERT, changed)
@@ -179,11 +210,16 @@ class PostgresItems:
         limit: int,
         offset: int,
         now: datetime,
+        query: str | None = None,
     ) -> list[StoredItem]:
         narrow = json.dumps(plain_equalities(where))
         rows = await (await self._pool()).fetch(_FIND, self.name, namespace, now, list(prefix), narrow)
-        found = [item for item in map(_row, rows) if matches(item.data(), where)]
-        return found[offset : offset + limit]
+        found = [(_row(r), r) for r in rows]
+        found = [(item, r) for item, r in found if matches(item.data(), where)]
+        if query and self.embedder is not None:
+            q = (await self.embedder.embed([query]))[0]
+            return rank([(item, _vectors(r, self.embedder.dims)) for item, r in found], q, limit, offset)
+        return [item for item, _ in found[offset : offset + limit]]
 
     async def item_namespaces(
         self,
