@@ -288,6 +288,41 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
     return Config(memory=parsed, log=log, middleware=tuple(middleware))
 
 
+# A document's mappings for the framework adapters, each a view of its own type beside the memories.
+SECTIONS = {"store": "langgraph-store"}
+
+
+def load_served(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Config]:
+    """Everything a document asks projectors to fold: every agent's memory (or the `memory:` mapping)
+    and each adapter mapping (`store:`) it has."""
+    doc = _read_source(source)
+    configs = load_configs(doc) if {"agents", "memory", "type"} & set(doc) else []
+    configs += [load_section(doc, section, view) for section, view in SECTIONS.items() if section in doc]
+    if not configs:
+        raise ConfigError("memory", f"missing: give a `memory:` mapping, an `agents:` list or {_sections()}")
+    return configs
+
+
+def _sections() -> str:
+    return " or ".join(f"a `{s}:` mapping" for s in SECTIONS)
+
+
+def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: str, view_type: str) -> Config:
+    """A document's mapping for a framework adapter (`store:` for LangGraph's store) as a memory of
+    type `view_type`, with the document's `log:`. Its keys are a memory's: store, redis_url or dsn,
+    namespace, consistency, read_timeout."""
+    doc = _read_source(source)
+    if section not in doc:
+        raise ConfigError(section, f"missing: give a `{section}:` mapping (store, dsn or redis_url, namespace)")
+    raw = _mapping(doc[section], section)
+    if "type" in raw:
+        raise ConfigError(f"{section}.type", f"a `{section}:` mapping has no type (it is always {view_type})")
+    log = parse_log(doc.get("log"), "log")
+    parsed = parse_memory({**raw, "type": view_type}, section, log)
+    names.concrete_namespace(parsed.namespace, f"{section}.namespace", ConfigError)
+    return Config(memory=parsed, log=log)
+
+
 def parse_log(raw: Any, where: str) -> LogConfig:
     if raw is None:
         return LogConfig()

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 
-from helix_es.config import LogConfig, MemoryConfig, load_configs
+from helix_es.config import LogConfig, MemoryConfig, load_served
 from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
@@ -19,8 +19,8 @@ log = logging.getLogger("helix_es.project")
 
 def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
     """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each,
-    each over the namespaces of every agent that has it (`MemoryConfig.served`)."""
-    configs = load_configs(source)
+    each over the namespaces of every agent that has it (`MemoryConfig.served`), and the adapters' mappings."""
+    configs = load_served(source)
     log_config = configs[0].log
     if log_config.type != "kafka":
         raise ConfigError("log.type", "the embedded log is projected inside the client; this needs log: kafka")

@@ -1,6 +1,8 @@
 """Framework adapters over helix-es memories (extras `langchain`, `langgraph`, `openai-agents`).
 
 Each module here imports its framework, and only when that module is imported: `import helix_es`
-never needs one. `helix_es.integrations.langchain.HelixChatMessageHistory` is a LangChain chat
-message history.
+never needs one.
+
+- `helix_es.integrations.langchain.HelixChatMessageHistory`: a LangChain chat message history.
+- `helix_es.integrations.langgraph.HelixStore`: a LangGraph store.
 """

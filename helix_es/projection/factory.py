@@ -25,6 +25,7 @@ from helix_es.stores import registry
 from helix_es.stores.ports import (
     AliasStore,
     IdempotencyStore,
+    ItemStore,
     LongTermStore,
     SessionKey,
     Snapshot,
@@ -33,6 +34,7 @@ from helix_es.stores.ports import (
     ViewStore,
 )
 from helix_es.views.base import View
+from helix_es.views.items import Items
 from helix_es.views.long_term import LongTerm
 from helix_es.views.summary import Summary
 from helix_es.views.vector import Vector
@@ -118,6 +120,16 @@ def open_long_term(memory: MemoryConfig) -> LongTermStore:
     return kind.long_term(where, view.table, view.name)
 
 
+def open_items(memory: MemoryConfig) -> ItemStore:
+    """The LangGraph store items of `memory` (an `Items` view), owning its connection."""
+    kind = registry.KINDS.get(memory.store)
+    if kind is None or kind.items is None:
+        stores = " or ".join(registry.offering("items"))
+        raise ConfigError("store.store", f"LangGraph store items live in {stores}, got {memory.store!r}")
+    assert isinstance(memory.view, Items)
+    return kind.items(_located(memory, kind, f"store: {kind.name}"), memory.view)
+
+
 def open_vectors(memory: MemoryConfig) -> VectorStore:
     """The vector store of `memory` (a `Vector` view); its owner closes it."""
     kind = registry.KINDS.get(memory.store)
@@ -161,6 +173,8 @@ def _open(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | 
     if isinstance(view, LongTerm):
         # A new projection owning its connection (opened lazily, on first use).
         return open_long_term(memory)
+    if isinstance(view, Items):
+        return open_items(memory)
     if isinstance(view, Vector):
         vectors = open_vectors(memory)
         embedder = view.embedder if view.embedder is not None else view.embed.build()

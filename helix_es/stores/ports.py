@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -24,6 +24,7 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, Position
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
+from helix_es.views.items import Items, StoredItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +337,56 @@ class IdempotencyStore(Protocol):
     async def close(self) -> None: ...
 
 
+# --- LangGraph store items (helix_es.views.items) ---
+
+
+class ItemStore(Protocol):
+    """A namespace-wide view of LangGraph store items kept by one technology; a `Projection` by shape.
+
+    Reads take `now` (expired items are never returned) and the helix namespace; items are named by
+    their LangGraph namespace path and key.
+    """
+
+    name: str
+    kind: str
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None: ...
+
+    async def behind(self, wants: Iterable[Position]) -> Position | None:
+        """The first of `wants` this view has not applied yet (None: it has applied them all)."""
+        ...
+
+    async def get_item(self, namespace: str, path: tuple[str, ...], key: str, now: datetime) -> StoredItem | None: ...
+
+    async def find_items(
+        self,
+        namespace: str,
+        prefix: tuple[str, ...],
+        where: Mapping[str, Any] | None,
+        limit: int,
+        offset: int,
+        now: datetime,
+        query: str | None = None,
+    ) -> list[StoredItem]:
+        """Live items under `prefix` whose value passes `where`, in `helix_es.views.items.order`; with a
+        `query` and an index, ranked by similarity (`helix_es.views.items.rank`)."""
+        ...
+
+    async def item_namespaces(
+        self,
+        namespace: str,
+        conditions: Sequence[tuple[str, tuple[str, ...]]],
+        max_depth: int | None,
+        limit: int,
+        offset: int,
+        now: datetime,
+    ) -> list[tuple[str, ...]]: ...
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 # --- a store kind: what one technology offers ---
 
 
@@ -371,3 +422,4 @@ class StoreKind:
     vectors: Callable[[str | None], VectorStore] | None = None
     keys: Callable[[str | None], KeyStore] | None = None
     idempotency: Callable[[str | None], IdempotencyStore] | None = None
+    items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items

@@ -13,6 +13,7 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.tokenizers import ESTIMATE
 from helix_es.views.base import IndexView, View
 from helix_es.views.conversation import Conversation
+from helix_es.views.items import Items
 from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.smart import DEFAULT_TOKENS, Smart
@@ -96,6 +97,9 @@ VIEW_TYPES["long-term"] = long_term
 VIEW_TYPES["sql-long-term"] = sql_long_term
 VIEW_KEYS["long-term"] = set(LONG_TERM_KEYS)
 VIEW_KEYS["sql-long-term"] = set(LONG_TERM_KEYS)
+# The `store:` mapping of a config (helix_es.integrations.langgraph.HelixStore): LangGraph store items.
+VIEW_TYPES["langgraph-store"] = Items.from_config
+VIEW_KEYS["langgraph-store"] = {"index"}
 DEFAULT_STORES: dict[str, str] = {"sql-long-term": "postgres"}  # a type's store when `store:` is left out
 
 

@@ -1,9 +1,10 @@
-"""In-process stores: session views, long-term, vector and aliases, for tests and the embedded mode."""
+"""In-process stores: session views, long-term, vector, aliases, LangGraph store items; tests and embedded mode."""
 
 from __future__ import annotations
 
 from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.memory.idempotency import MemoryIdempotency
+from helix_es.stores.memory.items import MemoryItems
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.memory.views import MemoryStore
@@ -18,4 +19,5 @@ KIND = StoreKind(
     aliases=lambda _: MemoryAliases(),
     vectors=lambda _: MemoryVectorStore(),
     idempotency=lambda _: MemoryIdempotency(),
+    items=lambda _, view: MemoryItems(view),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.postgres.aliases import PostgresAliases
 from helix_es.stores.postgres.idempotency import PostgresIdempotency
+from helix_es.stores.postgres.items import PostgresItems
 from helix_es.stores.postgres.keys import PostgresKeyStore
 from helix_es.stores.postgres.long_term import PostgresLongTerm
 from helix_es.stores.postgres.vector import PostgresVectorStore
@@ -26,4 +27,5 @@ KIND = StoreKind(
     vectors=lambda dsn: PostgresVectorStore(_dsn(dsn)),
     keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
+    items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
 )

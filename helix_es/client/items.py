@@ -1,0 +1,178 @@
+"""LangGraph store items on the log: `put` and `delete` append events, reads wait for the view.
+
+The client behind `helix_es.integrations.langgraph.HelixStore`, with no LangGraph import. Each
+write is one `ItemPut` or `ItemDeleted` in the session that carries the item's namespace path
+(`helix_es.views.items.session_of`). Reads are read-your-writes across every path this client
+wrote: they wait until the view has applied the client's last write on each partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from helix_es.client import backend as backends
+from helix_es.client.memory import FIRST_POLL_CAP, FIRST_POLLS_FOR, POLL_CAP
+from helix_es.config import Config, load_section
+from helix_es.model.errors import ConsistencyTimeout, InvalidInput
+from helix_es.model.events import Event, ItemDeleted, ItemPut, Position
+from helix_es.model.message import check_text
+from helix_es.stores.ports import ItemStore
+from helix_es.views.items import StoredItem, check_namespace, session_of
+
+SECTION = "store"
+
+
+class Items:
+    """One helix namespace's LangGraph store items, read and written through the log."""
+
+    def __init__(
+        self,
+        backend: backends.Backend,
+        view: ItemStore,
+        namespace: str,
+        *,
+        consistency: str = "read-your-writes",
+        read_timeout: float = 5.0,
+    ) -> None:
+        self.backend = backend
+        self.view = view
+        self.namespace = namespace
+        self.consistency = consistency
+        self.read_timeout = read_timeout
+        self._written: dict[tuple[str, int], int] = {}  # (topic, partition) -> this client's last write
+
+    async def put(
+        self,
+        path: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        *,
+        index: Literal[False] | Sequence[str] | None = None,
+        ttl_minutes: float | None = None,
+    ) -> Position:
+        check_namespace(path)
+        _check_key(key)
+        if not isinstance(value, Mapping):
+            raise InvalidInput("value", f"must be a mapping (a JSON object), got {type(value).__name__}")
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput("value", f"must be JSON-serializable: {exc}") from None
+        fields: bool | tuple[str, ...] | None = None if index is None else False
+        if index is not None and index is not False:
+            if isinstance(index, str | bytes | bool) or not all(isinstance(f, str) and f for f in index):
+                raise InvalidInput("index", f"must be False, None or a list of field paths, got {index!r}")
+            fields = tuple(index)
+        if ttl_minutes is not None and (
+            isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, int | float) or not ttl_minutes > 0
+        ):
+            raise InvalidInput("ttl", f"must be a number of minutes > 0 or None, got {ttl_minutes!r}")
+        payload = ItemPut(path, key, text, fields, None if ttl_minutes is None else float(ttl_minutes))
+        return await self._append(path, payload)
+
+    async def delete(self, path: tuple[str, ...], key: str) -> Position:
+        check_namespace(path)
+        _check_key(key)
+        return await self._append(path, ItemDeleted(path, key))
+
+    async def _append(self, path: tuple[str, ...], payload: ItemPut | ItemDeleted) -> Position:
+        position = await self.backend.append(Event(self.namespace, session_of(path), payload))
+        where = (position.topic, position.partition)
+        self._written[where] = max(position.offset, self._written.get(where, -1))
+        return position
+
+    async def get(self, path: tuple[str, ...], key: str) -> StoredItem | None:
+        check_namespace(path)
+        await self._caught_up()
+        return await self.view.get_item(self.namespace, path, key, datetime.now(UTC))
+
+    async def search(
+        self,
+        prefix: tuple[str, ...],
+        *,
+        where: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[StoredItem]:
+        """Live items under `prefix` passing `where`; with a `query` and an index, the most similar first."""
+        if not isinstance(prefix, tuple) or not all(isinstance(p, str) for p in prefix):
+            raise InvalidInput("namespace_prefix", f"must be a tuple of strings, got {prefix!r}")
+        if where is not None and not isinstance(where, Mapping):
+            raise InvalidInput("filter", f"must be a mapping or None, got {type(where).__name__}")
+        if query is not None:
+            check_text(query, "query", error=InvalidInput)
+        _check_window(limit, offset)
+        await self._caught_up()
+        return await self.view.find_items(self.namespace, prefix, where, limit, offset, datetime.now(UTC), query)
+
+    async def namespaces(
+        self,
+        conditions: Sequence[tuple[str, tuple[str, ...]]] = (),
+        *,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[tuple[str, ...]]:
+        if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
+            raise InvalidInput("max_depth", f"must be a whole number >= 1 or None, got {max_depth!r}")
+        _check_window(limit, offset)
+        await self._caught_up()
+        now = datetime.now(UTC)
+        return await self.view.item_namespaces(self.namespace, conditions, max_depth, limit, offset, now)
+
+    async def _caught_up(self) -> None:
+        await self.backend.current(self.view, self.namespace)  # type: ignore[arg-type]
+        if self.consistency == "eventual" or not self._written:
+            return
+        wants = [Position(t, p, o) for (t, p), o in self._written.items()]
+        started = time.monotonic()
+        pause = 0.0005
+        while (behind := await self.view.behind(wants)) is not None:
+            now = time.monotonic()
+            if now - started >= self.read_timeout:
+                raise ConsistencyTimeout(
+                    f"view {self.view.name} of {self.namespace} has not applied offset {behind.offset} of "
+                    f"{behind.topic}[{behind.partition}] this client wrote; waited {self.read_timeout}s. "
+                    "Is a projector running for it (helix-es project --config FILE)? Or set consistency: eventual."
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, FIRST_POLL_CAP if now - started < FIRST_POLLS_FOR else POLL_CAP)
+            wants = [behind, *(w for w in wants if w != behind)]
+
+
+def _check_key(key: object) -> None:
+    check_text(key, "key", error=InvalidInput)
+    if not key:
+        raise InvalidInput("key", "must be a non-empty string")
+
+
+def _check_window(limit: object, offset: object) -> None:
+    for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InvalidInput(name, f"must be a whole number >= {least}, got {value!r}")
+
+
+@asynccontextmanager
+async def open_items(config: Mapping[str, Any] | str | os.PathLike[str] | Config) -> AsyncIterator[Items]:
+    """The items a config's `store:` mapping names (a dict, YAML text, a path, or a parsed Config)."""
+    cfg = config if isinstance(config, Config) else load_section(config, SECTION, "langgraph-store")
+    backend = await backends.acquire(cfg.log)
+    try:
+        view = await backend.attach(cfg.memory, cfg.memory.namespace)
+        yield Items(
+            backend,
+            view,  # type: ignore[arg-type]
+            cfg.memory.namespace,
+            consistency=cfg.memory.consistency,
+            read_timeout=cfg.memory.read_timeout,
+        )
+    finally:
+        await backends.release(cfg.log, backend)

@@ -1,0 +1,330 @@
+"""HelixStore, a LangGraph BaseStore on the log, held against LangGraph's own InMemoryStore."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.store.base import BaseStore, Item
+from langgraph.store.memory import InMemoryStore
+
+from helix_es.integrations.langgraph_store import HelixStore
+from helix_es.log.embedded import EmbeddedLog
+from helix_es.model.errors import InvalidInput
+from helix_es.model.events import ItemDeleted, ItemPut
+from tests.conftest import start_projector, unique
+
+
+def embedded(tmp_path: Path, namespace: str = "lg") -> dict[str, Any]:
+    return {
+        "log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False},
+        "store": {"namespace": namespace},
+    }
+
+
+def view(item: Item | None) -> tuple[Any, ...] | None:
+    return None if item is None else (item.namespace, item.key, item.value)
+
+
+def ident(item: Item) -> str:
+    """An item as text, its value's keys sorted (PostgreSQL's jsonb keeps them in its own order)."""
+    return json.dumps([item.namespace, item.key, item.value], sort_keys=True)
+
+
+async def same(ours: BaseStore, theirs: BaseStore, call: str, *args: Any, **kwargs: Any) -> Any:
+    got = await getattr(ours, call)(*args, **kwargs)
+    if call == "alist_namespaces":
+        theirs = await holding(theirs)
+    want = await getattr(theirs, call)(*args, **kwargs)
+    if call == "aget":
+        assert view(got) == view(want), (call, args, kwargs)
+    elif call == "asearch":
+        # The same items pass; the order is ours (first put first): InMemoryStore's depends on which
+        # namespaces any call touched first, reads included, which no log can tell.
+        window = {k: kwargs.pop(k) for k in ("limit", "offset") if k in kwargs}
+        ours_all = await ours.asearch(*args, **kwargs, limit=10_000)
+        theirs_all = await theirs.asearch(*args, **kwargs, limit=10_000)
+        assert sorted(map(ident, ours_all)) == sorted(map(ident, theirs_all)), (call, args, kwargs)
+        assert [i.created_at for i in ours_all] == sorted(i.created_at for i in ours_all)
+        offset, limit = window.get("offset", 0), window.get("limit", 10)
+        assert list(map(view, got)) == list(map(view, ours_all[offset : offset + limit]))
+    else:
+        assert got == want, (call, args, kwargs)
+    return got
+
+
+async def holding(reference: BaseStore) -> InMemoryStore:
+    """The reference's live items in a fresh InMemoryStore. InMemoryStore lists a namespace for good
+    once anything touched it (a get of a missing key, or after its last item went); HelixStore lists
+    the namespaces that hold items, which is what LangGraph's PostgreSQL store does."""
+    fresh = InMemoryStore()
+    for item in await reference.asearch((), limit=10_000):
+        await fresh.aput(item.namespace, item.key, item.value)
+    return fresh
+
+
+FILTERS = [None, {"tag": "red"}, {"n": {"$gte": 3}}, {"meta": {"lang": "nb"}}, {"list": [1]}, {"n": {"$ne": 2}}]
+PATHS = [("users", "u1"), ("users", "u2"), ("users", "u1", "notes"), ("docs",), ("a b", "ü/%{}")]
+
+
+def random_value(rng: random.Random) -> dict[str, Any]:
+    return {
+        "n": rng.randint(0, 5),
+        "tag": rng.choice(["red", "blue"]),
+        "meta": {"lang": rng.choice(["en", "nb"]), "deep": {"x": rng.randint(0, 1)}},
+        "list": [rng.randint(0, 2)],
+    }
+
+
+def on_kafka(bootstrap: str, dsn: str) -> dict[str, Any]:
+    log = {"type": "kafka", "bootstrap_servers": bootstrap, "partitions": 3, "topic_prefix": unique("lgstore")}
+    return {"log": log, "store": {"store": "postgres", "dsn": dsn, "namespace": unique("items")}}
+
+
+async def random_calls(store: BaseStore, seed: int, calls: int) -> None:
+    rng = random.Random(seed)
+    reference = InMemoryStore()
+    for _ in range(calls):
+        path, key = rng.choice(PATHS), rng.choice(["k1", "k2", "k3"])
+        roll = rng.random()
+        if roll < 0.45:
+            value = random_value(rng)
+            await store.aput(path, key, value)
+            await reference.aput(path, key, value)
+        elif roll < 0.55:
+            await store.adelete(path, key)
+            await reference.adelete(path, key)
+        elif roll < 0.7:
+            await same(store, reference, "aget", path, key)
+        elif roll < 0.9:
+            where = rng.choice(
+                [
+                    None,
+                    {"tag": "red"},
+                    {"n": {"$gte": 3}},
+                    {"meta": {"lang": "nb"}},
+                    {"list": [1]},
+                    {"n": {"$ne": 2}},
+                ]
+            )
+            prefix = rng.choice([(), ("users",), ("users", "u1"), ("docs",), ("nothing",)])
+            await same(
+                store,
+                reference,
+                "asearch",
+                prefix,
+                filter=where,
+                limit=rng.choice([2, 10]),
+                offset=rng.choice([0, 1]),
+            )
+        else:
+            await same(store, reference, "alist_namespaces", max_depth=rng.choice([None, 1, 2]), limit=50)
+            await same(store, reference, "alist_namespaces", prefix=("users",), limit=50)
+            await same(store, reference, "alist_namespaces", suffix=("notes",), limit=50)
+            await same(store, reference, "alist_namespaces", prefix=("users", "*"), limit=1, offset=1)
+
+
+async def test_random_calls_behave_as_in_memory_store(tmp_path: Path) -> None:
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        await random_calls(store, 7, 400)
+
+
+async def test_on_kafka_with_postgres_it_behaves_as_in_memory_store(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+) -> None:
+    cfg = on_kafka(kafka_bootstrap, postgres_dsn)
+    procs.append(start_projector(cfg, tmp_path))
+    async with HelixStore.from_config({**cfg, "store": {**cfg["store"], "read_timeout": 60}}) as store:
+        await random_calls(store, 11, 150)
+        await store.aput(("kept",), "k", {"v": "on the log"})
+    # A fresh store (another client, the same view) reads what the projector folded.
+    async with HelixStore.from_config(cfg) as again:
+        item = await again.aget(("kept",), "k")
+        assert item is not None and item.value == {"v": "on the log"}
+
+
+async def test_a_fresh_store_reads_the_items_back_from_the_log(tmp_path: Path) -> None:
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        await store.aput(("users", "u1"), "prefs", {"theme": "dark"})
+        await store.aput(("users", "u1"), "prefs", {"theme": "light"})
+        await store.aput(("users", "u1"), "gone", {"x": 1})
+        await store.adelete(("users", "u1"), "gone")
+        first = await store.aget(("users", "u1"), "prefs")
+    async with HelixStore.from_config(embedded(tmp_path)) as again:
+        item = await again.aget(("users", "u1"), "prefs")
+        assert item is not None and item.value == {"theme": "light"}
+        assert first is not None and item.created_at == first.created_at and item.updated_at == first.updated_at
+        assert item.created_at < item.updated_at  # the first put made it, the second changed it
+        assert await again.aget(("users", "u1"), "gone") is None
+    # Every put and delete is an event on the log, in order.
+    log = EmbeddedLog(str(tmp_path / "log"), fsync=False)
+    payloads = [r.event.payload async for r in log.read("lg")]
+    await log.close()
+    assert [type(p) for p in payloads] == [ItemPut, ItemPut, ItemPut, ItemDeleted]
+    assert payloads[0] == ItemPut(("users", "u1"), "prefs", '{"theme": "dark"}')
+
+
+async def test_a_batch_reads_before_its_puts_and_its_last_put_wins(tmp_path: Path) -> None:
+    from langgraph.store.base import GetOp, PutOp
+
+    ops = [
+        PutOp(("b",), "k", {"v": 1}),
+        GetOp(("b",), "k"),
+        PutOp(("b",), "k", {"v": 2}),
+    ]
+    reference = InMemoryStore()
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        got = await store.abatch(ops)
+        want = await reference.abatch(ops)
+        assert got == want == [None, None, None]
+        assert view(await store.aget(("b",), "k")) == view(await reference.aget(("b",), "k")) == (("b",), "k", {"v": 2})
+
+
+async def test_ttl_hides_an_item_once_it_expires(tmp_path: Path) -> None:
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        await store.aput(("t",), "short", {"v": 1}, ttl=0.0005)  # 30 ms
+        await store.aput(("t",), "long", {"v": 2}, ttl=60)
+        import asyncio
+
+        await asyncio.sleep(0.1)
+        assert await store.aget(("t",), "short") is None
+        assert [i.key for i in await store.asearch(("t",))] == ["long"]
+        assert await store.alist_namespaces() == [("t",)]
+        before = await store.aget(("t",), "long", refresh_ttl=True)  # a read is no event: it changes nothing
+        assert before is not None and before == await store.aget(("t",), "long")
+        assert store.ttl_config == {"refresh_on_read": False}
+
+
+async def test_bad_input_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        for call in (
+            lambda: store.aput(("ns",), "k", {"bad": object()}),
+            lambda: store.aput(("ns",), "k", {"nan": float("nan")}),
+            lambda: store.aput(("ns",), "", {"v": 1}),
+            lambda: store.aput(("ns",), "k", {"v": 1}, ttl=-1),
+        ):
+            with pytest.raises(InvalidInput):
+                await call()
+        with pytest.raises(ValueError):  # LangGraph's own namespace check, before ours
+            await store.aput(("a.b",), "k", {"v": 1})
+        assert await store.alist_namespaces() == []
+    log = EmbeddedLog(str(tmp_path / "log"), fsync=False)
+    assert [r async for r in log.read("lg")] == []
+    await log.close()
+
+
+def test_the_sync_store_works_from_plain_code(tmp_path: Path) -> None:
+    with HelixStore.from_config(embedded(tmp_path)) as store:
+        store.put(("s",), "k", {"v": 1})
+        item = store.get(("s",), "k")
+        assert item is not None and item.value == {"v": 1}
+        assert [i.key for i in store.search(("s",))] == ["k"]
+        store.delete(("s",), "k")
+        assert store.get(("s",), "k") is None
+
+
+async def test_the_store_mapping_is_checked(tmp_path: Path) -> None:
+    from helix_es.model.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="store"):
+        async with HelixStore.from_config({"log": {"type": "embedded", "path": str(tmp_path)}}):
+            pass
+    with pytest.raises(ConfigError, match=r"store\.type"):
+        async with HelixStore.from_config({"store": {"type": "conversation"}}):
+            pass
+    with pytest.raises(ConfigError, match=r"store\.namespace"):
+        async with HelixStore.from_config({"store": {"namespace": "a*"}}):
+            pass
+    assert unique("x") != unique("x")
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "ocean", "river", "mountain", "forest", "coffee", "tea", "bread"]
+WORDS += ["cheese", "train", "plane"]
+INDEX = {"embed": {"provider": "hash", "dims": 64}, "fields": ["text", "tags[*]"]}
+
+
+def reference_index() -> dict[str, Any]:
+    """LangGraph's InMemoryStore with the very vectors helix-es computes (the hash embedder)."""
+    from helix_es.providers.embed import HashEmbedder
+
+    embedder = HashEmbedder(64)
+    return {"dims": 64, "embed": lambda texts: embedder.embed_sync(texts).tolist(), "fields": ["text", "tags[*]"]}
+
+
+async def semantic_calls(store: BaseStore, seed: int, calls: int) -> None:
+    rng = random.Random(seed)
+    reference = InMemoryStore(index=reference_index())  # type: ignore[arg-type]
+    for n in range(calls):
+        path = rng.choice([("docs",), ("docs", "a"), ("notes",)])
+        roll = rng.random()
+        if roll < 0.5:
+            text = " ".join(rng.sample(WORDS, 3)) + f" #{n}"  # distinct texts: no ties in the ranking
+            value = {"text": text, "tags": rng.sample(WORDS, 2), "n": n % 3}
+            index = rng.choice([None, None, ["text"], False])
+            key = f"k{rng.randint(0, 8)}"
+            await store.aput(path, key, value, index=index)
+            # InMemoryStore keeps an item's old vectors of fields a later put does not embed: a put
+            # replaces the whole item in HelixStore, so the reference forgets it first.
+            await reference.adelete(path, key)
+            await reference.aput(path, key, value, index=index)
+        elif roll < 0.6:
+            key = f"k{rng.randint(0, 8)}"
+            await store.adelete(path, key)
+            await reference.adelete(path, key)
+        else:
+            query = " ".join(rng.sample(WORDS, 2))
+            prefix = rng.choice([(), ("docs",)])
+            where = rng.choice([None, {"n": 1}])
+            limit = rng.choice([3, 10])
+            got = await store.asearch(prefix, query=query, filter=where, limit=limit)
+            want = await reference.asearch(prefix, query=query, filter=where, limit=limit)
+            # The same scores, best first; items of equal score (one shared word) may come in either order.
+            assert [i.score for i in got if i.score is not None] == pytest.approx(
+                [i.score for i in want if i.score is not None], abs=1e-6
+            ), query
+            every = {
+                ident(i): i.score
+                for i in await reference.asearch(prefix, query=query, filter=where, limit=10_000)
+                if i.score is not None
+            }
+            assert all(abs(every.get(ident(i), -9) - i.score) < 1e-6 for i in got if i.score is not None), query
+            # The unscored rest fills the page with the same items, in our order.
+            unscored = {ident(i) for i in got if i.score is None}
+            assert unscored <= {ident(i) for i in await reference.asearch(prefix, filter=where, limit=10_000)}
+            assert len(got) == len(want)
+
+
+async def test_semantic_search_ranks_as_in_memory_store_does(tmp_path: Path) -> None:
+    cfg = embedded(tmp_path)
+    cfg["store"]["index"] = INDEX
+    async with HelixStore.from_config(cfg) as store:
+        await semantic_calls(store, 3, 300)
+
+
+async def test_semantic_search_on_kafka_with_postgres(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+) -> None:
+    cfg = on_kafka(kafka_bootstrap, postgres_dsn)
+    cfg["store"]["index"] = INDEX
+    procs.append(start_projector(cfg, tmp_path))
+    async with HelixStore.from_config({**cfg, "store": {**cfg["store"], "read_timeout": 60}}) as store:
+        await semantic_calls(store, 5, 120)
+
+
+async def test_an_index_config_is_checked(tmp_path: Path) -> None:
+    from helix_es.model.errors import ConfigError
+
+    for index, field in (
+        ({"embed": {"provider": "hash"}, "fields": "text"}, r"store\.index\.fields"),
+        ({"dims": 3}, r"store\.index\.dims"),
+        ({"embed": {"provider": "openai"}}, r"store\.index\.embed"),
+        ("yes", r"store\.index"),
+    ):
+        cfg = embedded(tmp_path)
+        cfg["store"]["index"] = index
+        with pytest.raises(ConfigError, match=field):
+            async with HelixStore.from_config(cfg):
+                pass
