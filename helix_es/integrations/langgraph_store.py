@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -34,6 +33,7 @@ from langgraph.store.base import (
 from helix_es.client.items import Items, open_items
 from helix_es.config import Config
 from helix_es.model.errors import InvalidInput
+from helix_es.sync import run as run_sync
 from helix_es.views.items import StoredItem
 
 T = TypeVar("T")
@@ -91,14 +91,7 @@ class HelixStore(BaseStore):
         if self._loop is None:
             work.close()
             raise RuntimeError("this HelixStore was opened with `async with`: call its async methods (aget, aput, ...)")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            work.close()
-            raise RuntimeError("a HelixStore's sync methods cannot run on its own event loop: use aget, aput, ...")
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        return run_sync(work)
 
 
 def _item(found: StoredItem, *, search: bool = False) -> Item:
@@ -116,13 +109,12 @@ def _item(found: StoredItem, *, search: bool = False) -> Item:
 
 
 class _Opened:
-    """`HelixStore.from_config(...)`: an async context manager, and a sync one that runs the store's
-    loop in a thread of its own."""
+    """`HelixStore.from_config(...)`: an async context manager, and a sync one whose store lives on
+    helix-es's own loop (`helix_es.sync`), where sync memories of the same log live too."""
 
     def __init__(self, config: Source) -> None:
         self.config = config
         self._exit: AbstractAsyncContextManager[HelixStore] | None = None
-        self._thread: _LoopThread | None = None
 
     async def __aenter__(self) -> HelixStore:
         self._exit = _opened(self.config)
@@ -135,41 +127,18 @@ class _Opened:
         await self._exit.__aexit__(kind, exc, tb)
 
     def __enter__(self) -> HelixStore:
-        self._thread = _LoopThread()
-        self._exit = _opened(self.config, loop=self._thread.loop)
-        try:
-            return self._thread.run(self._exit.__aenter__())
-        except BaseException:
-            self._thread.stop()
-            raise
+        async def enter() -> HelixStore:
+            self._exit = _opened(self.config, loop=asyncio.get_running_loop())
+            return await self._exit.__aenter__()
+
+        return run_sync(enter())
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        assert self._thread is not None and self._exit is not None
-        try:
-            self._thread.run(self._exit.__aexit__(kind, exc, tb))
-        finally:
-            self._thread.stop()
+        assert self._exit is not None
+        run_sync(self._exit.__aexit__(kind, exc, tb))
 
 
 @asynccontextmanager
 async def _opened(config: Source, loop: asyncio.AbstractEventLoop | None = None) -> AsyncIterator[HelixStore]:
     async with open_items(config) as items:
         yield HelixStore(items, loop=loop)
-
-
-class _LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="helix-store", daemon=True)
-        self._thread.start()
-
-    def run(self, work: Awaitable[T]) -> T:
-        async def wrapped() -> T:
-            return await work
-
-        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
