@@ -347,3 +347,15 @@ def list_namespaces(
 
 def not_messages(view: str) -> ConfigError:
     return ConfigError("memory.type", f"{view} holds LangGraph store items, not messages: read it with HelixStore")
+
+
+class NoMessages:
+    """A `Projection`'s message reads, which every items store refuses: HelixStore reads items."""
+
+    name: str
+
+    async def get(self, key: object, want: object) -> None:
+        raise not_messages(self.name)
+
+    async def search(self, key: object, query: str, limit: int, want: object) -> None:
+        raise not_messages(self.name)

@@ -16,13 +16,13 @@ from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views.items import (
     Items,
+    NoMessages,
     StoredItem,
     choose,
     embed,
     fold_item,
     list_namespaces,
     namespace_of,
-    not_messages,
     ops,
     order,
 )
@@ -30,7 +30,7 @@ from helix_es.views.items import (
 Paths = dict[tuple[str, ...], dict[str, StoredItem]]
 
 
-class MemoryItems:
+class MemoryItems(NoMessages):
     kind = "memory"
 
     def __init__(self, view: Items | None = None) -> None:
@@ -127,12 +127,6 @@ class MemoryItems:
         self._vectors = {k: v for k, v in self._vectors.items() if k[0] not in namespaces}
         for tp in [tp for tp in self._checkpoints if tp[0] in topics]:
             del self._checkpoints[tp]
-
-    async def get(self, key: SessionKey, want: Position | None) -> None:
-        raise not_messages(self.name)
-
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> None:
-        raise not_messages(self.name)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return self._checkpoints.get((want.topic, want.partition))

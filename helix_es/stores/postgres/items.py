@@ -29,12 +29,12 @@ from helix_es.stores.ports import Applied, SessionKey
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 from helix_es.views.items import (
     Items,
+    NoMessages,
     StoredItem,
     choose,
     embed,
     fold_batch,
     list_namespaces,
-    not_messages,
     ops,
     plain_equalities,
     session_of,
@@ -114,7 +114,7 @@ def _vectors(row: Mapping[str, Any], dims: int) -> np.ndarray | None:
     return None if data is None else np.frombuffer(data, dtype=np.float32).reshape(-1, dims)
 
 
-class PostgresItems:
+class PostgresItems(NoMessages):
     kind = "postgres"
 
     def __init__(self, dsn: str, view: Items | None = None) -> None:
@@ -219,12 +219,6 @@ class PostgresItems:
             where = "view = $1 AND namespace = ANY($2::text[])"
             await delete_rows(conn, "helix_store_items", where, self.name, list(namespaces))
             await drop_checkpoints(conn, self.name, topics)
-
-    async def get(self, key: SessionKey, want: Position | None) -> None:
-        raise not_messages(self.name)
-
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> None:
-        raise not_messages(self.name)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.checkpoint(want.topic, want.partition)

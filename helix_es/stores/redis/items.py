@@ -38,17 +38,17 @@ from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey, StaleWrite
 from helix_es.stores.redis.cluster import replicated
 from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
-from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matching, drop_checkpoints
+from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
 from helix_es.views.items import (
     Ident,
     ItemOp,
     Items,
+    NoMessages,
     StoredItem,
     choose,
     embed,
     fold_batch,
     list_namespaces,
-    not_messages,
     ops,
     order,
     path_id,
@@ -160,7 +160,7 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
     return {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
 
 
-class RedisItems:
+class RedisItems(NoMessages):
     kind = "redis"
 
     def __init__(self, url: str, view: Items | None = None) -> None:
@@ -170,7 +170,7 @@ class RedisItems:
         self.embedder = None if self.view.index is None else self.view.index.embed.build()
         self._client = Lazy(url)  # opened on first use: cluster mode is detected then
         self._scripts: dict[str, Any] = {}
-        self._seen: set[str] = set()  # checkpoint fields read or written: if one vanishes, `apply` refuses
+        self._checkpoints = Checkpoints(self.name)
 
     def __repr__(self) -> str:
         return f"RedisItems({self.name!r})"  # a URL may hold a password
@@ -212,9 +212,9 @@ class RedisItems:
                     raise
                 continue
             except CheckpointLost:
-                self._seen.discard(field)
+                self._checkpoints.seen.discard(field)
                 raise
-            self._seen.add(field)
+            self._checkpoints.seen.add(field)
             return Applied(applied)
         raise AssertionError("unreachable")
 
@@ -247,7 +247,7 @@ class RedisItems:
             args += [path, "" if expected < 0 else str(expected), newest, len(gone), len(sets), *gone]
             for k, item, v in sets:
                 args += [k, _encode(item), b"" if v is None else np.asarray(v, dtype=np.float32).tobytes()]
-        checkpoint, seen = names.checkpoint_key(self.name), int(field in self._seen)
+        checkpoint, seen = names.checkpoint_key(self.name), int(field in self._checkpoints.seen)
         if is_cluster(client):
             if seen and await client.hget(checkpoint, field) is None:
                 raise CheckpointLost(f"{self.name}: the checkpoint of {field} is gone from Redis")
@@ -268,21 +268,10 @@ class RedisItems:
             raise StaleWrite(f"{self.name}: guard of path {text(reply[1])!r} moved to {text(reply[2])!r}")
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
-        field = f"{topic}:{partition}"
-        value = await (await self._open()).hget(names.checkpoint_key(self.name), field)
-        if value is None:
-            return None
-        self._seen.add(field)  # from now on `apply` refuses to write it afresh
-        return int(value)
+        return await self._checkpoints.read(await self._open(), topic, partition)
 
     async def advance(self, topic: str, partition: int, offset: int) -> None:
-        field = f"{topic}:{partition}"
-        try:
-            await advance_checkpoint(await self._open(), self.name, topic, partition, offset, seen=field in self._seen)
-        except CheckpointLost:
-            self._seen.discard(field)
-            raise
-        self._seen.add(field)
+        await self._checkpoints.advance(await self._open(), topic, partition, offset)
 
     async def behind(self, wants: Iterable[Position]) -> Position | None:
         wants = list(wants)
@@ -346,14 +335,7 @@ class RedisItems:
         for ns in namespaces:
             head = prefix(ns, self.name)
             await delete_matching(client, head + "*", re.compile(re.escape(head)))
-        await drop_checkpoints(client, self.name, topics)
-        self._seen.difference_update([f for f in self._seen if f.rpartition(":")[0] in topics])
-
-    async def get(self, key: SessionKey, want: Position | None) -> None:
-        raise not_messages(self.name)
-
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> None:
-        raise not_messages(self.name)
+        await self._checkpoints.drop(client, topics)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.checkpoint(want.topic, want.partition)
