@@ -155,6 +155,15 @@ async def test_on_kafka_it_behaves_as_in_memory_store(
     async with HelixStore.from_config(cfg) as again:
         item = await again.aget(("kept",), "k")
         assert item is not None and item.value == {"v": "on the log"}
+    if items_at["store"] == "redis":  # in the Redis (or the cluster) the mapping names, under the namespace's tag
+        from helix_es.stores.redis.items import prefix
+        from helix_es.stores.redis.pool import connect
+
+        client = await connect(items_at["redis_url"])
+        try:
+            assert await client.hexists(prefix(cfg["store"]["namespace"], "langgraph-store") + "i:kept", "k")
+        finally:
+            await client.aclose()
 
 
 async def test_a_fresh_store_reads_the_items_back_from_the_log(tmp_path: Path) -> None:

@@ -121,8 +121,11 @@ async def test_a_replay_changes_nothing_even_when_the_checkpoint_lags(opened: Ca
     assert (await fresh.apply(records)).events == 0
     assert await everything(fresh, ns) == before
     assert await fresh.checkpoint(topic, 0) == len(records) - 1
-    # Half of it again, then the rest: still the same state.
+    # Half of it again: still the same state. A batch of no item ops only moves the checkpoint.
     assert (await fresh.apply(records[3:7])).events == 0
+    assert await everything(fresh, ns) == before
+    assert (await fresh.apply(batch(ns, topic, [Of(A, MessageAdded(Message("user", "hi")))], first=20))).events == 0
+    assert await fresh.checkpoint(topic, 0) == 20
     assert await everything(fresh, ns) == before
 
     reference = MemoryItems(VIEW)
