@@ -17,6 +17,7 @@ from helix_es.model.message import Message
 from helix_es.providers.embed import EmbedSpec
 from helix_es.stores.memory.items import MemoryItems
 from helix_es.stores.ports import CheckpointLost, ItemStore
+from helix_es.stores.redis import items as items_module
 from helix_es.stores.redis.items import RedisItems, prefix
 from helix_es.views.items import ItemIndex, Items, session_of
 from tests.conftest import unique
@@ -31,7 +32,8 @@ def url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def opened(url: str) -> AsyncIterator[Callable[[], RedisItems]]:
+async def opened(url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[[], RedisItems]]:
+    monkeypatch.setattr(items_module, "PAGE", 2)  # a search over the 3 paths below reads 2 pages
     made: list[RedisItems] = []
 
     def new() -> RedisItems:
@@ -147,7 +149,7 @@ async def test_a_guard_that_moved_since_the_load_is_loaded_again(opened: Callabl
 
     async def racing(script: str, keys: Any, args: Any) -> Any:
         reply = await loaded(script, keys, args)
-        if script == "load":  # another projector applies the same events between our load and our write
+        if script == "read":  # another projector applies the same events between our load and our write
             first._run = loaded  # type: ignore[method-assign]
             await racer.apply(records[3:6])
         return reply

@@ -19,8 +19,10 @@ script moves the checkpoint; on a cluster the checkpoint (another slot) moves fo
 the data is on a replica (`WAIT`, `helix_es.stores.redis.cluster.replicated`). Re-delivered ops are
 at or below their path's guard, so a replay is a no-op even when the checkpoint lags.
 
-Expired items stay until replaced or deleted (as in PostgreSQL): reads skip them. A search reads a
-namespace's paths under the prefix in one script, and filters, orders and ranks in Python.
+Expired items stay until replaced or deleted (as in PostgreSQL): reads skip them. A search lists the
+paths under its prefix from the guards (HSCAN), reads them `PAGE` paths per script call (so no call
+holds Redis up for long, as long-term's search), and filters, orders and ranks in Python: each path
+is read as it was at once, a batch that lands meanwhile may show in some paths and not yet in others.
 """
 
 from __future__ import annotations
@@ -55,12 +57,15 @@ from helix_es.views.items import (
     session_of,
 )
 
-# KEYS[1]: the guards; KEYS[1 + i]: the items hash of path ARGV[i]. Per path: its guard ('' if none), its items.
-_LOAD = """
+# KEYS: the guards, the n items hashes of paths ARGV[1..n], then (for vectors) their n vectors hashes.
+# Per path: its guard ('' if none), its items, its vectors ({} without).
+_READ = """
+local n = #ARGV
 local out = {}
-for i = 1, #ARGV do
+for i = 1, n do
   out[#out + 1] = redis.call('HGET', KEYS[1], ARGV[i]) or ''
   out[#out + 1] = redis.call('HGETALL', KEYS[i + 1])
+  if #KEYS > n + 1 then out[#out + 1] = redis.call('HGETALL', KEYS[n + 1 + i]) else out[#out + 1] = {} end
 end
 return out
 """
@@ -117,25 +122,11 @@ return {'OK'}
 
 _APPLY_SLOT = "local B = 0\n" + _WRITE + "return {'OK'}\n"
 
-# KEYS[1]: the guards (every path the view has applied); ARGV: items prefix, vectors prefix, path id
-# prefix ('' for all), '1' for vectors. Per path under the prefix that holds items: id, items, vectors.
-_FIND = """
-local p = ARGV[3]
-local out = {}
-for _, path in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if p == '' or path == p or string.sub(path, 1, #p + 1) == p .. '/' then
-    local items = redis.call('HGETALL', ARGV[1] .. path)
-    if #items > 0 then
-      out[#out + 1] = path
-      out[#out + 1] = items
-      if ARGV[4] == '1' then out[#out + 1] = redis.call('HGETALL', ARGV[2] .. path) else out[#out + 1] = {} end
-    end
-  end
-end
-return out
-"""
-
 ATTEMPTS = 10  # loads and compare-and-sets of one batch before its StaleWrite reaches the caller
+PAGE = 100  # paths a search reads per script call: each call does bounded work
+
+
+PathRead = tuple[int, dict[str, Any], dict[str, Any]]  # a path's guard (-1: none), items and vectors by key
 
 
 def prefix(namespace: str, view: str) -> str:
@@ -183,7 +174,7 @@ class RedisItems(NoMessages):
     async def _open(self) -> Client:
         client = await self._client()
         if not self._scripts:
-            for key, script in (("load", _LOAD), ("apply", _APPLY), ("find", _FIND)):
+            for key, script in (("read", _READ), ("apply", _APPLY)):
                 self._scripts[key] = client.register_script(script)
         return client
 
@@ -194,6 +185,19 @@ class RedisItems(NoMessages):
     def _keys(self, namespace: str, path: str) -> tuple[str, str]:
         head = prefix(namespace, self.name)
         return head + "i:" + path, head + "v:" + path
+
+    async def _read(self, namespace: str, paths: Sequence[str], vectors: bool) -> list[PathRead]:
+        """Per path: its guard (-1: none), its items' stored JSON and (with `vectors`) their vectors, by key."""
+        if not paths:
+            return []
+        keys = [prefix(namespace, self.name) + "applied"]
+        keys += [self._keys(namespace, p)[0] for p in paths]
+        keys += [self._keys(namespace, p)[1] for p in paths] if vectors else []
+        reply = await self._run("read", keys, paths)
+        return [
+            (int(reply[i]) if reply[i] else -1, _pairs(reply[i + 1]), _pairs(reply[i + 2]))
+            for i in range(0, len(reply), 3)
+        ]
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
@@ -224,16 +228,11 @@ class RedisItems(NoMessages):
         client = await self._open()
         head = prefix(namespace, self.name)
         paths = sorted({op.session_id for op in batch})
-        loaded = []
-        if paths:
-            loaded = await self._run("load", [head + "applied", *(self._keys(namespace, p)[0] for p in paths)], paths)
-        guards: dict[str, int] = {}  # -1: none yet
+        guards: dict[str, int] = {}
         current: dict[Ident, StoredItem] = {}
-        for i, path in enumerate(paths):
-            guard = text(loaded[2 * i])
-            guards[path] = int(guard) if guard else -1
-            for key, value in _pairs(loaded[2 * i + 1]).items():
-                current[(path, key)] = _decode(key, value)
+        for path, (guard, items, _) in zip(paths, await self._read(namespace, paths, False), strict=True):
+            guards[path] = guard
+            current.update(((path, key), _decode(key, value)) for key, value in items.items())
         fresh = [op for op in batch if op.offset > guards[op.session_id]]
         state, put = fold_batch(current, fresh, vectors)
         keys: list[str] = [head + "applied"]
@@ -290,17 +289,25 @@ class RedisItems(NoMessages):
         self, namespace: str, under: tuple[str, ...], now: datetime, dims: int = 0
     ) -> list[tuple[StoredItem, np.ndarray | None]]:
         """The live items under path prefix `under`, in `order`, each with its vectors when `dims` is given."""
-        head = prefix(namespace, self.name)
-        args = [head + "i:", head + "v:", path_id(under), int(dims > 0)]
-        reply = await self._run("find", [head + "applied"], args)
+        # The paths from the guards (every path the view has applied), then a page of paths per call.
+        client = await self._open()
+        within = path_id(under)
+        paths = sorted(
+            {
+                p
+                for p in map(text, [f async for f, _ in client.hscan_iter(prefix(namespace, self.name) + "applied")])
+                if not within or p == within or p.startswith(within + "/")
+            }
+        )
         found = []
-        for i in range(0, len(reply), 3):
-            blobs = _pairs(reply[i + 2])
-            for key, value in _pairs(reply[i + 1]).items():
-                item = _decode(key, value)
-                if item.live(now):
-                    blob = blobs.get(key)
-                    found.append((item, None if blob is None else np.frombuffer(blob, np.float32).reshape(-1, dims)))
+        for start in range(0, len(paths), PAGE):
+            for _, items, blobs in await self._read(namespace, paths[start : start + PAGE], dims > 0):
+                for key, value in items.items():
+                    item = _decode(key, value)
+                    if item.live(now):
+                        blob = blobs.get(key)
+                        vectors = None if blob is None else np.frombuffer(blob, np.float32).reshape(-1, dims)
+                        found.append((item, vectors))
         found.sort(key=lambda f: order(f[0]))
         return found
 
