@@ -1,4 +1,5 @@
-"""HelixStore, a LangGraph BaseStore on the log, held against LangGraph's own InMemoryStore."""
+"""HelixStore, a LangGraph BaseStore on the log, held against LangGraph's own InMemoryStore: on the
+embedded log, and on Kafka with its items in PostgreSQL, Redis and a Redis Cluster (`items_at`)."""
 
 from __future__ import annotations
 
@@ -79,9 +80,19 @@ def random_value(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def on_kafka(bootstrap: str, dsn: str) -> dict[str, Any]:
+@pytest.fixture(params=["postgres", "redis", "redis-cluster"])
+def items_at(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Where a Kafka deployment's items live: the `store:` mapping's store and its address."""
+    if request.param == "postgres":
+        return {"store": "postgres", "dsn": request.getfixturevalue("postgres_dsn")}
+    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
+    monkeypatch.delenv("HELIX_REDIS_URL", raising=False)  # it would win over the mapping's URL (the cluster's)
+    return {"store": "redis", "redis_url": url}
+
+
+def on_kafka(bootstrap: str, store: dict[str, Any]) -> dict[str, Any]:
     log = {"type": "kafka", "bootstrap_servers": bootstrap, "partitions": 3, "topic_prefix": unique("lgstore")}
-    return {"log": log, "store": {"store": "postgres", "dsn": dsn, "namespace": unique("items")}}
+    return {"log": log, "store": {**store, "namespace": unique("items")}}
 
 
 async def random_calls(store: BaseStore, seed: int, calls: int) -> None:
@@ -132,10 +143,10 @@ async def test_random_calls_behave_as_in_memory_store(tmp_path: Path) -> None:
         await random_calls(store, 7, 400)
 
 
-async def test_on_kafka_with_postgres_it_behaves_as_in_memory_store(
-    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+async def test_on_kafka_it_behaves_as_in_memory_store(
+    tmp_path: Path, kafka_bootstrap: str, items_at: dict[str, Any], procs: list[Any]
 ) -> None:
-    cfg = on_kafka(kafka_bootstrap, postgres_dsn)
+    cfg = on_kafka(kafka_bootstrap, items_at)
     procs.append(start_projector(cfg, tmp_path))
     async with HelixStore.from_config({**cfg, "store": {**cfg["store"], "read_timeout": 60}}) as store:
         await random_calls(store, 11, 150)
@@ -144,6 +155,15 @@ async def test_on_kafka_with_postgres_it_behaves_as_in_memory_store(
     async with HelixStore.from_config(cfg) as again:
         item = await again.aget(("kept",), "k")
         assert item is not None and item.value == {"v": "on the log"}
+    if items_at["store"] == "redis":  # in the Redis (or the cluster) the mapping names, under the namespace's tag
+        from helix_es.stores.redis.items import prefix
+        from helix_es.stores.redis.pool import connect
+
+        client = await connect(items_at["redis_url"])
+        try:
+            assert await client.hexists(prefix(cfg["store"]["namespace"], "langgraph-store") + "i:kept", "k")
+        finally:
+            await client.aclose()
 
 
 async def test_a_fresh_store_reads_the_items_back_from_the_log(tmp_path: Path) -> None:
@@ -304,10 +324,10 @@ async def test_semantic_search_ranks_as_in_memory_store_does(tmp_path: Path) -> 
         await semantic_calls(store, 3, 300)
 
 
-async def test_semantic_search_on_kafka_with_postgres(
-    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+async def test_semantic_search_on_kafka(
+    tmp_path: Path, kafka_bootstrap: str, items_at: dict[str, Any], procs: list[Any]
 ) -> None:
-    cfg = on_kafka(kafka_bootstrap, postgres_dsn)
+    cfg = on_kafka(kafka_bootstrap, items_at)
     cfg["store"]["index"] = INDEX
     procs.append(start_projector(cfg, tmp_path))
     async with HelixStore.from_config({**cfg, "store": {**cfg["store"], "read_timeout": 60}}) as store:

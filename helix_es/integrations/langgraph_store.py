@@ -1,7 +1,7 @@
 """`HelixStore`: a LangGraph `BaseStore` whose every put and delete is an event on the log.
 
 Items live in the items view (`helix_es.views.items`) of the config's `store:` mapping: in memory
-with the embedded log, in PostgreSQL with Kafka (`helix-es project` folds them). A batch behaves
+with the embedded log, in PostgreSQL or Redis with Kafka (`helix-es project` folds them). A batch behaves
 as LangGraph's `InMemoryStore` does: its reads see the store as it was before the batch, and of
 several puts of one item in a batch the last one wins. TTLs count from the item's last put: a read
 is not an event, so it does not extend them (`ttl_config` says `refresh_on_read: False`, and an

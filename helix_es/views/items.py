@@ -167,6 +167,50 @@ def fold_item(current: StoredItem | None, op: ItemOp) -> StoredItem | None:
     return StoredItem(payload.namespace, payload.key, payload.value, created, op.at, expires)
 
 
+Ident = tuple[str, str]  # (path id: the session that carries the path, key)
+
+
+def fold_batch(
+    current: Mapping[Ident, StoredItem], fresh: Sequence[ItemOp], vectors: Mapping[int, np.ndarray | None]
+) -> tuple[dict[Ident, StoredItem], dict[Ident, np.ndarray | None]]:
+    """The items of the paths `fresh` touches after it (from their `current` items), and the vectors
+    (by offset in `vectors`) of every item a put of `fresh` left: the batch step of the stores that
+    load a batch's paths, fold and write back what changed (PostgreSQL, Redis)."""
+    state = dict(current)
+    put: dict[Ident, np.ndarray | None] = {}
+    for op in fresh:
+        ident = op.ident
+        if ident is None:  # a clear or an erasure: every item of the session's path goes
+            for k in [k for k in state if k[0] == op.session_id]:
+                del state[k]
+                put.pop(k, None)
+            continue
+        k = (op.session_id, ident[1])
+        item = fold_item(state.get(k), op)
+        if item is None:
+            state.pop(k, None)
+            put.pop(k, None)
+        else:
+            state[k] = item
+            put[k] = vectors.get(op.offset)
+    return state, put
+
+
+def choose(
+    found: Sequence[tuple[StoredItem, np.ndarray | None]],
+    where: Mapping[str, Any] | None,
+    limit: int,
+    offset: int,
+    query: np.ndarray | None,
+) -> list[StoredItem]:
+    """A search's page of `found` (live items in `order`, each with its vectors): those `where` passes,
+    ranked by `query` when given (`rank`), else in order."""
+    passing = [(item, v) for item, v in found if matches(item.data(), where)]
+    if query is not None:
+        return rank(passing, query, limit, offset)
+    return [item for item, _ in passing[offset : offset + limit]]
+
+
 def texts(index: ItemIndex | None, payload: ItemPut) -> list[str]:
     """What an item put embeds: nothing without an index or with `index: False`, else the texts at
     the put's own field paths or the index's."""
@@ -195,9 +239,14 @@ async def embed(embedder: Embedder | None, index: ItemIndex | None, batch: Seque
 def session_of(namespace: Sequence[str]) -> str:
     """The helix session id that carries a LangGraph namespace path's items: its labels joined by "/",
     each escaped so that the id is printable, brace-free and tells the path back (`namespace_of`)."""
-    sid = "/".join(_escape(label) for label in namespace)
+    sid = path_id(namespace)
     names.check_session_id(sid, "namespace")
     return sid
+
+
+def path_id(namespace: Sequence[str]) -> str:
+    """`session_of` unchecked: the ids of the paths under a prefix are this one, or start with it and "/"."""
+    return "/".join(_escape(label) for label in namespace)
 
 
 def namespace_of(session_id: str) -> tuple[str, ...]:
@@ -298,3 +347,15 @@ def list_namespaces(
 
 def not_messages(view: str) -> ConfigError:
     return ConfigError("memory.type", f"{view} holds LangGraph store items, not messages: read it with HelixStore")
+
+
+class NoMessages:
+    """A `Projection`'s message reads, which every items store refuses: HelixStore reads items."""
+
+    name: str
+
+    async def get(self, key: object, want: object) -> None:
+        raise not_messages(self.name)
+
+    async def search(self, key: object, query: str, limit: int, want: object) -> None:
+        raise not_messages(self.name)

@@ -16,22 +16,21 @@ from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views.items import (
     Items,
+    NoMessages,
     StoredItem,
+    choose,
     embed,
     fold_item,
     list_namespaces,
-    matches,
     namespace_of,
-    not_messages,
     ops,
     order,
-    rank,
 )
 
 Paths = dict[tuple[str, ...], dict[str, StoredItem]]
 
 
-class MemoryItems:
+class MemoryItems(NoMessages):
     kind = "memory"
 
     def __init__(self, view: Items | None = None) -> None:
@@ -101,16 +100,13 @@ class MemoryItems:
         now: datetime,
         query: str | None = None,
     ) -> list[StoredItem]:
+        q = None if not query or self.embedder is None else (await self.embedder.embed([query]))[0]
         out = []
         for path, items in self._namespaces.get(namespace, {}).items():
-            if path[: len(prefix)] != prefix:
-                continue
-            out += [i for i in items.values() if i.live(now) and matches(i.data(), where)]
+            if path[: len(prefix)] == prefix:
+                out += [i for i in items.values() if i.live(now)]
         out.sort(key=order)
-        if query and self.embedder is not None:
-            q = (await self.embedder.embed([query]))[0]
-            return rank([(i, self._vectors.get((namespace, i.namespace, i.key))) for i in out], q, limit, offset)
-        return out[offset : offset + limit]
+        return choose([(i, self._vectors.get((namespace, i.namespace, i.key))) for i in out], where, limit, offset, q)
 
     async def item_namespaces(
         self,
@@ -131,12 +127,6 @@ class MemoryItems:
         self._vectors = {k: v for k, v in self._vectors.items() if k[0] not in namespaces}
         for tp in [tp for tp in self._checkpoints if tp[0] in topics]:
             del self._checkpoints[tp]
-
-    async def get(self, key: SessionKey, want: Position | None) -> None:
-        raise not_messages(self.name)
-
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> None:
-        raise not_messages(self.name)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return self._checkpoints.get((want.topic, want.partition))

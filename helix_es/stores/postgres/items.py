@@ -29,15 +29,14 @@ from helix_es.stores.ports import Applied, SessionKey
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 from helix_es.views.items import (
     Items,
+    NoMessages,
     StoredItem,
+    choose,
     embed,
-    fold_item,
+    fold_batch,
     list_namespaces,
-    matches,
-    not_messages,
     ops,
     plain_equalities,
-    rank,
     session_of,
 )
 
@@ -115,7 +114,7 @@ def _vectors(row: Mapping[str, Any], dims: int) -> np.ndarray | None:
     return None if data is None else np.frombuffer(data, dtype=np.float32).reshape(-1, dims)
 
 
-class PostgresItems:
+class PostgresItems(NoMessages):
     kind = "postgres"
 
     def __init__(self, dsn: str, view: Items | None = None) -> None:
@@ -137,28 +136,13 @@ class PostgresItems:
         # Embedded outside the transaction (a model's call); the ops the checkpoint covers cost a little then.
         embedded = await embed(self.embedder, self.view.index, batch)
         vectors = {op.offset: v for op, v in zip(batch, embedded, strict=True)}
-        blobs: dict[tuple[str, str], bytes | None] = {}
         pool = await self._pool()
         async with pool.acquire() as conn, conn.transaction():
             done: int = await conn.fetchval(_LOCK, self.name, topic, partition)
             fresh = [op for op in batch if op.offset > done]
             paths = sorted({op.session_id for op in fresh})
             current = {(r["path_id"], r["key"]): _row(r) for r in await conn.fetch(_LOAD, self.name, namespace, paths)}
-            state = dict(current)
-            for op in fresh:
-                ident = op.ident
-                if ident is None:  # a clear or an erasure: every item of the session's path goes
-                    for k in [k for k in state if k[0] == op.session_id]:
-                        del state[k]
-                    continue
-                k = (op.session_id, ident[1])
-                item = fold_item(state.get(k), op)
-                if item is None:
-                    state.pop(k, None)
-                else:
-                    state[k] = item
-                    found = vectors[op.offset]
-                    blobs[k] = None if found is None else np.asarray(found, dtype=np.float32).tobytes()
+            state, put = fold_batch(current, fresh, vectors)
             gone = [(self.name, namespace, p, k) for (p, k) in current if (p, k) not in state]
             if gone:
                 await conn.executemany(_DELETE, gone)
@@ -172,10 +156,10 @@ class PostgresItems:
                     i.created_at,
                     i.updated_at,
                     i.expires_at,
-                    blobs[k],
+                    None if put[k] is None else np.asarray(put[k], dtype=np.float32).tobytes(),
                 )
                 for k, i in state.items()
-                if k in blobs
+                if k in put
             ]
             if changed:
                 await conn.executemany(_UPSERT, changed)
@@ -214,12 +198,9 @@ class PostgresItems:
     ) -> list[StoredItem]:
         narrow = json.dumps(plain_equalities(where))
         rows = await (await self._pool()).fetch(_FIND, self.name, namespace, now, list(prefix), narrow)
-        found = [(_row(r), r) for r in rows]
-        found = [(item, r) for item, r in found if matches(item.data(), where)]
-        if query and self.embedder is not None:
-            q = (await self.embedder.embed([query]))[0]
-            return rank([(item, _vectors(r, self.embedder.dims)) for item, r in found], q, limit, offset)
-        return [item for item, _ in found[offset : offset + limit]]
+        q = None if not query or self.embedder is None else (await self.embedder.embed([query]))[0]
+        dims = 0 if self.embedder is None else self.embedder.dims
+        return choose([(_row(r), None if q is None else _vectors(r, dims)) for r in rows], where, limit, offset, q)
 
     async def item_namespaces(
         self,
@@ -238,12 +219,6 @@ class PostgresItems:
             where = "view = $1 AND namespace = ANY($2::text[])"
             await delete_rows(conn, "helix_store_items", where, self.name, list(namespaces))
             await drop_checkpoints(conn, self.name, topics)
-
-    async def get(self, key: SessionKey, want: Position | None) -> None:
-        raise not_messages(self.name)
-
-    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> None:
-        raise not_messages(self.name)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.checkpoint(want.topic, want.partition)

@@ -1,10 +1,11 @@
-"""Redis: session views, long-term, aliases and data keys, and the shared connection pool."""
+"""Redis: session views, long-term, LangGraph store items, aliases and data keys, and the shared connection pool."""
 
 from __future__ import annotations
 
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.redis.aliases import RedisAliases
 from helix_es.stores.redis.idempotency import RedisIdempotency
+from helix_es.stores.redis.items import RedisItems
 from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.long_term import RedisLongTerm
 from helix_es.stores.redis.views import RedisStore
@@ -24,4 +25,5 @@ KIND = StoreKind(
     aliases=lambda url: RedisAliases(_url(url)),
     keys=lambda url: RedisKeyStore(_url(url)),
     idempotency=lambda url: RedisIdempotency(_url(url)),
+    items=lambda url, view: RedisItems(_url(url), view),
 )

@@ -48,7 +48,7 @@ from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
 from helix_es.stores.redis.cluster import Script, replicated
 from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
-from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matching, drop_checkpoints
+from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
 from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
 
 _APPLY = r"""
@@ -264,7 +264,7 @@ class RedisLongTerm:
         self._client = Lazy(url)  # opened on first use: a projection may be dropped unused
         self._cluster = False  # known once opened: the key names depend on it
         self._scripts: dict[str, Any] = {}
-        self._seen: set[str] = set()  # checkpoint fields read or written: if one vanishes, `apply` refuses
+        self._checkpoints = Checkpoints(name)
 
     @property
     def redis(self) -> Client:
@@ -321,18 +321,18 @@ class RedisLongTerm:
             applied = await self._apply_on_cluster(client, field, rows, str(batch[-1].offset))
         else:
             ops_json = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-            args: list[str | int] = [field, self.name, int(field in self._seen), ops_json]
+            args: list[str | int] = [field, self.name, int(field in self._checkpoints.seen), ops_json]
             applied = await self._run("apply", [names.checkpoint_key(self.name)], args)
         if applied == -1:
-            self._seen.discard(field)
+            self._checkpoints.seen.discard(field)
             raise CheckpointLost(f"{self.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
-        self._seen.add(field)
+        self._checkpoints.seen.add(field)
         return Applied(int(applied))
 
     async def _apply_on_cluster(self, client: RedisCluster, field: str, rows: list[list[str]], last: str) -> int:
         # One script per namespace (its own slot), WAIT for the replicas, then the checkpoint: it never
         # covers a row that is not on a replica, and a re-delivered row is rewritten as it was.
-        checkpoint, seen = names.checkpoint_key(self.name), int(field in self._seen)
+        checkpoint, seen = names.checkpoint_key(self.name), int(field in self._checkpoints.seen)
         current = await client.hget(checkpoint, field)
         if seen and current is None:
             return -1
@@ -350,21 +350,10 @@ class RedisLongTerm:
         return applied if moved != -1 else -1
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
-        field = f"{topic}:{partition}"
-        value = await (await self._open()).hget(names.checkpoint_key(self.name), field)
-        if value is None:
-            return None
-        self._seen.add(field)  # from now on `apply` refuses to write it afresh
-        return int(value)
+        return await self._checkpoints.read(await self._open(), topic, partition)
 
     async def advance(self, topic: str, partition: int, offset: int) -> None:
-        field = f"{topic}:{partition}"
-        try:
-            await advance_checkpoint(await self._open(), self.name, topic, partition, offset, seen=field in self._seen)
-        except CheckpointLost:
-            self._seen.discard(field)
-            raise
-        self._seen.add(field)
+        await self._checkpoints.advance(await self._open(), topic, partition, offset)
 
     async def _reading(self, namespace: str, want: Position | None) -> tuple[list[str], list[str | int]] | None:
         """The keys and `want` arguments of a read script, or None while the view is behind `want`.
@@ -422,8 +411,7 @@ class RedisLongTerm:
         for ns in namespaces:
             head = self._prefix(ns)
             await delete_matching(client, head + "*", re.compile(re.escape(head)))
-        await drop_checkpoints(client, self.name, topics)
-        self._seen.difference_update([f for f in self._seen if f.rpartition(":")[0] in topics])
+        await self._checkpoints.drop(client, topics)
 
     async def close(self) -> None:
         await self._client.close()

@@ -55,6 +55,37 @@ async def advance_checkpoint(
         raise CheckpointLost(f"{view}: the checkpoint of {topic}[{partition}] is gone from Redis")
 
 
+class Checkpoints:
+    """A namespace-wide view's partition checkpoints (`helix:checkpoint:<view>`), and the fields this
+    writer has read or written (`seen`): if one of those vanishes (FLUSHALL), its writes refuse."""
+
+    def __init__(self, view: str) -> None:
+        self.view = view
+        self.key = names.checkpoint_key(view)
+        self.seen: set[str] = set()
+
+    async def read(self, client: Client, topic: str, partition: int) -> int | None:
+        field = f"{topic}:{partition}"
+        value = await client.hget(self.key, field)
+        if value is None:
+            return None
+        self.seen.add(field)  # from now on `apply` refuses to write it afresh
+        return int(value)
+
+    async def advance(self, client: Client, topic: str, partition: int, offset: int) -> None:
+        field = f"{topic}:{partition}"
+        try:
+            await advance_checkpoint(client, self.view, topic, partition, offset, seen=field in self.seen)
+        except CheckpointLost:
+            self.seen.discard(field)
+            raise
+        self.seen.add(field)
+
+    async def drop(self, client: Client, topics: Collection[str]) -> None:
+        await drop_checkpoints(client, self.view, topics)
+        self.seen.difference_update([f for f in self.seen if f.rpartition(":")[0] in topics])
+
+
 async def delete_matching(client: Client, pattern: str, exact: re.Pattern[str]) -> int:
     """Delete the keys SCAN finds for `pattern` that `exact` matches (a glob is looser than the key scheme)."""
     batch: list[bytes] = []
