@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from helix_es.stores.memory.aliases import MemoryAliases
+from helix_es.stores.memory.checkpoints import MemoryCheckpoints
 from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
@@ -18,4 +19,5 @@ KIND = StoreKind(
     aliases=lambda _: MemoryAliases(),
     vectors=lambda _: MemoryVectorStore(),
     idempotency=lambda _: MemoryIdempotency(),
+    checkpoints=lambda _, name: MemoryCheckpoints(name),
 )

@@ -1,0 +1,44 @@
+"""langgraph-checkpoint-conformance on HelixSaver: every capability, base and extended, must pass."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import require_module
+
+require_module("langgraph.checkpoint.conformance", "the LangGraph checkpointer conformance suite")
+
+from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
+
+from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
+
+EVERY = sorted(c.value for c in ALL_CAPABILITIES)
+
+
+async def conform(name: str, config: dict[str, Any]) -> None:
+    """Run the whole suite on savers of `config` and fail on any capability not detected or not passed."""
+
+    @checkpointer_test(name=name)
+    async def factory() -> AsyncIterator[HelixSaver]:
+        async with HelixSaver.from_config(config) as saver:
+            yield saver
+
+    report = await validate(factory)
+    outcome = {cap: (r.detected, r.passed, r.tests_passed, r.tests_failed) for cap, r in report.results.items()}
+    failures = {cap: r.failures for cap, r in report.results.items() if r.failures}
+    assert sorted(outcome) == EVERY, outcome
+    assert all(detected and passed for detected, passed, _, _ in outcome.values()), (outcome, failures)
+    assert all(n > 0 for _, _, n, _ in outcome.values()), outcome
+
+
+async def test_embedded_log_memory_view(tmp_path: Path, namespace: str) -> None:
+    await conform(
+        "helix-embedded",
+        {
+            "log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False},
+            "checkpoints": {"namespace": namespace},
+        },
+    )
