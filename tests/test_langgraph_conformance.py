@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import require_module
+from tests.conftest import require_module, start_projector
 
 require_module("langgraph.checkpoint.conformance", "the LangGraph checkpointer conformance suite")
 
@@ -42,3 +42,18 @@ async def test_embedded_log_memory_view(tmp_path: Path, namespace: str) -> None:
             "checkpoints": {"namespace": namespace},
         },
     )
+
+
+def kafka_config(tmp_path: Path, namespace: str, checkpoints: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "log": {"type": "kafka", "partitions": 3},
+        "checkpoints": {"namespace": namespace, "read_timeout": 60, **checkpoints},
+    }
+
+
+async def test_kafka_log_postgres_view(
+    tmp_path: Path, namespace: str, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+) -> None:
+    config = kafka_config(tmp_path, namespace, {"store": "postgres", "dsn": postgres_dsn})
+    procs.append(start_projector(config, tmp_path))  # `helix-es project` folds the checkpoints: mapping
+    await conform("helix-kafka-postgres", config)

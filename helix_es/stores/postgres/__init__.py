@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.postgres.aliases import PostgresAliases
+from helix_es.stores.postgres.checkpoints import PostgresCheckpoints
 from helix_es.stores.postgres.idempotency import PostgresIdempotency
 from helix_es.stores.postgres.keys import PostgresKeyStore
 from helix_es.stores.postgres.long_term import PostgresLongTerm
@@ -26,4 +27,5 @@ KIND = StoreKind(
     vectors=lambda dsn: PostgresVectorStore(_dsn(dsn)),
     keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
+    checkpoints=lambda dsn, name: PostgresCheckpoints(_dsn(dsn), name),
 )
