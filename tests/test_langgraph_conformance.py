@@ -57,3 +57,11 @@ async def test_kafka_log_postgres_view(
     config = kafka_config(tmp_path, namespace, {"store": "postgres", "dsn": postgres_dsn})
     procs.append(start_projector(config, tmp_path))  # `helix-es project` folds the checkpoints: mapping
     await conform("helix-kafka-postgres", config)
+
+
+async def test_kafka_log_redis_view(
+    tmp_path: Path, namespace: str, kafka_bootstrap: str, redis_url: str, procs: list[Any]
+) -> None:
+    config = kafka_config(tmp_path, namespace, {"store": "redis", "redis_url": redis_url})
+    procs.append(start_projector(config, tmp_path))
+    await conform("helix-kafka-redis", config)

@@ -39,6 +39,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from helix_es.client.checkpoints import CheckpointLog
 from helix_es.config import LogConfig
 from helix_es.integrations._loop import LoopThread, from_sync, on_loop
+from helix_es.model import names
 from helix_es.model.errors import ConfigError, InvalidInput
 from helix_es.model.events import (
     ChannelBlob,
@@ -58,10 +59,7 @@ __all__ = ["HelixSaver"]
 
 
 def _thread(config: RunnableConfig, field: str = "config.configurable.thread_id") -> str:
-    thread_id = config.get("configurable", {}).get("thread_id")
-    if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidInput(field, f"must be a non-empty string, got {thread_id!r}")
-    return thread_id
+    return names.check_session_id(config.get("configurable", {}).get("thread_id"), field)
 
 
 def _ns(config: RunnableConfig) -> str:

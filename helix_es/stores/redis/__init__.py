@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.redis.aliases import RedisAliases
+from helix_es.stores.redis.checkpoints import RedisCheckpoints
 from helix_es.stores.redis.idempotency import RedisIdempotency
 from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.long_term import RedisLongTerm
@@ -24,4 +25,5 @@ KIND = StoreKind(
     aliases=lambda url: RedisAliases(_url(url)),
     keys=lambda url: RedisKeyStore(_url(url)),
     idempotency=lambda url: RedisIdempotency(_url(url)),
+    checkpoints=lambda url, name: RedisCheckpoints(_url(url), name),
 )
