@@ -1,0 +1,111 @@
+"""A small LangGraph graph with an interrupt, run on any checkpointer, and its history in plain data.
+
+`python -m tests.langgraph_graph CONFIG THREAD` opens a fresh HelixSaver on CONFIG (JSON) and
+prints the thread's history as JSON: what another process reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import sys
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, StateSnapshot, interrupt
+
+
+class State(TypedDict):
+    steps: Annotated[list[str], operator.add]
+    answer: str
+
+
+def plan(state: State) -> dict[str, Any]:
+    return {"steps": ["plan"]}
+
+
+def ask(state: State) -> dict[str, Any]:
+    answer = interrupt({"question": "go ahead?", "after": list(state["steps"])})
+    return {"steps": [f"ask:{answer}"], "answer": answer}
+
+
+def act(state: State) -> dict[str, Any]:
+    return {"steps": [f"act:{state['answer']}"]}
+
+
+def graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
+    builder = StateGraph(State)
+    builder.add_node("plan", plan)
+    builder.add_node("ask", ask)
+    builder.add_node("act", act)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "ask")
+    builder.add_edge("ask", "act")
+    builder.add_edge("act", END)
+    return builder.compile(checkpointer=saver)
+
+
+def snapshot(s: StateSnapshot) -> dict[str, Any]:
+    """A state without what differs between savers (ids, times)."""
+    return {
+        "values": s.values,
+        "next": list(s.next),
+        "source": s.metadata.get("source") if s.metadata else None,
+        "step": s.metadata.get("step") if s.metadata else None,
+        "interrupts": [i.value for t in s.tasks for i in t.interrupts],
+        "has_parent": s.parent_config is not None,
+    }
+
+
+def history(g: CompiledStateGraph[Any], thread: str) -> list[dict[str, Any]]:
+    return [snapshot(s) for s in g.get_state_history({"configurable": {"thread_id": thread}})]
+
+
+def scenario(saver: BaseCheckpointSaver[Any], thread: str) -> dict[str, Any]:
+    """Run to the interrupt, resume, then replay from the checkpoint before `act`: what each step showed."""
+    g = graph(saver)
+    config: Any = {"configurable": {"thread_id": thread}}
+    first = g.invoke({"steps": [], "answer": ""}, config)
+    paused = snapshot(g.get_state(config))
+    done = g.invoke(Command(resume="yes"), config)
+    before_act = next(s for s in g.get_state_history(config) if list(s.next) == ["act"])
+    replayed = g.invoke(None, before_act.config)
+    return outcome(first, paused, done, replayed, history(g, thread))
+
+
+def outcome(
+    first: dict[str, Any], paused: dict[str, Any], done: Any, replayed: Any, seen: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "first": {k: v for k, v in first.items() if k != "__interrupt__"},
+        "interrupt": [i.value for i in first.get("__interrupt__", [])],
+        "paused": paused,
+        "done": done,
+        "replayed": replayed,
+        "history": seen,
+    }
+
+
+async def ascenario(saver: BaseCheckpointSaver[Any], thread: str) -> dict[str, Any]:
+    """`scenario`, with the async API."""
+    g = graph(saver)
+    config: Any = {"configurable": {"thread_id": thread}}
+    first = await g.ainvoke({"steps": [], "answer": ""}, config)
+    paused = snapshot(await g.aget_state(config))
+    done = await g.ainvoke(Command(resume="yes"), config)
+    before_act = [s async for s in g.aget_state_history(config) if list(s.next) == ["act"]]
+    replayed = await g.ainvoke(None, before_act[0].config)
+    return outcome(first, paused, done, replayed, [snapshot(s) async for s in g.aget_state_history(config)])
+
+
+def main(config: str, thread: str) -> None:
+    from helix_es.integrations.langgraph import HelixSaver
+
+    with HelixSaver.from_config(json.loads(config)) as saver:
+        print(json.dumps(history(graph(saver), thread)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
