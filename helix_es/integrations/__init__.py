@@ -1,0 +1,1 @@
+"""Framework adapters: each module imports its framework (an extra) only when it is imported."""
