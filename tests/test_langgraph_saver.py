@@ -13,9 +13,13 @@ from tests.conftest import ROOT, require_module, start_projector
 
 require_module("langgraph", "LangGraph")
 
+import pytest  # noqa: E402
+from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
+from helix_es.log.embedded import EmbeddedLog  # noqa: E402
+from helix_es.model.errors import ConfigError, InvalidInput  # noqa: E402
 from tests import langgraph_graph as lg  # noqa: E402
 
 
@@ -58,3 +62,44 @@ async def test_graph_as_with_in_memory_saver_async_kafka_postgres(
         got = await lg.ascenario(saver, session_id)
     assert got == expected
     assert read_back(config, session_id) == expected["history"]
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"log": {"type": "embedded"}}, "checkpoints"),
+        ({"checkpoints": {"store": "bogus"}}, "checkpoints.store"),
+        ({"checkpoints": {"store": "file"}}, "checkpoints.store"),
+        ({"log": {"type": "kafka"}, "checkpoints": {"store": "memory"}}, "checkpoints.store"),
+        ({"checkpoints": {"namespace": "no spaces"}}, "checkpoints.namespace"),
+        ({"checkpoints": {"nmespace": "x"}}, "checkpoints.nmespace"),
+        ({"checkpoints": {"read_timeout": 0}}, "checkpoints.read_timeout"),
+    ],
+)
+def test_bad_config_names_the_key(config: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        HelixSaver.from_config(config)
+    assert caught.value.field == field
+
+
+async def test_bad_input_writes_nothing(tmp_path: Path, namespace: str) -> None:
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    checkpoint = empty_checkpoint()
+    async with HelixSaver.from_config(config) as saver:
+        with pytest.raises(InvalidInput) as caught:
+            await saver.aput({"configurable": {"thread_id": "a{b}", "checkpoint_ns": ""}}, checkpoint, {}, {})
+        assert caught.value.field == "config.configurable.thread_id"
+        with pytest.raises(InvalidInput) as caught:
+            await saver.aput_writes({"configurable": {"thread_id": "t"}}, [("x", 1)], "task")
+        assert caught.value.field == "config.configurable.checkpoint_id"
+        with pytest.raises(InvalidInput) as caught:
+            await saver.aprune(["t"], strategy="keep_some")
+        assert caught.value.field == "strategy"
+        # A sync call on the loop the saver lives on would block that loop: refused, clearly.
+        with pytest.raises(RuntimeError, match="async method"):
+            saver.get_tuple({"configurable": {"thread_id": "t"}})
+    log = EmbeddedLog(tmp_path / "log")
+    try:
+        assert [r async for r in log.read(namespace)] == []
+    finally:
+        await log.close()
