@@ -8,15 +8,13 @@ import sys
 
 from helix_es.config import LogConfig, MemoryConfig, _read_source, load_configs
 from helix_es.model.errors import ConfigError
-from helix_es.projection.checkpoint_config import CheckpointsConfig, load_checkpoints
+from helix_es.projection.checkpoint_config import CheckpointsConfig, checkpoints_only, load_checkpoints
 from helix_es.projection.checkpoints import CheckpointProjection, open_checkpoints
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
 from projectors import heap, instance, tiers
 from projectors.follow import TargetFollower
 from projectors.runner import Projector, run_projectors
-
-MEMORY_KEYS = ("agents", "memory", "type")  # a config names memories with one of these
 
 log = logging.getLogger("helix_es.project")
 
@@ -25,7 +23,7 @@ def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
     """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each,
     each over the namespaces of every agent that has it (`MemoryConfig.served`)."""
     doc = _read_source(source)
-    if not any(k in doc for k in MEMORY_KEYS) and "checkpoints" in doc:
+    if checkpoints_only(doc):
         log_config, _ = load_checkpoints(doc)  # checkpoints only
         every: list[MemoryConfig] = []
     else:

@@ -13,13 +13,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helix_es.config import LogConfig, _read_source, _seconds, _url, only_keys, parse_log
+from helix_es.config import (
+    Config,
+    LogConfig,
+    _read_source,
+    _seconds,
+    _url,
+    load_config,
+    only_keys,
+    parse_log,
+    parse_memory,
+)
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
 
 CHECKPOINT_KEYS = frozenset({"store", "dsn", "postgres_dsn", "redis_url", "namespace", "read_timeout"})
 DEFAULT_NAMESPACE = "langgraph"
+MEMORY_KEYS = ("agents", "memory", "type")  # a config names memories with one of these
 
 
 @dataclass(frozen=True)
@@ -68,3 +79,18 @@ def load_checkpoints(source: Mapping[str, Any] | str | os.PathLike[str]) -> tupl
     log = parse_log(doc.get("log"), "log")
     raw = doc.get("checkpoints")
     return log, None if raw is None else parse_checkpoints(raw, log)
+
+
+def checkpoints_only(doc: Mapping[str, Any]) -> bool:
+    """A config with a `checkpoints:` mapping and no memory."""
+    return "checkpoints" in doc and not any(k in doc for k in MEMORY_KEYS)
+
+
+def audit_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: str | None = None) -> Config:
+    """The config `helix-es audit` reads the log with: a checkpoints-only config audits its namespace."""
+    doc = _read_source(source)
+    if not checkpoints_only(doc):
+        return load_config(doc, agent=agent)
+    log, checkpoints = load_checkpoints(doc)
+    assert checkpoints is not None
+    return Config(memory=parse_memory({"namespace": checkpoints.namespace}, "checkpoints"), log=log)
