@@ -17,6 +17,7 @@ from helix_es.model.events import (
     Position,
     Record,
     Serialized,
+    SessionErased,
     WritesSaved,
 )
 from helix_es.stores.memory.checkpoints import MemoryCheckpoints
@@ -174,3 +175,21 @@ async def test_store_matches_fold_and_replays_change_nothing(store: CheckpointSt
     await store.drop([namespace], [topic])
     assert await store.checkpoint(topic, 0) is None
     assert await store.listing(namespace, None, None, None, None) == []
+
+
+async def test_forgotten_thread_leaves_every_store(store: CheckpointStore) -> None:
+    """`SessionErased` (helix-es forget) drops the thread's rows, as a deleted thread's."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    script: list[tuple[str, Payload]] = [
+        ("a", saved("01", None, "r1", x="1")),
+        ("a", writes("01", "t1", (0, "x", "w"))),
+        ("b", saved("01", None, "r1", x="2")),
+        ("a", SessionErased("forgotten")),
+    ]
+    recs = [Record(Event(namespace, t, p), Position(topic, 0, i)) for i, (t, p) in enumerate(script)]
+    assert (await store.apply(recs)).events == len(recs)
+    assert await store.listing(namespace, "a", None, None, None) == []
+    assert await store.writes(namespace, "a", "", "01") == []
+    assert await store.blobs(namespace, "a", "", [("x", '"1"')]) == {}
+    assert [s.thread_id for s in await store.listing(namespace, None, None, None, None)] == ["b"]
