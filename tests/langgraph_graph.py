@@ -100,6 +100,11 @@ async def ascenario(saver: BaseCheckpointSaver[Any], thread: str) -> dict[str, A
     return outcome(first, paused, done, replayed, [snapshot(s) async for s in g.aget_state_history(config)])
 
 
+def on_kafka(namespace: str, checkpoints: dict[str, Any]) -> dict[str, Any]:
+    """A config of the Kafka log whose checkpoint view `helix-es project` folds (reads wait for it)."""
+    return {"log": {"type": "kafka"}, "checkpoints": {"namespace": namespace, "read_timeout": 60, **checkpoints}}
+
+
 def main(config: str, thread: str) -> None:
     from helix_es.integrations.langgraph import HelixSaver
 

@@ -51,10 +51,7 @@ async def test_view_dropped_is_refolded_from_the_log(
     tmp_path: Path, namespace: str, session_id: str, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
 ) -> None:
     """The view is a cache of the log: drop it, start the projector again, and a fresh saver reads it all back."""
-    config = {
-        "log": {"type": "kafka"},
-        "checkpoints": {"store": "postgres", "dsn": postgres_dsn, "namespace": namespace, "read_timeout": 60},
-    }
+    config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn})
     procs.append(start_projector(config, tmp_path))
     async with HelixSaver.from_config(config) as saver:
         expected = await lg.ascenario(saver, session_id)

@@ -53,10 +53,7 @@ async def test_graph_as_with_in_memory_saver_async_kafka_postgres(
     tmp_path: Path, namespace: str, session_id: str, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
 ) -> None:
     expected = await lg.ascenario(InMemorySaver(), session_id)
-    config = {
-        "log": {"type": "kafka"},
-        "checkpoints": {"store": "postgres", "dsn": postgres_dsn, "namespace": namespace, "read_timeout": 60},
-    }
+    config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn})
     procs.append(start_projector(config, tmp_path))
     async with HelixSaver.from_config(config) as saver:
         got = await lg.ascenario(saver, session_id)
