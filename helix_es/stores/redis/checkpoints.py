@@ -3,9 +3,10 @@
 Keys: `helix_es.stores.redis.checkpoint_keys`. `apply` reads the partition checkpoint and, for the
 threads a batch deletes from, their (checkpoint, run id) index, folds the batch in Python into
 commands, and sends them with every thread's guard and the partition checkpoint. On one server
-that is one MULTI/EXEC under WATCH of the guards and the checkpoint: atomic, and a batch another
-projector raced is refused whole (`StaleWrite`). On a cluster the threads' slots are written
-first and the checkpoint after; a thread's guard skips what it folded already on a replay.
+that is one MULTI/EXEC under WATCH of the batch's thread guards: atomic, and a batch another
+projector raced (a guard moved) is refused whole (`StaleWrite`). On a cluster the threads' slots
+are written first and the checkpoint after; a thread's guard skips what it folded already on a
+replay.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from helix_es.stores.redis.checkpoint_keys import (
     write_value,
 )
 from helix_es.stores.redis.pool import Lazy, is_cluster, text
-from helix_es.stores.redis.views import advance_checkpoint, delete_matching, drop_checkpoints
+from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matching, drop_checkpoints
 from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, saved_row
 
 Index = dict[tuple[str, str], str]  # (checkpoint_ns, checkpoint_id) -> run id ("" for none)
@@ -80,14 +81,15 @@ class RedisCheckpoints:
             return await self._apply_cluster(client, records, by_thread, keys)
         async with client.pipeline(transaction=True) as pipe:
             try:
-                await pipe.watch(cp_key, *guards)
+                # The guards only: batches of other partitions move the shared checkpoint hash meanwhile.
+                await pipe.watch(*guards)
                 done = int(await pipe.hget(cp_key, field) or -1)
                 applied = [int(v) if v is not None else -1 for v in await pipe.mget(guards)]
                 plans = await self._plans(pipe, by_thread, keys, done, applied)
                 pipe.multi()  # type: ignore[no-untyped-call]
                 count = self._queue(pipe, plans, keys)
-                if count:
-                    pipe.hset(cp_key, field, records[-1].position.offset)
+                if count:  # forward only, in the same transaction
+                    pipe.eval(ADVANCE, 1, cp_key, field, records[-1].position.offset, 0)
                 await pipe.execute()
             except redis_errors.WatchError:
                 raise StaleWrite(f"{self.name}: another writer moved {field} or a thread of its batch") from None
