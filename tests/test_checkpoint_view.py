@@ -103,16 +103,18 @@ def test_fold_semantics() -> None:
     assert rows[("t1", 0)].value == ser("first") and rows[("t1", -1)].value == ser("again")
 
 
-@pytest.fixture(params=["memory", "postgres", "redis"])
-async def store(request: Any, postgres_dsn: str, redis_url: str) -> AsyncIterator[CheckpointStore]:
+@pytest.fixture(params=["memory", "postgres", "redis", "redis-cluster"])
+async def store(request: Any) -> AsyncIterator[CheckpointStore]:
     name = unique("cpview")
     made: CheckpointStore
     if request.param == "memory":
         made = MemoryCheckpoints(name)
     elif request.param == "postgres":
-        made = PostgresCheckpoints(postgres_dsn, name)
-    else:
-        made = RedisCheckpoints(redis_url, name)
+        made = PostgresCheckpoints(request.getfixturevalue("postgres_dsn"), name)
+    elif request.param == "redis":
+        made = RedisCheckpoints(request.getfixturevalue("redis_url"), name)
+    else:  # the threads' slots first, then the checkpoint
+        made = RedisCheckpoints(request.getfixturevalue("redis_cluster_url"), name)
     yield made
     await made.close()
 
