@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
+from helix_es import Message, open_memory  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
 from helix_es.log.embedded import EmbeddedLog  # noqa: E402
 from helix_es.model.errors import ConfigError, InvalidInput  # noqa: E402
@@ -100,3 +101,24 @@ async def test_bad_input_writes_nothing(tmp_path: Path, namespace: str) -> None:
         assert [r async for r in log.read(namespace)] == []
     finally:
         await log.close()
+
+
+async def test_one_projector_service_for_memories_and_checkpoints(
+    tmp_path: Path,
+    namespace: str,
+    session_id: str,
+    kafka_bootstrap: str,
+    redis_url: str,
+    postgres_dsn: str,
+    procs: list[Any],
+) -> None:
+    """One file names a memory and a checkpoint view; one `helix-es project` folds both."""
+    config = lg.on_kafka(f"{namespace}-graph", {"store": "postgres", "dsn": postgres_dsn})
+    config["memory"] = {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": namespace}
+    procs.append(start_projector(config, tmp_path))
+    async with open_memory(config, session_id=session_id) as memory, HelixSaver.from_config(config) as saver:
+        await memory.add(Message(role="user", content="remember the graph"))
+        got = await lg.ascenario(saver, session_id)
+        assert [m.content for m in await memory.get()] == ["remember the graph"]
+    assert got["done"]["steps"] == ["plan", "ask:yes", "act:yes"]
+    assert read_back(config, session_id) == got["history"]
