@@ -3,6 +3,7 @@ and the same history read back by a fresh saver in another process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from helix_es import Message, open_memory  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
 from helix_es.log.embedded import EmbeddedLog  # noqa: E402
-from helix_es.model.errors import ConfigError, InvalidInput  # noqa: E402
+from helix_es.model.errors import ConfigError, ConsistencyTimeout, InvalidInput  # noqa: E402
 from tests import langgraph_graph as lg  # noqa: E402
 
 
@@ -122,3 +123,31 @@ async def test_one_projector_service_for_memories_and_checkpoints(
         assert [m.content for m in await memory.get()] == ["remember the graph"]
     assert got["done"]["steps"] == ["plan", "ask:yes", "act:yes"]
     assert read_back(config, session_id) == got["history"]
+
+
+def test_sync_opened_saver_serves_async_graphs_on_other_loops(tmp_path: Path, namespace: str) -> None:
+    """`with` keeps the saver on its own loop thread: an async graph on any loop reaches it there."""
+    expected = asyncio.run(lg.ascenario(InMemorySaver(), "t"))
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    with HelixSaver.from_config(config) as saver:
+        assert asyncio.run(lg.ascenario(saver, "t")) == expected
+        assert lg.history(lg.graph(saver), "t") == expected["history"]  # and sync calls, from this thread
+
+
+async def test_async_opened_saver_serves_sync_graphs_in_threads(tmp_path: Path, namespace: str) -> None:
+    expected = lg.scenario(InMemorySaver(), "t")
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    async with HelixSaver.from_config(config) as saver:
+        assert await asyncio.to_thread(lg.scenario, saver, "t") == expected
+
+
+async def test_read_waits_for_the_view_then_times_out_clearly(namespace: str, postgres_dsn: str) -> None:
+    """No projector runs for this Kafka log: a read after a write waits `read_timeout`, then says why."""
+    config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn, "read_timeout": 0.5})
+    async with HelixSaver.from_config(config) as saver:
+        thread = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        await saver.aput(thread, empty_checkpoint(), {}, {})
+        with pytest.raises(ConsistencyTimeout, match="helix-es project"):
+            await saver.aget_tuple(thread)
+        # A thread this saver never wrote is not waited for: nothing there yet.
+        assert await saver.aget_tuple({"configurable": {"thread_id": "other"}}) is None
