@@ -141,7 +141,9 @@ async def test_async_opened_saver_serves_sync_graphs_in_threads(tmp_path: Path, 
         assert await asyncio.to_thread(lg.scenario, saver, "t") == expected
 
 
-async def test_read_waits_for_the_view_then_times_out_clearly(namespace: str, postgres_dsn: str) -> None:
+async def test_read_waits_for_the_view_then_times_out_clearly(
+    namespace: str, kafka_bootstrap: str, postgres_dsn: str
+) -> None:
     """No projector runs for this Kafka log: a read after a write waits `read_timeout`, then says why."""
     config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn, "read_timeout": 0.5})
     async with HelixSaver.from_config(config) as saver:
