@@ -100,6 +100,18 @@ async def ascenario(saver: BaseCheckpointSaver[Any], thread: str) -> dict[str, A
     return outcome(first, paused, done, replayed, [snapshot(s) async for s in g.aget_state_history(config)])
 
 
+def use_file_keys(env: Any, keys: str) -> None:
+    """Data keys in a file key store at `keys`, wrapped by a fresh master key (`env`: a MonkeyPatch)."""
+    import base64
+    import os
+
+    env.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    env.setenv("HELIX_KEY_STORE", "file")
+    env.setenv("HELIX_KEY_STORE_URL", keys)
+    env.delenv("HELIX_ENCRYPTION_OLD_KEYS", raising=False)
+    env.setenv("HELIX_KEY_CACHE_TTL", "0")  # a forget in another process is seen at once
+
+
 def on_kafka(namespace: str, checkpoints: dict[str, Any]) -> dict[str, Any]:
     """A config of the Kafka log whose checkpoint view `helix-es project` folds (reads wait for it)."""
     return {"log": {"type": "kafka"}, "checkpoints": {"namespace": namespace, "read_timeout": 60, **checkpoints}}

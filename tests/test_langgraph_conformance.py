@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import require_module, start_projector
 
 require_module("langgraph.checkpoint.conformance", "the LangGraph checkpointer conformance suite")
@@ -13,9 +15,18 @@ require_module("langgraph.checkpoint.conformance", "the LangGraph checkpointer c
 from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
 
+from helix_es.client.keys import close_shared_keys  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
+from tests.langgraph_graph import use_file_keys  # noqa: E402
 
 EVERY = sorted(c.value for c in ALL_CAPABILITIES)
+
+
+@pytest.fixture
+async def file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[None]:
+    use_file_keys(monkeypatch, str(tmp_path / "keys"))
+    yield
+    await close_shared_keys()
 
 
 async def conform(name: str, config: dict[str, Any]) -> None:
@@ -65,3 +76,9 @@ async def test_kafka_log_redis_view(
     config = kafka_config(tmp_path, namespace, {"store": "redis", "redis_url": redis_url})
     procs.append(start_projector(config, tmp_path))
     await conform("helix-kafka-redis", config)
+
+
+async def test_embedded_log_sealed_values(tmp_path: Path, namespace: str, file_keys: None) -> None:
+    """With `encryption: true` every value is sealed with its thread's key: the suite passes the same."""
+    log = {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False}
+    await conform("helix-embedded-sealed", {"log": log, "checkpoints": {"namespace": namespace, "encryption": True}})

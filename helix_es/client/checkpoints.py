@@ -12,11 +12,13 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from helix_es.client.checkpoint_seal import OpenedReads, Sealer, seal_payload
+from helix_es.client.keys import provider_from_env
 from helix_es.config import LogConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
 from helix_es.model.errors import ConsistencyTimeout
-from helix_es.model.events import Event, Payload, Position, Record
+from helix_es.model.events import CheckpointSaved, Event, Payload, Position, Record, WritesSaved
 from helix_es.projection.checkpoint_config import CheckpointsConfig
 from helix_es.projection.checkpoints import CheckpointProjection, open_checkpoints
 from helix_es.projection.driver import Driver
@@ -32,9 +34,10 @@ POLL_CAP = 0.05
 class CheckpointLog:
     """One checkpoint namespace on one log, and the view it is read from. `open` first, `close` last."""
 
-    def __init__(self, log_config: LogConfig, config: CheckpointsConfig) -> None:
+    def __init__(self, log_config: LogConfig, config: CheckpointsConfig, sealer: Sealer | None = None) -> None:
         self.log_config = log_config
         self.config = config
+        self.sealer = sealer  # seals every value before it is written, opens it on read
         self.namespace = config.namespace
         self.inline = log_config.type == "embedded"
         self._log: EventLog | None = None
@@ -49,9 +52,16 @@ class CheckpointLog:
         assert self._store is not None, "open() first"
         return self._store
 
+    @property
+    def reads(self) -> CheckpointStore | OpenedReads:
+        """The view's reads, values opened where they are sealed."""
+        return self.store if self.sealer is None else OpenedReads(self.store, self.sealer)
+
     async def open(self) -> None:
         self._log = open_log(self.log_config)
         self._store = open_checkpoints(self.config)
+        if self.config.encryption and self.sealer is None:
+            self.sealer = Sealer(provider_from_env())  # its key store's pool lives on this loop
         if self.inline:
             await self._catch_up()
 
@@ -63,6 +73,15 @@ class CheckpointLog:
     async def append(self, thread_id: str, payloads: Sequence[Payload]) -> None:
         """Append one event per payload to the thread, in order."""
         assert self._log is not None, "open() first"
+        if self.sealer is not None:
+            await self.sealer.prepare(self.namespace, thread_id, write=True)
+            sealer = self.sealer
+            payloads = [
+                seal_payload(sealer, self.namespace, thread_id, p)
+                if isinstance(p, (CheckpointSaved, WritesSaved))
+                else p
+                for p in payloads
+            ]
         for payload in payloads:
             event = Event(self.namespace, thread_id, payload)
             if not self.inline:

@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from helix_es.client.checkpoints import CheckpointLog
+from helix_es.client.keys import close_shared_keys
 from helix_es.config import LogConfig
 from helix_es.integrations._loop import LoopThread, from_sync, on_loop
 from helix_es.model import names
@@ -103,7 +104,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
     # -- reads ----------------------------------------------------------------------------------
 
     async def _tuple(self, saved: Saved, config: RunnableConfig | None = None) -> CheckpointTuple:
-        store, namespace, loads = self._log.store, self._log.namespace, self.serde.loads_typed
+        store, namespace, loads = self._log.reads, self._log.namespace, self.serde.loads_typed
         tid, cns, cid = saved.thread_id, saved.checkpoint_ns, saved.checkpoint_id
         checkpoint: Checkpoint = loads((saved.checkpoint.type, saved.checkpoint.data))
         versions = [(ch, _version(v)) for ch, v in checkpoint["channel_versions"].items()]
@@ -126,7 +127,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
         thread_id = _thread(config)
         await self._log.caught_up(thread_id)
         checkpoint_id = get_checkpoint_id(config)
-        saved = await self._log.store.get(self._log.namespace, thread_id, _ns(config), checkpoint_id)
+        saved = await self._log.reads.get(self._log.namespace, thread_id, _ns(config), checkpoint_id)
         if saved is None:
             return None
         return await self._tuple(saved, config if checkpoint_id else None)
@@ -144,7 +145,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
         only = get_checkpoint_id(config) if config else None
         before_id = get_checkpoint_id(before) if before else None
         pushed = limit if not filter and not only else None  # the store can stop early
-        rows = await self._log.store.listing(self._log.namespace, thread_id, cns, before_id, pushed)
+        rows = await self._log.reads.listing(self._log.namespace, thread_id, cns, before_id, pushed)
         found: list[CheckpointTuple] = []
         for saved in rows:
             if limit is not None and len(found) >= limit:
@@ -279,7 +280,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
         if not runs:
             return
         await self._log.caught_up(None)
-        for thread_id in await self._log.store.runs(self._log.namespace, runs):
+        for thread_id in await self._log.reads.runs(self._log.namespace, runs):
             await self._log.append(thread_id, [CheckpointsDeleted("runs", runs)])
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -290,7 +291,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
 
     async def _copy_thread(self, source: str, target: str) -> None:
         await self._log.caught_up(source)
-        store, namespace = self._log.store, self._log.namespace
+        store, namespace = self._log.reads, self._log.namespace
         rows = await store.listing(namespace, source, None, None, None)
         events: list[Payload] = []
         for saved in sorted(rows, key=lambda s: (s.checkpoint_ns, s.checkpoint_id)):  # parents first
@@ -380,5 +381,6 @@ class _Opening:
         assert runner is not None
         try:
             runner.run(self._saver._log.close())
+            runner.run(close_shared_keys())  # the key store's pool, if any, opened on this loop
         finally:
             runner.stop()

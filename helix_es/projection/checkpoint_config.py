@@ -28,7 +28,7 @@ from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
 
-CHECKPOINT_KEYS = frozenset({"store", "dsn", "postgres_dsn", "redis_url", "namespace", "read_timeout"})
+CHECKPOINT_KEYS = frozenset({"store", "dsn", "postgres_dsn", "redis_url", "namespace", "read_timeout", "encryption"})
 DEFAULT_NAMESPACE = "langgraph"
 MEMORY_KEYS = ("agents", "memory", "type")  # a config names memories with one of these
 
@@ -40,6 +40,8 @@ class CheckpointsConfig:
     redis_url: str | None = None
     dsn: str | None = None
     read_timeout: float = 5.0  # how long a read waits for the view to apply this saver's writes
+    # Seal every value with the thread's data key (HELIX_KEY_STORE): `helix-es forget` can shred a thread.
+    encryption: bool = False
 
     @property
     def location(self) -> str | None:
@@ -70,7 +72,10 @@ def parse_checkpoints(raw: Any, log: LogConfig, where: str = "checkpoints") -> C
             raise ConfigError(f"{where}.dsn", f"store: {store} needs dsn (or HELIX_POSTGRES_DSN)")
         _url(dsn, f"{where}.dsn", ("postgresql", "postgres"), "HELIX_POSTGRES_DSN")
     timeout = _seconds(raw.get("read_timeout", 5.0), f"{where}.read_timeout")
-    return CheckpointsConfig(store, namespace, redis_url, dsn, timeout)
+    encryption = raw.get("encryption", False)
+    if not isinstance(encryption, bool):
+        raise ConfigError(f"{where}.encryption", f"must be true or false, got {encryption!r}")
+    return CheckpointsConfig(store, namespace, redis_url, dsn, timeout, encryption)
 
 
 def load_checkpoints(source: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[LogConfig, CheckpointsConfig | None]:
@@ -86,8 +91,12 @@ def checkpoints_only(doc: Mapping[str, Any]) -> bool:
     return "checkpoints" in doc and not any(k in doc for k in MEMORY_KEYS)
 
 
+def is_checkpoints_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> bool:
+    return checkpoints_only(_read_source(source))
+
+
 def audit_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: str | None = None) -> Config:
-    """The config `helix-es audit` reads the log with: a checkpoints-only config audits its namespace."""
+    """The config `helix-es audit` and `forget` read the log with: a checkpoints-only config names its namespace."""
     doc = _read_source(source)
     if not checkpoints_only(doc):
         return load_config(doc, agent=agent)
