@@ -153,3 +153,20 @@ async def test_read_waits_for_the_view_then_times_out_clearly(
             await saver.aget_tuple(thread)
         # A thread this saver never wrote is not waited for: nothing there yet.
         assert await saver.aget_tuple({"configurable": {"thread_id": "other"}}) is None
+
+
+def test_readme_example_runs(tmp_path: Path) -> None:
+    """The README's example, in a directory of its own: what it prints is what the README says."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "readme_langgraph_example.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "{'question': 'go ahead?'}"
+    assert lines[1] == lines[3] == "{'steps': ['plan', 'ask:yes', 'act:yes'], 'answer': 'yes'}"
+    assert lines[2] == "[(3, ()), (2, ('act',)), (1, ('ask',)), (0, ('plan',)), (-1, ('__start__',))]"
+    assert (tmp_path / ".helix" / "log" / "helix.memory.my-graph.log").stat().st_size > 0
