@@ -7,43 +7,18 @@ prints the thread's history as JSON: what another process reads back.
 from __future__ import annotations
 
 import json
-import operator
 import sys
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, StateSnapshot, interrupt
+from langgraph.types import Command, StateSnapshot
 
-
-class State(TypedDict):
-    steps: Annotated[list[str], operator.add]
-    answer: str
-
-
-def plan(state: State) -> dict[str, Any]:
-    return {"steps": ["plan"]}
-
-
-def ask(state: State) -> dict[str, Any]:
-    answer = interrupt({"question": "go ahead?", "after": list(state["steps"])})
-    return {"steps": [f"ask:{answer}"], "answer": answer}
-
-
-def act(state: State) -> dict[str, Any]:
-    return {"steps": [f"act:{state['answer']}"]}
+from tests.readme_langgraph_example import builder
 
 
 def graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
-    builder = StateGraph(State)
-    builder.add_node("plan", plan)
-    builder.add_node("ask", ask)
-    builder.add_node("act", act)
-    builder.add_edge(START, "plan")
-    builder.add_edge("plan", "ask")
-    builder.add_edge("ask", "act")
-    builder.add_edge("act", END)
+    """The README's graph: plan, ask (an interrupt), act."""
     return builder.compile(checkpointer=saver)
 
 

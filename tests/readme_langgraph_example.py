@@ -41,13 +41,14 @@ log: {type: embedded, path: .helix/log}
 checkpoints: {store: memory, namespace: my-graph}
 """
 
-with HelixSaver.from_config(CONFIG) as saver:
-    graph = builder.compile(checkpointer=saver)
-    thread = {"configurable": {"thread_id": "order-42"}}
-    paused = graph.invoke({"steps": [], "answer": ""}, thread)
-    print(paused["__interrupt__"][0].value)  # {'question': 'go ahead?'}
-    print(graph.invoke(Command(resume="yes"), thread))  # {'steps': ['plan', 'ask:yes', 'act:yes'], 'answer': 'yes'}
-    history = list(graph.get_state_history(thread))  # newest first, each step a checkpoint on the log
-    print([(s.metadata["step"], s.next) for s in history])
-    before_act = next(s for s in history if s.next == ("act",))
-    print(graph.invoke(None, before_act.config))  # replay from there: act runs again, on a fork
+if __name__ == "__main__":
+    with HelixSaver.from_config(CONFIG) as saver:
+        graph = builder.compile(checkpointer=saver)
+        thread = {"configurable": {"thread_id": "order-42"}}
+        paused = graph.invoke({"steps": [], "answer": ""}, thread)
+        print(paused["__interrupt__"][0].value)  # {'question': 'go ahead?'}
+        print(graph.invoke(Command(resume="yes"), thread))  # {'steps': ['plan', 'ask:yes', 'act:yes'], 'answer': 'yes'}
+        history = list(graph.get_state_history(thread))  # newest first, each step a checkpoint on the log
+        print([(s.metadata["step"], s.next) for s in history])
+        before_act = next(s for s in history if s.next == ("act",))
+        print(graph.invoke(None, before_act.config))  # replay from there: act runs again, on a fork
