@@ -51,11 +51,13 @@ def test_graph_as_with_in_memory_saver_sync_embedded(tmp_path: Path, namespace: 
     assert read_back(config, session_id) == expected["history"]
 
 
-async def test_graph_as_with_in_memory_saver_async_kafka_postgres(
-    tmp_path: Path, namespace: str, session_id: str, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+async def test_graph_as_with_in_memory_saver_async_kafka(
+    tmp_path: Path, namespace: str, session_id: str, kafka_bootstrap: str, store: str, procs: list[Any], request: Any
 ) -> None:
     expected = await lg.ascenario(InMemorySaver(), session_id)
-    config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn})
+    key, fixture = {"postgres": ("dsn", "postgres_dsn"), "redis": ("redis_url", "redis_url")}[store]
+    config = lg.on_kafka(namespace, {"store": store, key: request.getfixturevalue(fixture)})
     procs.append(start_projector(config, tmp_path))
     async with HelixSaver.from_config(config) as saver:
         got = await lg.ascenario(saver, session_id)
