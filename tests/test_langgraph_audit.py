@@ -105,6 +105,7 @@ async def test_forget_shreds_a_thread(tmp_path: Path, namespace: str, session_id
         assert [t async for t in saver.alist({"configurable": {"thread_id": session_id}})] == []
     code, out, err = await cli("audit", "--config", str(path), "--session", session_id)
     assert code == 0 and "SessionErased" in out and "act:yes" not in out, err
+    assert "steps = sealed by key dk-" in out  # shown as what it is
     # Forgotten already: nothing to do. A thread written in plaintext cannot be shredded.
     code, out, _ = await cli("forget", "--config", str(path), "--session", session_id, "--yes")
     assert code == 0 and "already erased" in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from helix_es.client.checkpoint_seal import key_id
 from helix_es.model.events import CheckpointSaved, CheckpointsDeleted, Serialized, WritesSaved
 
 CHECKPOINT_EVENTS = (CheckpointSaved, WritesSaved, CheckpointsDeleted)
@@ -38,6 +39,9 @@ def decoded(value: Serialized) -> str | None:
 
 def value_json(value: Serialized) -> dict[str, Any]:
     out: dict[str, Any] = {"type": value.type, "bytes": len(value.data)}
+    sealed_by = key_id(value)
+    if sealed_by is not None:
+        out["sealed_by"] = sealed_by
     text = decoded(value)
     if text is not None:
         out["text"] = text
@@ -47,6 +51,9 @@ def value_json(value: Serialized) -> dict[str, Any]:
 def _value(value: Serialized) -> str:
     if value.type == "empty":
         return "(no value)"
+    sealed_by = key_id(value)
+    if sealed_by is not None:
+        return f"sealed by key {sealed_by} ({value.type})"
     text = decoded(value)
     if text is None:
         return f"{value.type}, {len(value.data)} bytes"
