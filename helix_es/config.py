@@ -189,7 +189,7 @@ def _url(value: Any, where: str, schemes: tuple[str, ...], env: str) -> str:
     return value
 
 
-def _read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+def read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
     if isinstance(source, Mapping):
         return source
     text = str(source)
@@ -209,7 +209,7 @@ def _read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[
 
 def load_configs(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Config]:
     """Every agent's memory in a document (one for a plain `memory:` mapping): what projectors serve."""
-    doc = _read_source(source)
+    doc = read_source(source)
     agents = doc.get("agents")
     if isinstance(agents, list) and agents:
         return [load_config(doc, agent=i) for i in range(len(agents))]
@@ -221,7 +221,7 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
 
     `agent` picks an agent by id (or by position); by default the first.
     """
-    doc = _read_source(source)
+    doc = read_source(source)
     middleware: Any = doc.get("memory_middleware", ())
     where = "memory"
     if "agents" in doc:
@@ -295,7 +295,7 @@ SECTIONS = {"store": "langgraph-store"}
 def load_served(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Config]:
     """Everything a document asks projectors to fold: every agent's memory (or the `memory:` mapping)
     and each adapter mapping (`store:`) it has."""
-    doc = _read_source(source)
+    doc = read_source(source)
     configs = load_configs(doc) if {"agents", "memory", "type"} & set(doc) else []
     configs += [load_section(doc, section, view) for section, view in SECTIONS.items() if section in doc]
     if not configs:
@@ -311,7 +311,7 @@ def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: st
     """A document's mapping for a framework adapter (`store:` for LangGraph's store) as a memory of
     type `view_type`, with the document's `log:`. Its keys are a memory's: store, redis_url or dsn,
     namespace, consistency, read_timeout."""
-    doc = _read_source(source)
+    doc = read_source(source)
     if section not in doc:
         raise ConfigError(section, f"missing: give a `{section}:` mapping (store, dsn or redis_url, namespace)")
     raw = _mapping(doc[section], section)

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from helix_es.client.audit import AuditError, AuditReport, audit, describe_message, quote
-from helix_es.config import load_config
 from helix_es.model.errors import InvalidInput
+from helix_es.projection.checkpoint_config import audit_config
 
 # --- text for people --------------------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ def _flags(text: str) -> str:
 async def _run(args: argparse.Namespace) -> int:
     try:
         report = await audit(
-            load_config(args.config, agent=args.agent),
+            audit_config(args.config, agent=args.agent),
             session_id=args.session,
             namespace=args.namespace,
             as_of=args.as_of,

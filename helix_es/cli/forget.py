@@ -7,14 +7,16 @@ import json
 import sys
 from typing import Any
 
+from helix_es.client.checkpoint_forget import forget_thread
 from helix_es.client.erasure import NotShreddable, forget
 from helix_es.client.keys import close_shared_keys
-from helix_es.config import load_config
 from helix_es.model import names
+from helix_es.projection.checkpoint_config import audit_config, is_checkpoints_config
 
 
 async def _run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, agent=args.agent)
+    thread = is_checkpoints_config(args.config)  # a LangGraph thread of its checkpoints: namespace
+    cfg = audit_config(args.config, agent=args.agent)
     ns = names.concrete_namespace(args.namespace or cfg.memory.namespace, "--namespace")
     names.check_session_id(args.session, "--session")
     if not args.yes:
@@ -28,9 +30,18 @@ async def _run(args: argparse.Namespace) -> int:
             print("helix-es: nothing was changed", file=sys.stderr)
             return 1
     try:
-        result = await forget(
-            cfg, session_id=args.session, namespace=ns, reason=args.reason, allow_unshreddable=args.allow_unshreddable
-        )
+        if thread:
+            result = await forget_thread(
+                args.config, thread_id=args.session, reason=args.reason, allow_unshreddable=args.allow_unshreddable
+            )
+        else:
+            result = await forget(
+                cfg,
+                session_id=args.session,
+                namespace=ns,
+                reason=args.reason,
+                allow_unshreddable=args.allow_unshreddable,
+            )
     except NotShreddable as exc:
         print(f"helix-es: {exc}", file=sys.stderr)
         return 2
@@ -51,7 +62,8 @@ async def _run(args: argparse.Namespace) -> int:
         _skipped(result.skipped)
         if result.unshreddable:
             print(
-                f"warning: {result.unshreddable} message(s) were not sealed by its keys and stay readable on the log",
+                f"warning: {result.unshreddable} {'value' if thread else 'message'}(s) were not sealed by its keys "
+                "and stay readable on the log",
                 file=sys.stderr,
             )
     return 0

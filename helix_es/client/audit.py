@@ -32,6 +32,9 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from helix_es.client.audit_checkpoints import CHECKPOINT_EVENTS
+from helix_es.client.audit_checkpoints import describe as describe_checkpoint
+from helix_es.client.audit_checkpoints import payload_json as checkpoint_json
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
 from helix_es.client.reveal import Opener, opener
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
@@ -145,6 +148,8 @@ class AuditedEvent:
             return {"view": p.view, "epoch": p.epoch, "covers": p.covers, "text": p.text, "model": p.model}
         if isinstance(p, EmbeddingRecorded):  # the vector itself is bulk; its size and text hash identify it
             return {"model": p.model, "content_sha256": p.content_sha256, "dims": len(p.vector) // 4}
+        if isinstance(p, CHECKPOINT_EVENTS):
+            return checkpoint_json(p)
         if isinstance(p, UnknownPayload):
             return {
                 "avro_type": p.type,
@@ -192,6 +197,8 @@ class AuditedEvent:
             return f"summary for view {p.view} covering {p.covers} messages{model}: {quote(p.text)}"
         if isinstance(p, EmbeddingRecorded):
             return f"embedding by {quote(p.model)}, {len(p.vector) // 4} dims, of text sha256 {p.content_sha256[:16]}…"
+        if isinstance(p, CHECKPOINT_EVENTS):
+            return describe_checkpoint(p)
         if not isinstance(p, UnknownPayload):
             return json.dumps(_fields(p), ensure_ascii=False)
         if p.schema is not None:

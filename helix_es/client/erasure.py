@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,7 @@ from helix_es.model import names
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, MessageAdded, Position, Record, SessionErased
 from helix_es.model.message import Message
+from helix_es.stores.ports import KeyRow
 
 
 class NotShreddable(HelixError):
@@ -164,8 +165,7 @@ async def forget(
             elif isinstance(payload, MessageAdded):
                 messages += 1
                 unshreddable += not _sealed_by(payload.message, store_ids)
-        live = [r for r in rows if not r.erased]
-        if not live and last is not None and isinstance(last.event.payload, SessionErased):
+        if erased_already(rows, last):
             return ForgetResult(ns, sid, (), events, 0, 0, None, True, len(bad))
         if unshreddable and not allow_unshreddable:
             raise NotShreddable(
@@ -174,14 +174,34 @@ async def forget(
                 "cannot erase them. Nothing was changed. Pass allow_unshreddable=True (--allow-unshreddable) to "
                 "drop the session from every view anyway; the log keeps those messages readable"
             )
-        erased = await provider.erase(ns, sid)  # type: ignore[attr-defined]
-        gone = tuple(sorted(({r.key_id for r in rows if r.erased} | set(erased)) - listed))
-        position = await backend.append(Event(ns, sid, SessionErased(reason, gone)))
+        erased, position = await shred(provider, rows, listed, ns, sid, reason, backend.append)
     finally:
         await backends.release(cfg.log, backend)
     if any(p.store == "file" for p in cfg.memory.parts):
         await _export(cfg, sid)
-    return ForgetResult(ns, sid, tuple(sorted(erased)), events, messages, unshreddable, position, False, len(bad))
+    return ForgetResult(ns, sid, erased, events, messages, unshreddable, position, False, len(bad))
+
+
+def erased_already(rows: list[KeyRow], last: Record | None) -> bool:
+    """Every key destroyed and the session's last event its erasure: nothing left to do."""
+    live = [r for r in rows if not r.erased]
+    return not live and last is not None and isinstance(last.event.payload, SessionErased)
+
+
+async def shred(
+    provider: KeyProvider,
+    rows: list[KeyRow],
+    listed: set[str],
+    namespace: str,
+    session_id: str,
+    reason: str | None,
+    append: Callable[[Event], Awaitable[Position]],
+) -> tuple[tuple[str, ...], Position]:
+    """Destroy the session's keys, then append its `SessionErased` naming the keys no earlier erasure named."""
+    erased = await provider.erase(namespace, session_id)  # type: ignore[attr-defined]
+    gone = tuple(sorted(({r.key_id for r in rows if r.erased} | set(erased)) - listed))
+    position = await append(Event(namespace, session_id, SessionErased(reason, gone)))
+    return tuple(sorted(erased)), position
 
 
 async def _export(cfg: Config, session_id: str) -> None:

@@ -4,5 +4,5 @@ Each module here imports its framework, and only when that module is imported: `
 never needs one.
 
 - `helix_es.integrations.langchain.HelixChatMessageHistory`: a LangChain chat message history.
-- `helix_es.integrations.langgraph.HelixStore`: a LangGraph store.
+- `helix_es.integrations.langgraph.HelixSaver` and `HelixStore`: a LangGraph checkpointer and store.
 """

@@ -21,9 +21,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from helix_es.model.errors import HelixError
-from helix_es.model.events import Event, Position
+from helix_es.model.events import Event, Position, Record, Serialized
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
+from helix_es.views.checkpoints import Saved, WriteRow
 from helix_es.views.items import Items, StoredItem
 
 
@@ -405,6 +406,58 @@ class LongTermStore(Protocol):
     async def close(self) -> None: ...
 
 
+# LangGraph checkpoint views (`helix_es.views.checkpoints`): rows as the events carry them, still
+# serialized, so a store never needs the saver's serializer. `apply` folds one topic-partition's
+# records and moves the partition checkpoint in one atomic step; records at or below the
+# checkpoint (a re-delivery) change nothing.
+class CheckpointStore(Protocol):
+    name: str
+    kind: str  # memory | redis | postgres
+
+    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied: ...
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None: ...
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        """Move the checkpoint past records that were dead-lettered (never backwards)."""
+        ...
+
+    async def get(self, namespace: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> Saved | None:
+        """The checkpoint `checkpoint_id` of the thread's `checkpoint_ns` (None: its latest)."""
+        ...
+
+    async def listing(
+        self,
+        namespace: str,
+        thread_id: str | None,
+        checkpoint_ns: str | None,
+        before: str | None,
+        limit: int | None,
+    ) -> list[Saved]:
+        """Checkpoints newest first (per thread, threads in order); None for a thread or ns: all of them."""
+        ...
+
+    async def blobs(
+        self, namespace: str, thread_id: str, checkpoint_ns: str, versions: Sequence[tuple[str, str]]
+    ) -> dict[str, Serialized]:
+        """The values of (channel, version) pairs that have one (an "empty" blob is left out)."""
+        ...
+
+    async def writes(self, namespace: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> list[WriteRow]:
+        """A checkpoint's pending writes, in the order they were first written."""
+        ...
+
+    async def runs(self, namespace: str, run_ids: Collection[str]) -> list[str]:
+        """The threads that hold a checkpoint of one of these runs."""
+        ...
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        """Delete every thread of `namespaces` and the view's checkpoints of `topics` (a rebuild target)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class StoreKind:
     """One technology's adapters, found by its name (`memory.store`) in `helix_es.stores.registry`.
@@ -423,3 +476,4 @@ class StoreKind:
     keys: Callable[[str | None], KeyStore] | None = None
     idempotency: Callable[[str | None], IdempotencyStore] | None = None
     items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items
+    checkpoints: Callable[[str | None, str], CheckpointStore] | None = None  # (location, view name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from helix_es.stores.memory.aliases import MemoryAliases
+from helix_es.stores.memory.checkpoints import MemoryCheckpoints
 from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.items import MemoryItems
 from helix_es.stores.memory.long_term import MemoryLongTerm
@@ -20,4 +21,5 @@ KIND = StoreKind(
     vectors=lambda _: MemoryVectorStore(),
     idempotency=lambda _: MemoryIdempotency(),
     items=lambda _, view: MemoryItems(view),
+    checkpoints=lambda _, name: MemoryCheckpoints(name),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.postgres.aliases import PostgresAliases
+from helix_es.stores.postgres.checkpoints import PostgresCheckpoints
 from helix_es.stores.postgres.idempotency import PostgresIdempotency
 from helix_es.stores.postgres.items import PostgresItems
 from helix_es.stores.postgres.keys import PostgresKeyStore
@@ -28,4 +29,5 @@ KIND = StoreKind(
     keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
     items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
+    checkpoints=lambda dsn, name: PostgresCheckpoints(_dsn(dsn), name),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helix_es.stores.ports import StoreKind
 from helix_es.stores.redis.aliases import RedisAliases
+from helix_es.stores.redis.checkpoints import RedisCheckpoints
 from helix_es.stores.redis.idempotency import RedisIdempotency
 from helix_es.stores.redis.items import RedisItems
 from helix_es.stores.redis.keys import RedisKeyStore
@@ -26,4 +27,5 @@ KIND = StoreKind(
     keys=lambda url: RedisKeyStore(_url(url)),
     idempotency=lambda url: RedisIdempotency(_url(url)),
     items=lambda url, view: RedisItems(_url(url), view),
+    checkpoints=lambda url, name: RedisCheckpoints(_url(url), name),
 )

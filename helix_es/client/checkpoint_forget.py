@@ -1,0 +1,83 @@
+"""`forget` a LangGraph thread: destroy its data keys, then append `SessionErased`, which every checkpoint view folds.
+
+As `helix_es.client.erasure.forget` does for a memory session: the thread's values on the log
+were sealed with its keys (`checkpoints: {encryption: true}` and `HELIX_KEY_STORE`), so once the
+keys are gone nothing can open them, on the log or in any backup; the views drop the thread's
+rows. A value that was not sealed by a key of the store cannot be shredded: `forget_thread`
+refuses, changing nothing, unless `allow_unshreddable`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from helix_es.client.checkpoint_seal import UNSEALED, key_id, values_of
+from helix_es.client.encryption import KeyProvider
+from helix_es.client.erasure import ForgetResult, NotShreddable, erased_already, shred
+from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
+from helix_es.log.check import Skipped
+from helix_es.model import names
+from helix_es.model.errors import ConfigError
+from helix_es.model.events import CheckpointSaved, Record, SessionErased, WritesSaved
+from helix_es.projection.checkpoint_config import load_checkpoints
+from helix_es.projection.factory import open_log
+
+
+async def forget_thread(
+    config: Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    thread_id: str,
+    reason: str | None = None,
+    keys: KeyProvider | None = None,
+    allow_unshreddable: bool = False,
+) -> ForgetResult:
+    """Erase one thread of the config's `checkpoints:` namespace; `messages` and `unshreddable` count values."""
+    log_config, checkpoints = load_checkpoints(config)
+    if checkpoints is None:
+        raise ConfigError("checkpoints", "missing: forget_thread needs the `checkpoints:` mapping")
+    ns, sid = checkpoints.namespace, names.check_session_id(thread_id, "thread_id")
+    if keys is None:
+        if not checkpoints.encryption:
+            raise NotShreddable(
+                "checkpoints.encryption is off, so the thread's values are on the log in plaintext; an "
+                "append-only log cannot erase plaintext. Set checkpoints: {encryption: true} and "
+                f"{ENV_STORE}=postgres|redis|file"
+            )
+        keys = provider_from_env()
+    if not shreddable(keys):
+        raise NotShreddable(
+            f"{type(keys).__name__} cannot destroy one thread's key: set {ENV_STORE}=postgres|redis|file"
+        )
+    rows = await keys.rows(ns, sid)  # type: ignore[attr-defined]
+    store_ids = {r.key_id for r in rows}
+    log = open_log(log_config)
+    try:
+        events, values, unshreddable = 0, 0, 0
+        last: Record | None = None
+        listed: set[str] = set()
+        bad: list[Skipped] = []
+        async for record in log.read(ns, session_id=sid, on_bad=bad.append):
+            events += 1
+            last = record
+            p = record.event.payload
+            if isinstance(p, SessionErased):
+                values, unshreddable = 0, 0
+                listed.update(p.key_ids)
+            elif isinstance(p, (CheckpointSaved, WritesSaved)):
+                held = [v for v in values_of(p) if v.type not in UNSEALED]
+                values += len(held)
+                unshreddable += sum(key_id(v) not in store_ids for v in held)
+        if erased_already(rows, last):
+            return ForgetResult(ns, sid, (), events, 0, 0, None, True, len(bad))
+        if unshreddable and not allow_unshreddable:
+            raise NotShreddable(
+                f"{unshreddable} of the {values} values of {ns}/{sid} on the log are not sealed with a key of the key "
+                "store: destroying keys cannot erase them. Nothing was changed. Pass allow_unshreddable=True "
+                "(--allow-unshreddable) to drop the thread from every view anyway; the log keeps them readable"
+            )
+        erased, position = await shred(keys, rows, listed, ns, sid, reason, log.append)
+    finally:
+        await log.close()
+    return ForgetResult(ns, sid, erased, events, values, unshreddable, position, False, len(bad))

@@ -1,0 +1,388 @@
+"""LangGraph on the log: `HelixSaver`, a checkpointer whose checkpoints and pending writes are events,
+and `HelixStore` (`helix_es.integrations.langgraph_store`), a store whose puts and deletes are.
+
+```python
+async with HelixSaver.from_config({"checkpoints": {"store": "memory"}}) as saver:
+    graph = builder.compile(checkpointer=saver)
+```
+
+Every put is a `CheckpointSaved` event, every put_writes a `WritesSaved`, every deletion a
+`CheckpointsDeleted` on the `checkpoints:` namespace's topic, with the thread id as the session
+id. A checkpoint view (`helix_es.views.checkpoints`) folds them; reads wait for it to apply
+this saver's writes (read-your-writes). Values are serialized by the saver's serde before they
+reach the log, so no projector ever needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from helix_es.client.checkpoints import CheckpointLog
+from helix_es.client.keys import close_shared_keys
+from helix_es.config import LogConfig
+from helix_es.integrations._loop import LoopThread, from_sync, on_loop
+from helix_es.integrations.langgraph_store import HelixStore
+from helix_es.model import names
+from helix_es.model.errors import ConfigError, InvalidInput
+from helix_es.model.events import (
+    ChannelBlob,
+    CheckpointSaved,
+    CheckpointsDeleted,
+    Payload,
+    PendingWrite,
+    Serialized,
+    WritesSaved,
+)
+from helix_es.projection.checkpoint_config import CheckpointsConfig, load_checkpoints
+from helix_es.views.checkpoints import EMPTY, Saved
+
+T = TypeVar("T")
+
+__all__ = ["HelixSaver", "HelixStore"]
+
+
+def _thread(config: RunnableConfig, field: str = "config.configurable.thread_id") -> str:
+    return names.check_session_id(config.get("configurable", {}).get("thread_id"), field)
+
+
+def _ns(config: RunnableConfig) -> str:
+    return str(config.get("configurable", {}).get("checkpoint_ns", ""))
+
+
+def _version(version: object) -> str:
+    return json.dumps(version)
+
+
+class HelixSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer on the helix-es log. Open it with `from_config` (`async with` or `with`)."""
+
+    def __init__(self, log: CheckpointLog, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self._log = log
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connections live on
+        self._runner: LoopThread | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any] | str | os.PathLike[str], *, serde: SerializerProtocol | None = None
+    ) -> _Opening:
+        """A context manager (`async with` or `with`) yielding an open saver for the config's
+        `checkpoints:` mapping (`store`, `dsn` or `redis_url`, `namespace`) and optional `log:`."""
+        log_config, checkpoints = load_checkpoints(config)
+        if checkpoints is None:
+            raise ConfigError("checkpoints", "missing: give a `checkpoints:` mapping (store, namespace)")
+        return _Opening(cls, log_config, checkpoints, serde)
+
+    # -- the loop the saver lives on ------------------------------------------------------------
+
+    async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None, "open the saver with HelixSaver.from_config"
+        return await on_loop(self._loop, coro)
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None, "open the saver with HelixSaver.from_config"
+        return from_sync(self._loop, coro)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def _tuple(self, saved: Saved, config: RunnableConfig | None = None) -> CheckpointTuple:
+        store, namespace, loads = self._log.reads, self._log.namespace, self.serde.loads_typed
+        tid, cns, cid = saved.thread_id, saved.checkpoint_ns, saved.checkpoint_id
+        checkpoint: Checkpoint = loads((saved.checkpoint.type, saved.checkpoint.data))
+        versions = [(ch, _version(v)) for ch, v in checkpoint["channel_versions"].items()]
+        blobs = await store.blobs(namespace, tid, cns, versions)
+        writes = await store.writes(namespace, tid, cns, cid)
+        writes.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+        return CheckpointTuple(
+            config=config or {"configurable": {"thread_id": tid, "checkpoint_ns": cns, "checkpoint_id": cid}},
+            checkpoint={**checkpoint, "channel_values": {ch: loads((b.type, b.data)) for ch, b in blobs.items()}},
+            metadata=loads((saved.metadata.type, saved.metadata.data)),
+            parent_config=(
+                {"configurable": {"thread_id": tid, "checkpoint_ns": cns, "checkpoint_id": saved.parent_checkpoint_id}}
+                if saved.parent_checkpoint_id
+                else None
+            ),
+            pending_writes=[(w.task_id, w.channel, loads((w.value.type, w.value.data))) for w in writes],
+        )
+
+    async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id = _thread(config)
+        await self._log.caught_up(thread_id)
+        checkpoint_id = get_checkpoint_id(config)
+        saved = await self._log.reads.get(self._log.namespace, thread_id, _ns(config), checkpoint_id)
+        if saved is None:
+            return None
+        return await self._tuple(saved, config if checkpoint_id else None)
+
+    async def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> list[CheckpointTuple]:
+        thread_id = _thread(config) if config else None
+        await self._log.caught_up(thread_id)
+        cns = config.get("configurable", {}).get("checkpoint_ns") if config else None
+        only = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        pushed = limit if not filter and not only else None  # the store can stop early
+        rows = await self._log.reads.listing(self._log.namespace, thread_id, cns, before_id, pushed)
+        found: list[CheckpointTuple] = []
+        for saved in rows:
+            if limit is not None and len(found) >= limit:
+                break
+            if only and saved.checkpoint_id != only:
+                continue
+            if filter:
+                metadata = self.serde.loads_typed((saved.metadata.type, saved.metadata.data))
+                if not all(metadata.get(k) == v for k, v in filter.items()):
+                    continue
+            found.append(await self._tuple(saved))
+        return found
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._call(self._get_tuple(config))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self._get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in await self._call(self._list(config, filter, before, limit)):
+            yield item
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._sync(self._list(config, filter, before, limit))
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _saved(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> CheckpointSaved:
+        dumps = self.serde.dumps_typed
+        c = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values", {})  # type: ignore[assignment]
+        blobs = tuple(
+            ChannelBlob(ch, _version(v), Serialized(*dumps(values[ch])) if ch in values else Serialized(EMPTY, b""))
+            for ch, v in new_versions.items()
+        )
+        full = get_checkpoint_metadata(config, metadata)
+        run_id = full.get("run_id")
+        return CheckpointSaved(
+            checkpoint_ns=_ns(config),
+            checkpoint_id=checkpoint["id"],
+            parent_checkpoint_id=config.get("configurable", {}).get("checkpoint_id"),
+            checkpoint=Serialized(*dumps(c)),
+            metadata=Serialized(*dumps(full)),
+            run_id=None if run_id is None else str(run_id),
+            blobs=blobs,
+        )
+
+    async def _put(self, config: RunnableConfig, payload: CheckpointSaved) -> RunnableConfig:
+        thread_id = _thread(config)
+        await self._log.append(thread_id, [payload])
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": payload.checkpoint_ns,
+                "checkpoint_id": payload.checkpoint_id,
+            }
+        }
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._call(self._put(config, self._saved(config, checkpoint, metadata, new_versions)))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self._put(config, self._saved(config, checkpoint, metadata, new_versions)))
+
+    def _writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> tuple[str, WritesSaved]:
+        checkpoint_id = config.get("configurable", {}).get("checkpoint_id")
+        if not isinstance(checkpoint_id, str):
+            raise InvalidInput("config.configurable.checkpoint_id", f"must be a string, got {checkpoint_id!r}")
+        dumps = self.serde.dumps_typed
+        rows = tuple(
+            PendingWrite(WRITES_IDX_MAP.get(ch, idx), ch, Serialized(*dumps(v))) for idx, (ch, v) in enumerate(writes)
+        )
+        return _thread(config), WritesSaved(_ns(config), checkpoint_id, task_id, task_path, rows)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        thread_id, payload = self._writes(config, writes, task_id, task_path)
+        await self._call(self._log.append(thread_id, [payload]))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        thread_id, payload = self._writes(config, writes, task_id, task_path)
+        self._sync(self._log.append(thread_id, [payload]))
+
+    # -- deletions and copies -------------------------------------------------------------------
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._call(self._log.append(str(thread_id), [CheckpointsDeleted("thread")]))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self._log.append(str(thread_id), [CheckpointsDeleted("thread")]))
+
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = tuple(str(r) for r in run_ids)
+        if not runs:
+            return
+        await self._log.caught_up(None)
+        for thread_id in await self._log.reads.runs(self._log.namespace, runs):
+            await self._log.append(thread_id, [CheckpointsDeleted("runs", runs)])
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._call(self._delete_for_runs(run_ids))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self._delete_for_runs(run_ids))
+
+    async def _copy_thread(self, source: str, target: str) -> None:
+        await self._log.caught_up(source)
+        store, namespace = self._log.reads, self._log.namespace
+        rows = await store.listing(namespace, source, None, None, None)
+        events: list[Payload] = []
+        for saved in sorted(rows, key=lambda s: (s.checkpoint_ns, s.checkpoint_id)):  # parents first
+            checkpoint = self.serde.loads_typed((saved.checkpoint.type, saved.checkpoint.data))
+            versions = [(ch, _version(v)) for ch, v in checkpoint["channel_versions"].items()]
+            blobs = await store.blobs(namespace, source, saved.checkpoint_ns, versions)
+            events.append(
+                CheckpointSaved(
+                    saved.checkpoint_ns,
+                    saved.checkpoint_id,
+                    saved.parent_checkpoint_id,
+                    saved.checkpoint,
+                    saved.metadata,
+                    saved.run_id,
+                    tuple(ChannelBlob(ch, v, blobs[ch]) for ch, v in versions if ch in blobs),
+                )
+            )
+            by_task: dict[tuple[str, str], list[PendingWrite]] = {}
+            for w in await store.writes(namespace, source, saved.checkpoint_ns, saved.checkpoint_id):
+                by_task.setdefault((w.task_id, w.task_path), []).append(PendingWrite(w.idx, w.channel, w.value))
+            for (task_id, task_path), writes in by_task.items():
+                events.append(WritesSaved(saved.checkpoint_ns, saved.checkpoint_id, task_id, task_path, tuple(writes)))
+        await self._log.append(target, events)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._call(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInput("strategy", f"must be keep_latest or delete, got {strategy!r}")
+        scope = "keep_latest" if strategy == "keep_latest" else "thread"
+        for thread_id in thread_ids:
+            await self._log.append(str(thread_id), [CheckpointsDeleted(scope)])
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._call(self._prune(thread_ids, strategy))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self._prune(thread_ids, strategy))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As `InMemorySaver`: a zero-padded counter and a random tail, ordered as strings."""
+        current_v = 0 if current is None else int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+
+class _Opening:
+    """What `HelixSaver.from_config` returns: `async with` opens the saver on the running loop,
+    `with` on a private loop thread (sync graphs)."""
+
+    def __init__(
+        self,
+        cls: type[HelixSaver],
+        log_config: LogConfig,
+        config: CheckpointsConfig,
+        serde: SerializerProtocol | None,
+    ) -> None:
+        self._saver = cls(CheckpointLog(log_config, config), serde=serde)
+
+    async def __aenter__(self) -> HelixSaver:
+        saver = self._saver
+        saver._loop = asyncio.get_running_loop()
+        await saver._log.open()
+        return saver
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._saver._log.close()
+
+    def __enter__(self) -> HelixSaver:
+        saver = self._saver
+        runner = saver._runner = LoopThread("helix-es-saver")
+        saver._loop = runner.loop
+        try:
+            runner.run(saver._log.open())
+        except BaseException:
+            runner.stop()
+            raise
+        return saver
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        runner = self._saver._runner
+        assert runner is not None
+        try:
+            runner.run(self._saver._log.close())
+            runner.run(close_shared_keys())  # the key store's pool, if any, opened on this loop
+        finally:
+            runner.stop()

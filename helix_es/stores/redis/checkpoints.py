@@ -1,0 +1,276 @@
+"""Redis checkpoint view: a thread's checkpoints, blobs and writes as hashes in its own hash slot.
+
+Keys: `helix_es.stores.redis.checkpoint_keys`. `apply` reads the partition checkpoint and, for the
+threads a batch deletes from, their (checkpoint, run id) index, folds the batch in Python into
+commands, and sends them with every thread's guard and the partition checkpoint. On one server
+that is one MULTI/EXEC under WATCH of the batch's thread guards: atomic, and a batch another
+projector raced (a guard moved) is refused whole (`StaleWrite`). On a cluster the threads' slots
+are written first and the checkpoint after; a thread's guard skips what it folded already on a
+replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from helix_es.model import names
+from helix_es.model.events import (
+    CheckpointSaved,
+    CheckpointsDeleted,
+    Event,
+    MemoryCleared,
+    Record,
+    Serialized,
+    SessionErased,
+    WritesSaved,
+)
+from helix_es.stores.ports import Applied, StaleWrite
+from helix_es.stores.redis.checkpoint_keys import (
+    SEP,
+    ThreadKeys,
+    blob_of,
+    blob_value,
+    namespace_glob,
+    saved_of,
+    saved_value,
+    threads_key,
+    write_of,
+    write_value,
+)
+from helix_es.stores.redis.pool import Lazy, is_cluster, text
+from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matching, drop_checkpoints
+from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, saved_row
+
+Index = dict[tuple[str, str], str]  # (checkpoint_ns, checkpoint_id) -> run id ("" for none)
+
+
+def _index(raw: dict[bytes, bytes]) -> Index:
+    out: Index = {}
+    for field, run in raw.items():
+        cns, _, cid = field.decode().partition(SEP)
+        out[(cns, cid)] = run.decode()
+    return out
+
+
+class RedisCheckpoints:
+    kind = "redis"
+
+    def __init__(self, url: str, name: str = VIEW_NAME) -> None:
+        self.url = url
+        self.name = name
+        self._client = Lazy(url)
+
+    def _keys(self, namespace: str, thread_id: str) -> ThreadKeys:
+        return ThreadKeys(self.name, namespace, thread_id)
+
+    async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
+        if not records:
+            return Applied(0)
+        client = await self._client()
+        p = records[0].position
+        cp_key, field = names.checkpoint_key(self.name), f"{p.topic}:{p.partition}"
+        by_thread: dict[tuple[str, str], list[Record]] = {}
+        for r in records:
+            by_thread.setdefault((r.event.namespace, r.event.session_id), []).append(r)
+        keys = {t: self._keys(*t) for t in by_thread}
+        guards = [keys[t].applied for t in by_thread]
+        if is_cluster(client):
+            return await self._apply_cluster(client, records, by_thread, keys)
+        async with client.pipeline(transaction=True) as pipe:
+            try:
+                # The guards only: batches of other partitions move the shared checkpoint hash meanwhile.
+                await pipe.watch(*guards)
+                done = int(await pipe.hget(cp_key, field) or -1)
+                applied = [int(v) if v is not None else -1 for v in await pipe.mget(guards)]
+                plans = await self._plans(pipe, by_thread, keys, done, applied)
+                pipe.multi()  # type: ignore[no-untyped-call]
+                count = self._queue(pipe, plans, keys)
+                if count:  # forward only, in the same transaction
+                    pipe.eval(ADVANCE, 1, cp_key, field, records[-1].position.offset, 0)
+                await pipe.execute()
+            except redis_errors.WatchError:
+                raise StaleWrite(f"{self.name}: another writer moved {field} or a thread of its batch") from None
+        return Applied(count)
+
+    async def _apply_cluster(
+        self,
+        client: Any,
+        records: Sequence[Record],
+        by_thread: dict[tuple[str, str], list[Record]],
+        keys: dict[tuple[str, str], ThreadKeys],
+    ) -> Applied:
+        p = records[0].position
+        done = int(await client.hget(names.checkpoint_key(self.name), f"{p.topic}:{p.partition}") or -1)
+        applied = [int(v) if v is not None else -1 for v in [await client.get(keys[t].applied) for t in by_thread]]
+        plans = await self._plans(client, by_thread, keys, done, applied)
+        async with client.pipeline(transaction=False) as pipe:
+            count = self._queue(pipe, plans, keys)
+            await pipe.execute()
+        if count:
+            await advance_checkpoint(client, self.name, p.topic, p.partition, records[-1].position.offset)
+        return Applied(count)
+
+    async def _plans(
+        self,
+        reader: Any,
+        by_thread: dict[tuple[str, str], list[Record]],
+        keys: dict[tuple[str, str], ThreadKeys],
+        done: int,
+        applied: list[int],
+    ) -> list[tuple[tuple[str, str], list[Record], Index | None]]:
+        """Per thread, the records past both the checkpoint and its guard, and the index a deletion needs."""
+        plans = []
+        for (t, recs), guard in zip(by_thread.items(), applied, strict=True):
+            fresh = [r for r in recs if r.position.offset > max(done, guard)]
+            if not fresh:
+                continue
+            deletes = any(not isinstance(r.event.payload, (CheckpointSaved, WritesSaved)) for r in fresh)
+            index = _index(await reader.hgetall(keys[t].runs)) if deletes else None
+            plans.append((t, fresh, index))
+        return plans
+
+    def _queue(self, pipe: Any, plans: list[tuple[tuple[str, str], list[Record], Index | None]], keys: Any) -> int:
+        count = 0
+        for t, fresh, index in plans:
+            k = keys[t]
+            for r in fresh:
+                self._fold(pipe, k, r.event, index)
+            pipe.set(k.applied, fresh[-1].position.offset)
+            count += len(fresh)
+        return count
+
+    def _fold(self, pipe: Any, k: ThreadKeys, e: Event, index: Index | None) -> None:
+        p = e.payload
+        if isinstance(p, CheckpointSaved):
+            member = f"{p.checkpoint_ns}{SEP}{p.checkpoint_id}"
+            pipe.hset(k.cp, member, saved_value(saved_row(e.session_id, p)))
+            pipe.zadd(k.ids(p.checkpoint_ns), {p.checkpoint_id: 0})
+            pipe.sadd(k.nss, p.checkpoint_ns)
+            pipe.hset(k.runs, member, p.run_id or "")
+            pipe.sadd(threads_key(self.name, e.namespace), e.session_id)
+            if p.blobs:
+                blobs = {f"{p.checkpoint_ns}{SEP}{b.channel}{SEP}{b.version}": blob_value(b.value) for b in p.blobs}
+                pipe.hset(k.blobs, mapping=blobs)
+            if index is not None:
+                index[(p.checkpoint_ns, p.checkpoint_id)] = p.run_id or ""
+        elif isinstance(p, WritesSaved):
+            key = k.writes(p.checkpoint_ns, p.checkpoint_id)
+            for w in p.writes:
+                row = write_value(WriteRow(p.task_id, w.idx, w.channel, w.value, p.task_path))
+                # LangGraph's special channels (negative idx) replace; the others never overwrite.
+                (pipe.hset if w.idx < 0 else pipe.hsetnx)(key, f"{p.task_id}{SEP}{w.idx}", row)
+        elif isinstance(p, (CheckpointsDeleted, MemoryCleared, SessionErased)):
+            assert index is not None
+            scope = p.scope if isinstance(p, CheckpointsDeleted) else "thread"
+            if scope == "runs":
+                runs = set(p.run_ids) if isinstance(p, CheckpointsDeleted) else set()
+                doomed = [k_ for k_, run in index.items() if run and run in runs]
+            elif scope == "keep_latest":
+                latest: dict[str, str] = {}
+                for cns, cid in index:
+                    latest[cns] = max(latest.get(cns, cid), cid)
+                doomed = [(cns, cid) for cns, cid in index if cid != latest[cns]]
+            else:
+                doomed = list(index)
+            for cns, cid in doomed:
+                member = f"{cns}{SEP}{cid}"
+                pipe.hdel(k.cp, member)
+                pipe.hdel(k.runs, member)
+                pipe.zrem(k.ids(cns), cid)
+                pipe.delete(k.writes(cns, cid))
+                del index[(cns, cid)]
+            if scope == "thread":
+                pipe.delete(k.cp, k.runs, k.nss, k.blobs)
+                pipe.srem(threads_key(self.name, e.namespace), e.session_id)
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        value = await (await self._client()).hget(names.checkpoint_key(self.name), f"{topic}:{partition}")
+        return None if value is None else int(value)
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        await advance_checkpoint(await self._client(), self.name, topic, partition, offset)
+
+    async def get(self, namespace: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> Saved | None:
+        client = await self._client()
+        k = self._keys(namespace, thread_id)
+        if checkpoint_id is None:
+            newest = await client.zrevrangebylex(k.ids(checkpoint_ns), "+", "-", start=0, num=1)
+            if not newest:
+                return None
+            checkpoint_id = text(newest[0])
+        value = await client.hget(k.cp, f"{checkpoint_ns}{SEP}{checkpoint_id}")
+        return None if value is None else saved_of(thread_id, checkpoint_ns, checkpoint_id, value)
+
+    async def listing(
+        self,
+        namespace: str,
+        thread_id: str | None,
+        checkpoint_ns: str | None,
+        before: str | None,
+        limit: int | None,
+    ) -> list[Saved]:
+        client = await self._client()
+        if thread_id is not None:
+            threads = [thread_id]
+        else:
+            threads = sorted((text(t) for t in await client.smembers(threads_key(self.name, namespace))), reverse=True)
+        found: list[Saved] = []
+        top = "+" if before is None else f"({before}"
+        for tid in threads:
+            k = self._keys(namespace, tid)
+            nss = [checkpoint_ns] if checkpoint_ns is not None else [text(n) for n in await client.smembers(k.nss)]
+            rows: list[Saved] = []
+            for cns in nss:
+                page = {"start": 0, "num": limit} if limit is not None else {}
+                ids = [text(i) for i in await client.zrevrangebylex(k.ids(cns), top, "-", **page)]
+                if ids:
+                    values = await client.hmget(k.cp, [f"{cns}{SEP}{i}" for i in ids])
+                    rows += [saved_of(tid, cns, i, v) for i, v in zip(ids, values, strict=True) if v is not None]
+            found += sorted(rows, key=lambda s: s.checkpoint_id, reverse=True)
+            if limit is not None and len(found) >= limit:
+                return found[:limit]
+        return found
+
+    async def blobs(
+        self, namespace: str, thread_id: str, checkpoint_ns: str, versions: Sequence[tuple[str, str]]
+    ) -> dict[str, Serialized]:
+        if not versions:
+            return {}
+        k = self._keys(namespace, thread_id)
+        fields = [f"{checkpoint_ns}{SEP}{ch}{SEP}{v}" for ch, v in versions]
+        values = await (await self._client()).hmget(k.blobs, fields)
+        out = {}
+        for (channel, _), value in zip(versions, values, strict=True):
+            if value is not None:
+                blob = blob_of(value)
+                if blob.type != EMPTY:
+                    out[channel] = blob
+        return out
+
+    async def writes(self, namespace: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> list[WriteRow]:
+        raw = await (await self._client()).hgetall(
+            self._keys(namespace, thread_id).writes(checkpoint_ns, checkpoint_id)
+        )
+        return [write_of(f, v) for f, v in raw.items()]
+
+    async def runs(self, namespace: str, run_ids: Collection[str]) -> list[str]:
+        client = await self._client()
+        wanted = set(run_ids)
+        found = []
+        for t in sorted(text(t) for t in await client.smembers(threads_key(self.name, namespace))):
+            if wanted & {text(r) for r in await client.hvals(self._keys(namespace, t).runs)}:
+                found.append(t)
+        return found
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        client = await self._client()
+        for ns in namespaces:
+            await delete_matching(client, *namespace_glob(self.name, ns))
+            await client.delete(threads_key(self.name, ns))
+        await drop_checkpoints(client, self.name, topics)
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,114 @@
+"""The log keeps a LangGraph thread's whole history: `helix-es audit` shows it, deletions are events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import cli, require_module, start_projector, stop, wait_for
+
+require_module("langgraph", "LangGraph")
+
+from helix_es.client.keys import close_shared_keys  # noqa: E402
+from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
+from helix_es.stores.postgres.checkpoints import PostgresCheckpoints  # noqa: E402
+from tests import langgraph_graph as lg  # noqa: E402
+
+
+async def test_audit_shows_a_threads_checkpoints_and_its_deletion(
+    tmp_path: Path, namespace: str, session_id: str
+) -> None:
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    path = tmp_path / "graph.yaml"
+    path.write_text(json.dumps(config))
+    async with HelixSaver.from_config(config) as saver:
+        outcome = await lg.ascenario(saver, session_id)
+        thread = {"configurable": {"thread_id": session_id}}
+        ids = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(thread)]
+        await saver.adelete_thread(session_id)
+        assert await saver.aget_tuple({"configurable": {"thread_id": session_id}}) is None
+    assert len(ids) == len(outcome["history"])
+
+    code, out, err = await cli("audit", "--config", str(path), "--session", session_id)
+    assert code == 0, err
+    for cid in ids:
+        assert f"checkpoint {cid}" in out
+    assert "writes of task" in out and "__interrupt__" in out  # the interrupt is a pending write
+    assert 'steps = ["act:yes"]' in out  # values are shown as text
+    assert out.rstrip().endswith("thread deleted: every checkpoint and write")
+
+    code, out, err = await cli("audit", "--config", str(path), "--session", session_id, "--json")
+    assert code == 0, err
+    events = json.loads(out)["events"]
+    kinds = [e["type"] for e in events]
+    assert kinds.count("CheckpointSaved") == len(ids) and kinds[-1] == "CheckpointsDeleted"
+    saved = [e["payload"] for e in events if e["type"] == "CheckpointSaved"]
+    assert {s["checkpoint_id"] for s in saved} == set(ids)
+    assert all(s["checkpoint"]["bytes"] > 0 for s in saved)
+
+
+async def test_view_dropped_is_refolded_from_the_log(
+    tmp_path: Path, namespace: str, session_id: str, kafka_bootstrap: str, postgres_dsn: str, procs: list[Any]
+) -> None:
+    """The view is a cache of the log: drop it, start the projector again, and a fresh saver reads it all back."""
+    config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn})
+    procs.append(start_projector(config, tmp_path))
+    async with HelixSaver.from_config(config) as saver:
+        expected = await lg.ascenario(saver, session_id)
+    stop(procs.pop())
+    store = PostgresCheckpoints(postgres_dsn)
+    try:
+        await store.drop([namespace], [f"helix.memory.{namespace}"])
+        assert await store.listing(namespace, None, None, None, None) == []
+    finally:
+        await store.close()
+    procs.append(start_projector(config, tmp_path))
+    async with HelixSaver.from_config(config) as saver:
+        g = lg.graph(saver)
+        thread = {"configurable": {"thread_id": session_id}}
+
+        async def refolded() -> bool:
+            return len([s async for s in g.aget_state_history(thread)]) == len(expected["history"])
+
+        await wait_for(refolded, 60, "the projector to refold the thread")
+        assert [lg.snapshot(s) async for s in g.aget_state_history(thread)] == expected["history"]
+
+
+@pytest.fixture
+async def file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[None]:
+    lg.use_file_keys(monkeypatch, str(tmp_path / "keys"))
+    yield
+    await close_shared_keys()
+
+
+async def test_forget_shreds_a_thread(tmp_path: Path, namespace: str, session_id: str, file_keys: None) -> None:
+    sealed = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace, "encryption": True}}
+    plain = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": f"{namespace}-plain"}}
+    for config in (sealed, plain):
+        async with HelixSaver.from_config(config) as saver:
+            assert (await lg.ascenario(saver, session_id))["done"]["steps"][-1] == "act:yes"
+    log = tmp_path / "log"
+    assert b"act:yes" not in (log / f"helix.memory.{namespace}.log").read_bytes()  # sealed
+    assert b"act:yes" in (log / f"helix.memory.{namespace}-plain.log").read_bytes()
+    path = tmp_path / "sealed.yaml"
+    path.write_text(json.dumps(sealed))
+
+    code, out, err = await cli("forget", "--config", str(path), "--session", session_id, "--yes")
+    assert code == 0, err
+    assert out.startswith(f"forgot {namespace}/{session_id}: destroyed 1 key(s)")
+    async with HelixSaver.from_config(sealed) as saver:
+        assert await saver.aget_tuple({"configurable": {"thread_id": session_id}}) is None
+        assert [t async for t in saver.alist({"configurable": {"thread_id": session_id}})] == []
+    code, out, err = await cli("audit", "--config", str(path), "--session", session_id)
+    assert code == 0 and "SessionErased" in out and "act:yes" not in out, err
+    assert "steps = sealed by key dk-" in out  # shown as what it is
+    # Forgotten already: nothing to do. A thread written in plaintext cannot be shredded.
+    code, out, _ = await cli("forget", "--config", str(path), "--session", session_id, "--yes")
+    assert code == 0 and "already erased" in out
+    (tmp_path / "plain.yaml").write_text(json.dumps(plain))
+    code, _, err = await cli("forget", "--config", str(tmp_path / "plain.yaml"), "--session", session_id, "--yes")
+    assert code == 2 and "encryption is off" in err

@@ -1,0 +1,174 @@
+"""HelixSaver under a real LangGraph graph: interrupt, resume, history and replay as with InMemorySaver,
+and the same history read back by a fresh saver in another process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ROOT, require_module, start_projector
+
+require_module("langgraph", "LangGraph")
+
+import pytest  # noqa: E402
+from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+
+from helix_es import Message, open_memory  # noqa: E402
+from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
+from helix_es.log.embedded import EmbeddedLog  # noqa: E402
+from helix_es.model.errors import ConfigError, ConsistencyTimeout, InvalidInput  # noqa: E402
+from tests import langgraph_graph as lg  # noqa: E402
+
+
+def read_back(config: dict[str, Any], thread: str) -> list[dict[str, Any]]:
+    """The thread's history as a fresh saver in a new process reads it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.langgraph_graph", json.dumps(config), thread],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    history: list[dict[str, Any]] = json.loads(out.stdout)
+    return history
+
+
+def test_graph_as_with_in_memory_saver_sync_embedded(tmp_path: Path, namespace: str, session_id: str) -> None:
+    expected = lg.scenario(InMemorySaver(), session_id)
+    # The scenario is what it says: an interrupt seen in the history, a replay that forked it.
+    assert expected["interrupt"] and expected["replayed"]["steps"][-1] == "act:yes"
+    assert any(h["interrupts"] for h in expected["history"]) and any(h["source"] == "fork" for h in expected["history"])
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    with HelixSaver.from_config(config) as saver:
+        got = lg.scenario(saver, session_id)
+    assert got == expected
+    assert read_back(config, session_id) == expected["history"]
+
+
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+async def test_graph_as_with_in_memory_saver_async_kafka(
+    tmp_path: Path, namespace: str, session_id: str, kafka_bootstrap: str, store: str, procs: list[Any], request: Any
+) -> None:
+    expected = await lg.ascenario(InMemorySaver(), session_id)
+    key, fixture = {"postgres": ("dsn", "postgres_dsn"), "redis": ("redis_url", "redis_url")}[store]
+    config = lg.on_kafka(namespace, {"store": store, key: request.getfixturevalue(fixture)})
+    procs.append(start_projector(config, tmp_path))
+    async with HelixSaver.from_config(config) as saver:
+        got = await lg.ascenario(saver, session_id)
+    assert got == expected
+    assert read_back(config, session_id) == expected["history"]
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"log": {"type": "embedded"}}, "checkpoints"),
+        ({"checkpoints": {"store": "bogus"}}, "checkpoints.store"),
+        ({"checkpoints": {"store": "file"}}, "checkpoints.store"),
+        ({"log": {"type": "kafka"}, "checkpoints": {"store": "memory"}}, "checkpoints.store"),
+        ({"checkpoints": {"namespace": "no spaces"}}, "checkpoints.namespace"),
+        ({"checkpoints": {"nmespace": "x"}}, "checkpoints.nmespace"),
+        ({"checkpoints": {"read_timeout": 0}}, "checkpoints.read_timeout"),
+    ],
+)
+def test_bad_config_names_the_key(config: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        HelixSaver.from_config(config)
+    assert caught.value.field == field
+
+
+async def test_bad_input_writes_nothing(tmp_path: Path, namespace: str) -> None:
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    checkpoint = empty_checkpoint()
+    async with HelixSaver.from_config(config) as saver:
+        with pytest.raises(InvalidInput) as caught:
+            await saver.aput({"configurable": {"thread_id": "a{b}", "checkpoint_ns": ""}}, checkpoint, {}, {})
+        assert caught.value.field == "config.configurable.thread_id"
+        with pytest.raises(InvalidInput) as caught:
+            await saver.aput_writes({"configurable": {"thread_id": "t"}}, [("x", 1)], "task")
+        assert caught.value.field == "config.configurable.checkpoint_id"
+        with pytest.raises(InvalidInput) as caught:
+            await saver.aprune(["t"], strategy="keep_some")
+        assert caught.value.field == "strategy"
+        # A sync call on the loop the saver lives on would block that loop: refused, clearly.
+        with pytest.raises(RuntimeError, match="async method"):
+            saver.get_tuple({"configurable": {"thread_id": "t"}})
+    log = EmbeddedLog(tmp_path / "log")
+    try:
+        assert [r async for r in log.read(namespace)] == []
+    finally:
+        await log.close()
+
+
+async def test_one_projector_service_for_memories_and_checkpoints(
+    tmp_path: Path,
+    namespace: str,
+    session_id: str,
+    kafka_bootstrap: str,
+    redis_url: str,
+    postgres_dsn: str,
+    procs: list[Any],
+) -> None:
+    """One file names a memory and a checkpoint view; one `helix-es project` folds both."""
+    config = lg.on_kafka(f"{namespace}-graph", {"store": "postgres", "dsn": postgres_dsn})
+    config["memory"] = {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": namespace}
+    procs.append(start_projector(config, tmp_path))
+    async with open_memory(config, session_id=session_id) as memory, HelixSaver.from_config(config) as saver:
+        await memory.add(Message(role="user", content="remember the graph"))
+        got = await lg.ascenario(saver, session_id)
+        assert [m.content for m in await memory.get()] == ["remember the graph"]
+    assert got["done"]["steps"] == ["plan", "ask:yes", "act:yes"]
+    assert read_back(config, session_id) == got["history"]
+
+
+def test_sync_opened_saver_serves_async_graphs_on_other_loops(tmp_path: Path, namespace: str) -> None:
+    """`with` keeps the saver on its own loop thread: an async graph on any loop reaches it there."""
+    expected = asyncio.run(lg.ascenario(InMemorySaver(), "t"))
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    with HelixSaver.from_config(config) as saver:
+        assert asyncio.run(lg.ascenario(saver, "t")) == expected
+        assert lg.history(lg.graph(saver), "t") == expected["history"]  # and sync calls, from this thread
+
+
+async def test_async_opened_saver_serves_sync_graphs_in_threads(tmp_path: Path, namespace: str) -> None:
+    expected = lg.scenario(InMemorySaver(), "t")
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    async with HelixSaver.from_config(config) as saver:
+        assert await asyncio.to_thread(lg.scenario, saver, "t") == expected
+
+
+async def test_read_waits_for_the_view_then_times_out_clearly(
+    namespace: str, kafka_bootstrap: str, postgres_dsn: str
+) -> None:
+    """No projector runs for this Kafka log: a read after a write waits `read_timeout`, then says why."""
+    config = lg.on_kafka(namespace, {"store": "postgres", "dsn": postgres_dsn, "read_timeout": 0.5})
+    async with HelixSaver.from_config(config) as saver:
+        thread = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        await saver.aput(thread, empty_checkpoint(), {}, {})
+        with pytest.raises(ConsistencyTimeout, match="helix-es project"):
+            await saver.aget_tuple(thread)
+        # A thread this saver never wrote is not waited for: nothing there yet.
+        assert await saver.aget_tuple({"configurable": {"thread_id": "other"}}) is None
+
+
+def test_readme_example_runs(tmp_path: Path) -> None:
+    """The README's example, in a directory of its own: what it prints is what the README says."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "readme_langgraph_example.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "{'question': 'go ahead?'}"
+    assert lines[1] == lines[3] == "{'steps': ['plan', 'ask:yes', 'act:yes'], 'answer': 'yes'}"
+    assert lines[2] == "[(3, ()), (2, ('act',)), (1, ('ask',)), (0, ('plan',)), (-1, ('__start__',))]"
+    assert (tmp_path / ".helix" / "log" / "helix.memory.my-graph.log").stat().st_size > 0
