@@ -3,6 +3,12 @@
 A view's state is the tuple of messages it holds for one session. `fold` is pure and
 deterministic, so the embedded mode and the Kafka projectors reach the same state from
 the same events, and any view can be thrown away and rebuilt from the log.
+
+A `MessageRetracted` takes back the newest message the view still holds (`retracted`): what
+the state was before that message's add, as far as the view can tell. A window that evicted
+older messages cannot bring them back: after a retraction it holds one message fewer (it may
+be empty while the conversation view still shows older ones), and later adds refill it. A
+retraction depends on the state, so it is never one of `restarts`.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, SessionErased
 from helix_es.model.message import Message
 
 State = tuple[Message, ...]
@@ -46,10 +52,18 @@ class View(ABC):
             return ()
         if isinstance(payload, MessageAdded):
             return self.added(state, payload.message)
+        if isinstance(payload, MessageRetracted):
+            return self.retracted(state)
         return state  # event types this view does not use
 
     @abstractmethod
     def added(self, state: State, message: Message) -> State: ...
+
+    def retracted(self, state: State) -> State:
+        """The state without its newest message. Views keep messages in add order (the pinned system
+        message at its place), so that is the last one; a tool exchange is left as it was before
+        the retracted result or call was added, which is as valid as it was then."""
+        return state[:-1]
 
     def render(self, state: State) -> list[Message]:
         return list(state)

@@ -1,0 +1,1 @@
+"""Adapters for the frameworks agents are written in (each imports its framework only when used)."""
