@@ -4,11 +4,13 @@ A view's state is the tuple of messages it holds for one session. `fold` is pure
 deterministic, so the embedded mode and the Kafka projectors reach the same state from
 the same events, and any view can be thrown away and rebuilt from the log.
 
-A `MessageRetracted` takes back the newest message the view still holds (`retracted`): what
-the state was before that message's add, as far as the view can tell. A window that evicted
-older messages cannot bring them back: after a retraction it holds one message fewer (it may
-be empty while the conversation view still shows older ones), and later adds refill it. A
-retraction depends on the state, so it is never one of `restarts`.
+A `MessageRetracted` takes back the newest message the view still holds (`retracted`): in the
+uncapped conversation exactly the state before that message's add. A view that evicts (windows,
+caps, smart, summary) cannot bring an evicted message back: after a retraction it holds one
+message fewer, and once retractions reach past what it holds they change nothing in it (it never
+takes back its pinned system message, since messages added after that one may be the evicted
+ones); later adds refill it. Tool results added again after their call was evicted are orphans
+in such a view. A retraction depends on the state, so it is never one of `restarts`.
 """
 
 from __future__ import annotations
@@ -60,9 +62,9 @@ class View(ABC):
     def added(self, state: State, message: Message) -> State: ...
 
     def retracted(self, state: State) -> State:
-        """The state without its newest message. Views keep messages in add order (the pinned system
-        message at its place), so that is the last one; a tool exchange is left as it was before
-        the retracted result or call was added, which is as valid as it was then."""
+        """The state without its newest message: views keep messages in add order, so the last one. A
+        tool exchange is left as it was before the retracted result or call was added. Views that
+        evict override this (`sliding_window.retract_unpinned`)."""
         return state[:-1]
 
     def render(self, state: State) -> list[Message]:

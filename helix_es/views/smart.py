@@ -15,8 +15,8 @@
 The state is the pinned system message (if any), the file map message (if any), then the
 items (messages and notes) in order. The fold is pure: the same events give the same state.
 
-A retraction takes back the newest real message (not a note); with none left, the pinned system
-message. A retracted tool result also takes back the file map entries it wrote, when they are
+A retraction takes back the newest real message (not a note, not the pinned system message); with
+none left it changes nothing. A retracted tool result also takes back the file map entries it wrote, when they are
 still its own; what a path's entry said before is not brought back, as an evicted message is not.
 """
 
@@ -142,7 +142,7 @@ class Smart(View):
         items = parts.items
         last = next((i for i in range(len(items) - 1, -1, -1) if items[i].metadata.get(ROLE) != "compressed"), None)
         if last is None:
-            return join(Parts(None, parts.files, items)) if parts.pinned is not None else state
+            return state  # what it held is gone: the rest was evicted (or is the pinned message)
         before = items[:last]
         files = {
             path: entry
