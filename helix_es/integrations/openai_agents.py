@@ -185,7 +185,7 @@ class HelixSession:
             items = await self._items()
         if wanted is None or wanted < 0:
             return items
-        return items[len(items) - wanted :] if wanted else []
+        return items[-wanted:] if wanted else []
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """One `MessageAdded` per item, in order. Every item is checked first: a bad one
