@@ -26,7 +26,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from helix_es import Message, open_memory
 from helix_es.client.audit import audit
 from helix_es.integrations.openai_agents import ITEM, KIND, HelixSession, SessionClosed
-from helix_es.model.errors import InvalidInput
+from helix_es.model.errors import ConfigError, InvalidInput
 from tests.conftest import start_projector, stop, unique
 from tests.test_idempotency import store_config
 
@@ -178,6 +178,17 @@ async def test_bad_items_write_nothing_and_a_closed_session_refuses(tmp_path: Pa
         await session.get_items()
     with pytest.raises(SessionClosed):
         await session.add_items([])
+
+
+@pytest.mark.parametrize("middleware", ["encryption", "redaction"])
+async def test_middleware_that_would_leave_the_item_in_clear_is_refused(middleware: str, tmp_path: Path) -> None:
+    cfg = {**embedded(tmp_path), "memory_middleware": ["logging", middleware]}
+    session = HelixSession("s", cfg)
+    with pytest.raises(ConfigError, match=r"memory_middleware\[1\].*metadata"):
+        await session.add_items([{"role": "user", "content": "my card is 4111 1111 1111 1111"}])
+    await session.aclose()
+    async with HelixSession("s", {**cfg, "memory_middleware": ["logging"]}) as plain:
+        assert await plain.get_items() == []  # nothing was written
 
 
 async def test_session_settings_limit_as_the_sdk(tmp_path: Path) -> None:

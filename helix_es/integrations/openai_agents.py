@@ -27,6 +27,8 @@ token-window, smart, summary, a capped conversation) `get_items` returns only wh
 holds, `pop_item` returns None once the window is empty even if older items are on the log, and
 smart and summary views show their own system messages as `system` items. A composite merges
 its parts' answers and drops repeats of the same role and text, so equal items would be lost.
+The encryption and redaction middleware are refused (`ConfigError`): they seal or rewrite a
+message's text but not its metadata, which holds the item whole.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 from helix_es.client.memory import retract
 from helix_es.client.open import open_memory
 from helix_es.client.protocol import Memory
-from helix_es.config import Config
-from helix_es.model.errors import HelixError, InvalidInput
+from helix_es.config import Config, load_config
+from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 from helix_es.model.message import Message, ToolCall
 
 __all__ = ["ITEM", "KIND", "HelixSession", "SessionClosed", "item_message", "message_items"]
@@ -56,6 +58,8 @@ ITEM = "helix.openai_agents.item"  # Message.metadata key: the SDK item, exactly
 KIND = "helix.openai_agents.type"  # Message.metadata key: the item's type ("message" for role items)
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_KEYS = ("text", "refusal")  # where a content part keeps its text (input_text, output_text, refusal)
+# Middleware that change or seal a message's text: they leave metadata, and so the item, as it is.
+_TEXT_MIDDLEWARE = ("encryption", "redaction")
 
 
 class SessionClosed(HelixError, RuntimeError):
@@ -166,10 +170,16 @@ class HelixSession:
         if self._closed:
             raise SessionClosed(f"HelixSession {self.session_id!r} is closed")
         if self._memory is None:
+            cfg = self._config if isinstance(self._config, Config) else load_config(self._config, agent=self._agent)
+            for i, name in enumerate(cfg.middleware):
+                if name in _TEXT_MIDDLEWARE:
+                    raise ConfigError(
+                        f"memory_middleware[{i}]",
+                        f"{name} does not cover Message.metadata, where HelixSession keeps each item whole: "
+                        "the item's text would reach the log as it is",
+                    )
             stack = AsyncExitStack()
-            self._memory = await stack.enter_async_context(
-                open_memory(self._config, session_id=self.session_id, agent=self._agent)
-            )
+            self._memory = await stack.enter_async_context(open_memory(cfg, session_id=self.session_id))
             self._stack = stack
         return self._memory
 
