@@ -360,23 +360,13 @@ class PostgresLongTerm:
         marks: dict[str, datetime | None],
         lock_ns: list[str],
     ) -> int:
-        """Write the rows of `batch` and move the checkpoint to its end: how many events were past it."""
-        if len(batch) >= COPY_ROWS:
-            return await self._copy(conn, topic, partition, batch, marks, lock_ns)
-        applied: int = await conn.fetchval(
-            self._apply, self.name, topic, partition, *_columns(batch), lock_ns, batch[-1].offset
-        )
-        return applied
-
-    async def _copy(
-        self,
-        conn: asyncpg.Connection,
-        topic: str,
-        partition: int,
-        batch: list[Op],
-        marks: dict[str, datetime | None],
-        lock_ns: list[str],
-    ) -> int:
+        """Write the rows of `batch` and move the checkpoint to its end: how many events were past it.
+        From `COPY_ROWS` records on, the rows go by COPY."""
+        if len(batch) < COPY_ROWS:
+            applied: int = await conn.fetchval(
+                self._apply, self.name, topic, partition, *_columns(batch), lock_ns, batch[-1].offset
+            )
+            return applied
         done: int = await conn.fetchval(self._prepare, self.name, topic, partition, lock_ns, batch[-1].offset)
         fresh = [op for op in batch if op.offset > done]
         rows = [
