@@ -272,3 +272,23 @@ async def test_a_bad_reason_writes_nothing(tmp_path: Path) -> None:
         with pytest.raises(InvalidInput, match="reason"):
             await retract(mem, reason="nul \x00")
         assert [m.content for m in await mem.get()] == ["keep me"]
+
+
+async def test_a_retried_retraction_with_its_key_takes_back_one_message(tmp_path: Path) -> None:
+    cfg = {"log": {"type": "embedded", "path": str(tmp_path / "log")}, "memory": {"namespace": unique("retract")}}
+    async with open_memory(cfg, session_id="s") as mem:
+        for text in ("one", "two", "three"):
+            await mem.add(Message("user", text))
+        await retract(mem, idempotency_key="pop-1")
+        await retract(mem, idempotency_key="pop-1")  # the same write again: shows once
+        assert [m.content for m in await mem.get()] == ["one", "two"]
+        await retract(mem, idempotency_key="pop-2")
+        assert [m.content for m in await mem.get()] == ["one"]
+    report = await audit(cfg, session_id="s")
+    retractions = [e for e in report.events if e.type == "MessageRetracted"]
+    assert [e.duplicate_of is not None for e in retractions] == [False, True, False]
+    adds = [e.event_id for e in report.events if e.type == "MessageAdded"]
+    # Each names the add it took back, the one after the retry too (the retry moved nothing).
+    named = [e.payload.retracted for e in retractions]  # type: ignore[union-attr]
+    assert (named[0], named[2]) == (adds[2], adds[1])
+    assert [e.retracts for e in retractions] == [2, None, 1]

@@ -49,6 +49,7 @@ class EventWriter:
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     _in_doubt: tuple[Event, ...] = ()  # events of the last adds and clears that raised
     _own_adds: tuple[str, ...] = ()  # event ids of this writer's adds since its last clear, newest last
+    _own_keys: tuple[str, ...] = ()  # idempotency keys of its last writes: a write with one again is a retry
 
     async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
         if not isinstance(message, Message):
@@ -92,12 +93,16 @@ class EventWriter:
             self._in_doubt = tuple(
                 e for e in self._in_doubt if not cleared and e is not event and not isinstance(e.payload, MemoryCleared)
             )
-        if isinstance(payload, MessageAdded):
+        if key is not None and key in self._own_keys:
+            pass  # a retry by its key: the views show the first write alone
+        elif isinstance(payload, MessageAdded):
             self._own_adds = (*self._own_adds[-(MAX_OWN_ADDS - 1) :], str(event.event_id))
         elif isinstance(payload, MemoryCleared):
             self._own_adds = ()
         else:
             self._own_adds = self._own_adds[:-1]
+        if key is not None:
+            self._own_keys = (*self._own_keys[-(MAX_OWN_ADDS - 1) :], key)
         self.wrote(position)
         return position
 

@@ -10,6 +10,9 @@ One `apply` folds one topic-partition batch:
 - `SessionErased` (`helix-es forget`) removes that session's entries written before it (all of
   them but those after it on its own partition, where a session's events live) in the same
   atomic write, and drops its pending messages; other sessions' entries stay.
+- `MessageRetracted` is not applied yet: a retracted message stays searchable. Entries exist only
+  for messages with text, so the index alone cannot tell whether the session's newest message
+  (the one taken back) is one of them.
 
 Vectors come, in order, from the batch's recorded embeddings, an in-process cache by content
 hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. A paid
