@@ -31,6 +31,7 @@ from helix_es.views.smart import FILES, ROLE, Smart
 from helix_es.views.summary import Summary
 from helix_es.views.summary import split as summary_split
 from helix_es.views.token_window import TokenWindow
+from projectors.rebuild import rebuild
 from tests.conftest import start_projector, stop, unique
 from tests.test_idempotency import store_config
 from tests.test_tool_pairs import agent_turns, invalid
@@ -167,8 +168,16 @@ PARTS: list[dict[str, Any]] = [
     {"type": "token-window", "max_tokens": 300},
     {"type": "conversation", "max_length": 9},
     {"type": "summary", "max_messages": 8},
+    {"type": "long-term"},
 ]
-FOLDED: list[View] = [Conversation(), SlidingWindow(7), TokenWindow(300), Conversation(max_length=9)]
+# What each part must show: the pure fold of a view (long-term: one session, so the conversation's).
+EXPECTED: dict[str, View] = {
+    "conversation": Conversation(),
+    "sliding-window-7-pairs": SlidingWindow(7),
+    "token-window-300-est2-pairs": TokenWindow(300),
+    "conversation-max9-pairs": Conversation(max_length=9),
+    "long-term": Conversation(),
+}
 
 
 def composite(ns: str, store: dict[str, Any], log: dict[str, Any]) -> dict[str, Any]:
@@ -189,18 +198,18 @@ async def run_agent(cfg: dict[str, Any], seed: int) -> list[Event]:
                 await retract(mem)
             done.append(e)
             parts = mem.inner.parts  # type: ignore[attr-defined]
-            views = [await p.get() for p in parts]
-            assert all(invalid(v) is None for v in views)
-            for view, got in zip(FOLDED, views, strict=False):
-                assert got == list(fold(view, done)), (view.name, len(done))
+            views = {p.projection.name.split("@")[0]: await p.get() for p in parts}
+            assert all(invalid(v) is None for v in views.values())
+            for name, view in EXPECTED.items():
+                assert views[name] == list(fold(view, done)), (name, len(done))
     return done
 
 
 async def assert_audited(cfg: dict[str, Any], done: list[Event]) -> None:
     report = await audit(cfg, session_id="s", as_of="now")
     assert report.views is not None
-    for view in FOLDED:
-        assert report.views[view.name] == list(fold(view, done)), view.name
+    for name, view in EXPECTED.items():
+        assert report.views[name] == list(fold(view, done)), name
     written = [e.type for e in report.events if e.type != "SummaryRecorded"]  # derived: the summary view's
     assert written == [type(e.payload).__name__ for e in done]
     by_offset = {e.position.offset: e for e in report.events}
@@ -230,6 +239,20 @@ async def test_embedded_every_store_retracts_as_the_fold(
     await assert_audited(cfg, done)
     async with open_memory(cfg, session_id="s") as mem:  # a new process: the views rebuilt from the log file
         assert (await mem.inner.parts[0].get()) == list(fold(Conversation(), done))  # type: ignore[attr-defined]
+    if store == "memory":
+        return
+    for part in PARTS:  # a rebuild of each view from the log folds the same
+        if part["type"] == "summary":
+            continue
+        part_cfg = {
+            "log": log,
+            "memory": {**part, **store_config(store, request), "namespace": cfg["memory"]["namespace"]},
+        }
+        report = await rebuild(part_cfg)
+        assert report.switched
+        async with open_memory(part_cfg, session_id="s") as mem:
+            name = mem.projection.name.split("@")[0]  # type: ignore[attr-defined]
+            assert await mem.get() == list(fold(EXPECTED[name], done)), name
 
 
 @pytest.mark.parametrize("store", ["redis", "postgres"])
