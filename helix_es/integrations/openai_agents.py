@@ -43,7 +43,6 @@ from typing import Any
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
-from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from helix_es.client.memory import retract
 from helix_es.client.open import open_memory
@@ -155,9 +154,9 @@ class HelixSession:
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = (
-            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
-        )
+        if isinstance(session_settings, Mapping):
+            session_settings = SessionSettings(**session_settings)
+        self.session_settings = session_settings if session_settings is not None else SessionSettings()
         self._config = config
         self._agent = agent
         self._stack: AsyncExitStack | None = None
@@ -190,7 +189,8 @@ class HelixSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with `limit` (else `session_settings.limit`) the newest
         that many (0: none; a negative limit: all, as `SQLiteSession`)."""
-        wanted = resolve_session_limit(limit, self.session_settings)
+        settings = self.session_settings
+        wanted = limit if limit is not None or settings is None else settings.limit
         async with self._lock:
             items = await self._items()
         if wanted is None or wanted < 0:
