@@ -86,6 +86,7 @@ def items_of_every_kind(n: int) -> list[dict[str, Any]]:
         {"type": "hologram_call", "id": f"h_{n}", "beam": {"nested": [1, 2.5, None, True, "ünï"]}, "text": "zap"},
         {"type": "item_reference", "id": f"ref_{n}"},
         {"role": "user", "content": "a NUL \x00 and an emoji 🎉"},
+        {"type": "function_call_output", "call_id": "\x00", "output": {"not": "text"}},  # no call id left
     ]
 
 
@@ -128,6 +129,7 @@ async def test_it_is_the_sdks_session_and_every_kind_round_trips_exactly(tmp_pat
     assert messages[9].tool_calls[0].arguments == '"not json {"'  # quoted: still JSON text
     assert messages[10].role == "assistant" and messages[10].content == "zap"
     assert messages[12].content == "a NUL  and an emoji 🎉"  # the item keeps its NUL; the text cannot
+    assert messages[13].role == "assistant" and messages[13].metadata[KIND] == "function_call_output"
 
 
 async def test_messages_added_without_the_sdk_read_as_items(tmp_path: Path) -> None:
@@ -217,7 +219,7 @@ async def same_as_sqlite(session: HelixSession, seed: int, steps: int) -> None:
     popped = cleared = 0
     try:
         for step in range(steps):
-            roll = rng.random()
+            roll = rng.random() if step != steps // 2 else 0.77  # one clear at least, halfway
             if roll < 0.45:
                 kinds = items_of_every_kind(step)
                 batch = rng.sample(kinds, rng.randint(0, 4))

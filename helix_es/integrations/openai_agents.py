@@ -102,15 +102,16 @@ def item_message(item: object, field: str = "item") -> Message:
     kind = kind if isinstance(kind, str) and kind else "message"
     meta = {ITEM: exact, KIND: _clean(kind)}
     call_id, role = item.get("call_id"), item.get("role")
+    call_id = _clean(call_id) if isinstance(call_id, str) else ""
     if kind == "message" and isinstance(role, str) and role in _ROLES:
         return Message(_ROLES[role], _text(item.get("content")), metadata=meta)  # type: ignore[arg-type]
-    if kind == "function_call" and isinstance(call_id, str) and call_id and isinstance(item.get("name"), str):
-        call = ToolCall(_clean(call_id), _clean(item["name"]) or "function", _arguments(item.get("arguments", "{}")))
+    if kind == "function_call" and call_id and isinstance(item.get("name"), str):
+        call = ToolCall(call_id, _clean(item["name"]) or "function", _arguments(item.get("arguments", "{}")))
         return Message("assistant", tool_calls=(call,), metadata=meta)
-    if kind == "function_call_output" and isinstance(call_id, str) and call_id:
+    if kind == "function_call_output" and call_id:
         output = item.get("output")
         text = _text(output) if isinstance(output, str | list) else json.dumps(output)
-        return Message("tool", text, tool_call_id=_clean(call_id), metadata=meta)
+        return Message("tool", text, tool_call_id=call_id, metadata=meta)
     if kind == "reasoning":
         return Message("assistant", _text(item.get("summary")) or _text(item.get("content")), metadata=meta)
     text = item.get("text", item.get("content", ""))  # a kind this version does not know: its text, if any
