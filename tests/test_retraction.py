@@ -9,6 +9,7 @@ retraction took back.
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from pathlib import Path
@@ -315,3 +316,14 @@ async def test_a_retried_retraction_with_its_key_takes_back_one_message(tmp_path
     named = [e.payload.retracted for e in retractions]  # type: ignore[union-attr]
     assert (named[0], named[2]) == (adds[2], adds[1])
     assert [e.retracts for e in retractions] == [2, None, 1]
+
+
+async def test_the_file_store_exports_after_a_retraction(tmp_path: Path) -> None:
+    path = tmp_path / "memory.json"
+    cfg = {"memory": {"type": "conversation", "store": "file", "file_path": str(path), "namespace": unique("rf")}}
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(Message("user", "keep"))
+        await mem.add(Message("user", "take back"))
+        await retract(mem)
+    exported = json.loads(path.read_text())
+    assert [m["content"] for m in exported["messages"]] == ["keep"]
