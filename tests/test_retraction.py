@@ -23,8 +23,9 @@ from helix_es.client.memory import retract
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import MemoryCleared, MessageRetracted, Position, Record, SummaryRecorded
 from helix_es.projection.fold import fold_batch
+from helix_es.projection.vector import follow
 from helix_es.stores.memory.views import MemoryStore
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import TAIL, SessionKey, Tail
 from helix_es.views.base import State, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow, pinned_index
@@ -327,3 +328,89 @@ async def test_the_file_store_exports_after_a_retraction(tmp_path: Path) -> None
         await retract(mem)
     exported = json.loads(path.read_text())
     assert [m["content"] for m in exported["messages"]] == ["keep"]
+
+
+# --- the vector view: search never finds a retracted message ------------------------------------------
+
+
+async def vector_script(cfg: dict[str, Any]) -> list[list[str]]:
+    """Adds and retractions (one of a bare tool call, which has no entry); what search finds after each."""
+    found: list[list[str]] = []
+    call = Message("assistant", tool_calls=(ToolCall("c1", "ls"),))
+    steps: list[Message | None] = [Message("user", "apple pie"), Message("user", "banana bread"), call]
+    steps += [None, None, Message("user", "cherry tart"), None, Message("user", "date cake"), None, None, None]
+    steps.append(Message("user", "egg flan"))
+    async with open_memory(cfg, session_id="s") as mem:
+        for step in steps:
+            if step is None:
+                await retract(mem)
+            else:
+                await mem.add(step)
+            found.append(sorted(m.content for m in await mem.search("pie", limit=10)))
+    return found
+
+
+VECTOR_SEEN = [
+    ["apple pie"],
+    ["apple pie", "banana bread"],
+    ["apple pie", "banana bread"],
+    ["apple pie", "banana bread"],  # the tool call went: it had no entry
+    ["apple pie"],
+    ["apple pie", "cherry tart"],
+    ["apple pie"],
+    ["apple pie", "date cake"],
+    ["apple pie"],
+    [],
+    [],  # nothing left to take back
+    ["egg flan"],
+]
+
+
+@pytest.mark.parametrize("store", ["memory", "postgres"])
+async def test_vector_search_loses_what_was_retracted(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    log = {"type": "embedded", "path": str(tmp_path / "log"), "topic_prefix": unique("rv")}
+    memory = {"type": "vector", "namespace": unique("rv"), "top_k": 10, **store_config(store, request)}
+    cfg = {"log": log, "memory": memory}
+    assert await vector_script(cfg) == VECTOR_SEEN
+    async with open_memory(cfg, session_id="s") as mem:  # read back (memory: folded again from the log)
+        assert [m.content for m in await mem.search("pie", limit=10)] == ["egg flan"]
+    if store == "postgres":
+        assert (await rebuild(cfg)).switched  # replayed from the log in one batch into a fresh target
+        async with open_memory(cfg, session_id="s") as mem:
+            assert [m.content for m in await mem.search("pie", limit=10)] == ["egg flan"]
+
+
+async def test_kafka_vector_search_loses_what_was_retracted(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str
+) -> None:
+    log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": unique("rv")}
+    memory = {"type": "vector", "namespace": unique("rv"), "top_k": 10, "store": "postgres", "dsn": postgres_dsn}
+    cfg = {"log": log, "memory": {**memory, "read_timeout": 60}}
+    proc = start_projector(cfg, tmp_path)
+    try:
+        assert await vector_script(cfg) == VECTOR_SEEN
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_vector_tail_knows_what_it_took_back_when_history_is_read_again() -> None:
+    def rec(offset: int, payload: object) -> Record:
+        return Record(Event("ns", "s", payload), Position("t", 0, offset))  # type: ignore[arg-type]
+
+    add, back = MessageAdded(Message("user", "x")), MessageRetracted()
+    tail = Tail()
+    taken = []
+    for offset, payload in enumerate([add, add, back, add, back, back, back]):
+        tail, gone, _ = follow(tail, rec(offset, payload))
+        taken.append(gone)
+    assert taken == [None, None, 1, None, 3, 0, None] and tail == Tail(6, ())
+    tail = follow(follow(follow(Tail(), rec(0, add))[0], rec(1, add))[0], rec(2, back))[0]
+    assert [follow(tail, rec(o, add))[2] for o in (0, 1)] == [True, False]  # 1 was retracted: not again
+    many = Tail()
+    for offset in range(TAIL + 5):
+        many = follow(many, rec(offset, add))[0]
+    assert len(many.offsets) == TAIL and follow(many, rec(2, add))[2]  # fell off the tail: still there
+    assert follow(many, rec(TAIL + 5, MemoryCleared()))[0] == Tail(TAIL + 5, ())
