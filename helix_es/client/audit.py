@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
@@ -35,6 +34,7 @@ from aiokafka.errors import KafkaError
 from helix_es.client.audit_checkpoints import CHECKPOINT_EVENTS
 from helix_es.client.audit_checkpoints import describe as describe_checkpoint
 from helix_es.client.audit_checkpoints import payload_json as checkpoint_json
+from helix_es.client.describe import describe_message, quote
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
 from helix_es.client.reveal import Opener, opener
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
@@ -48,9 +48,11 @@ from helix_es.model.events import (
     EmbeddingRecorded,
     MemoryCleared,
     MessageAdded,
+    MessageRetracted,
     Payload,
     Position,
     Record,
+    SessionErased,
     SummaryRecorded,
 )
 from helix_es.model.message import Message
@@ -112,9 +114,12 @@ class AuditedEvent:
     erased: bool = False  # written before the session was forgotten: its content is crypto-shredded
     idempotency_key: str | None = None
     duplicate_of: int | None = None  # a retry of the write at this offset: no view folds it
+    # A MessageRetracted: the offset of the add it took back (the newest one still in the session's
+    # views, as the conversation folds it); None when there was none.
+    retracts: int | None = None
 
     @classmethod
-    def from_record(cls, record: Record, erasure: Erasure | None = None) -> AuditedEvent:
+    def from_record(cls, record: Record, erasure: Erasure | None = None, retracts: int | None = None) -> AuditedEvent:
         event = record.event
         payload: Payload | UnknownPayload = event.payload
         kind = payload.short_type if isinstance(payload, UnknownPayload) else type(payload).__name__
@@ -130,6 +135,7 @@ class AuditedEvent:
             erased,
             event.idempotency_key,
             record.duplicate_of,
+            retracts,
         )
 
     @property
@@ -144,6 +150,8 @@ class AuditedEvent:
             return {"message": _message_json(p.message)}
         if isinstance(p, MemoryCleared):
             return {"reason": p.reason}
+        if isinstance(p, MessageRetracted):  # with the offset of the add it took back, as the views fold it
+            return {"retracted": p.retracted, "reason": p.reason, "retracts_offset": self.retracts}
         if isinstance(p, SummaryRecorded):
             return {"view": p.view, "epoch": p.epoch, "covers": p.covers, "text": p.text, "model": p.model}
         if isinstance(p, EmbeddingRecorded):  # the vector itself is bulk; its size and text hash identify it
@@ -192,6 +200,10 @@ class AuditedEvent:
             return describe_message(p.message)
         if isinstance(p, MemoryCleared):
             return "memory cleared" + (f", reason {quote(p.reason)}" if p.reason else "")
+        if isinstance(p, MessageRetracted):
+            what = f"the message at @{self.retracts}" if self.retracts is not None else "nothing (no message left)"
+            named = f", writer named event {p.retracted}" if p.retracted else ""
+            return f"retracted {what}{named}" + (f", reason {quote(p.reason)}" if p.reason else "")
         if isinstance(p, SummaryRecorded):
             model = f", model {quote(p.model)}" if p.model else ""
             return f"summary for view {p.view} covering {p.covers} messages{model}: {quote(p.text)}"
@@ -297,6 +309,23 @@ async def _read(config: LogConfig, namespace: str, session_id: str | None) -> tu
         ) from exc
     finally:
         await log.close()
+
+
+def retractions(records: Sequence[Record]) -> dict[int, int]:
+    """For each retraction of one session's `records` (in offset order), the offset of the add it took back."""
+    held: list[int] = []
+    out: dict[int, int] = {}
+    for r in records:
+        p = r.event.payload
+        if r.duplicate_of is not None:
+            continue  # a retry: no view folds it
+        if isinstance(p, MessageAdded):
+            held.append(r.position.offset)
+        elif isinstance(p, MessageRetracted) and held:
+            out[r.position.offset] = held.pop()
+        elif isinstance(p, MemoryCleared | SessionErased):
+            held.clear()
+    return out
 
 
 # --- views ------------------------------------------------------------------------------------------
@@ -429,7 +458,8 @@ async def audit(
         return cut_at is None or utc(r.event.timestamp) <= cut_at
 
     erasure = erasure_of(mine)  # forgotten now, whatever the cut: its content is gone
-    events = [AuditedEvent.from_record(r, erasure) for r in mine if kept(r)]
+    taken = retractions(mine)
+    events = [AuditedEvent.from_record(r, erasure, taken.get(r.position.offset)) for r in mine if kept(r)]
     views: dict[str, list[Message]] | None = None
     if has_cut:
         upto = [r for r in records if kept(r)]
@@ -459,36 +489,3 @@ async def audit(
         erasure=erasure,
         skipped=skipped,
     )
-
-
-# --- text for people --------------------------------------------------------------------------------
-
-
-def quote(text: str) -> str:
-    """Text JSON-quoted (unicode kept): control characters and quotes stay inert on a terminal."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-_PLAIN = re.compile(r"[\w.:/@+-]+")
-
-
-def _word(text: str) -> str:
-    """A name or id as it is when it is one plain word, else JSON-quoted."""
-    return text if _PLAIN.fullmatch(text) else quote(text)
-
-
-def describe_message(m: Message) -> str:
-    """A message on one line, for people; text is JSON-quoted so control characters stay inert."""
-    out = m.role + (f" ({_word(m.name)})" if m.name else "") + ":"
-    if m.content or not m.tool_calls:
-        out += f" {quote(m.content)}"
-    if m.tool_calls:
-        args = (c.arguments if c.arguments.isprintable() else quote(c.arguments) for c in m.tool_calls)
-        out += " calls " + ", ".join(
-            f"{_word(c.name)}({a}) id {_word(c.id)}" for c, a in zip(m.tool_calls, args, strict=True)
-        )
-    if m.tool_call_id:
-        out += f" answering {_word(m.tool_call_id)}"
-    if m.metadata:
-        out += " " + json.dumps(dict(m.metadata), ensure_ascii=False)
-    return out

@@ -14,13 +14,21 @@ from helix_es.client import backend as backends
 from helix_es.client.protocol import Memory
 from helix_es.model import names
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, check_idempotency_key
+from helix_es.model.events import (
+    Event,
+    MemoryCleared,
+    MessageAdded,
+    MessageRetracted,
+    Position,
+    check_idempotency_key,
+)
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size, check_text
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import SessionKey
 
 MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
+MAX_OWN_ADDS = 64  # event ids of its own adds a writer remembers, to name what a retraction takes back
 RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
 # A read-your-writes read polls the view until it shows the write: every FIRST_POLL_CAP seconds at
 # most for the first FIRST_POLLS_FOR seconds, every POLL_CAP after.
@@ -29,14 +37,19 @@ FIRST_POLLS_FOR = 0.03
 POLL_CAP = 0.01
 
 
+Written = MessageAdded | MemoryCleared | MessageRetracted
+
+
 class EventWriter:
-    """`add` and `clear`: one event on the log each, never a write to a view."""
+    """`add`, `clear` and `retract`: one event on the log each, never a write to a view."""
 
     backend: backends.Backend
     namespace: str
     session_id: str
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     _in_doubt: tuple[Event, ...] = ()  # events of the last adds and clears that raised
+    _own_adds: tuple[str, ...] = ()  # event ids of this writer's adds since its last clear, newest last
+    _own_keys: tuple[str, ...] = ()  # idempotency keys of its last writes: a write with one again is a retry
 
     async def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
         if not isinstance(message, Message):
@@ -47,7 +60,19 @@ class EventWriter:
     async def clear(self, *, idempotency_key: str | None = None) -> Position:
         return await self._append(MemoryCleared(), check_idempotency_key(idempotency_key))
 
-    async def _append(self, payload: MessageAdded | MemoryCleared, key: str | None) -> Position:
+    async def retract(self, *, reason: str | None = None, idempotency_key: str | None = None) -> Position:
+        """Take back the session's latest message still in its views: a `MessageRetracted` on the log.
+
+        The message stays on the log (audit shows both). The event names the newest add this writer
+        made (`retracted`, its event id) while it remembers one; a writer that did not make the
+        latest add leaves it out, and the audit tells from the log. Called again after one that
+        raised, it re-sends that retraction (a retry), never a second one."""
+        if reason is not None:
+            check_text(reason, "reason", error=InvalidInput)
+        retracted = self._own_adds[-1] if self._own_adds else None
+        return await self._append(MessageRetracted(retracted, reason), check_idempotency_key(idempotency_key))
+
+    async def _append(self, payload: Written, key: str | None) -> Position:
         """Append one event. An add or clear that raised may land yet (a caller's timeout cancels only
         the wait for the broker), so the same add (an equal message) or clear called again re-sends
         that event, same id, and the log returns the first send's position instead of writing twice.
@@ -68,10 +93,20 @@ class EventWriter:
             self._in_doubt = tuple(
                 e for e in self._in_doubt if not cleared and e is not event and not isinstance(e.payload, MemoryCleared)
             )
+        if key is not None and key in self._own_keys:
+            pass  # a retry by its key: the views show the first write alone
+        elif isinstance(payload, MessageAdded):
+            self._own_adds = (*self._own_adds[-(MAX_OWN_ADDS - 1) :], str(event.event_id))
+        elif isinstance(payload, MemoryCleared):
+            self._own_adds = ()
+        else:
+            self._own_adds = self._own_adds[:-1]
+        if key is not None:
+            self._own_keys = (*self._own_keys[-(MAX_OWN_ADDS - 1) :], key)
         self.wrote(position)
         return position
 
-    def _retry_of(self, payload: MessageAdded | MemoryCleared, key: str | None) -> Event | None:
+    def _retry_of(self, payload: Written, key: str | None) -> Event | None:
         oldest = datetime.now(UTC) - RETRY_WINDOW
         return next(
             (e for e in self._in_doubt if e.payload == payload and e.idempotency_key == key and e.timestamp > oldest),
@@ -196,6 +231,11 @@ class JsonExport:
         await self.export()
         return position
 
+    async def retract(self, *, reason: str | None = None, idempotency_key: str | None = None) -> Position:
+        position = await retract(self.inner, reason=reason, idempotency_key=idempotency_key)
+        await self.export()
+        return position
+
     async def get(self) -> list[Message]:
         return await self.inner.get()
 
@@ -215,3 +255,14 @@ class JsonExport:
         tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         os.replace(tmp, self.path)
         return self.path
+
+
+async def retract(memory: Memory, *, reason: str | None = None, idempotency_key: str | None = None) -> Position:
+    """Take back the session's latest message in every view of `memory` (`EventWriter.retract`).
+
+    `memory` is what `open_memory` yields: middleware and composites pass `retract` on to the
+    writer. `InvalidInput` naming `memory` for one that cannot retract; nothing is written then."""
+    method: Callable[..., Awaitable[Position]] | None = getattr(memory, "retract", None)
+    if not callable(method):
+        raise InvalidInput("memory", f"{type(memory).__name__} cannot retract (it wraps no helix_es memory)")
+    return await method(reason=reason, idempotency_key=idempotency_key)

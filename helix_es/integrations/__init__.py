@@ -5,4 +5,5 @@ never needs one.
 
 - `helix_es.integrations.langchain.HelixChatMessageHistory`: a LangChain chat message history.
 - `helix_es.integrations.langgraph.HelixSaver` and `HelixStore`: a LangGraph checkpointer and store.
+- `helix_es.integrations.openai_agents.HelixSession`: an OpenAI Agents SDK session.
 """

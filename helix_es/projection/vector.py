@@ -10,6 +10,10 @@ One `apply` folds one topic-partition batch:
 - `SessionErased` (`helix-es forget`) removes that session's entries written before it (all of
   them but those after it on its own partition, where a session's events live) in the same
   atomic write, and drops its pending messages; other sessions' entries stay.
+- `MessageRetracted` takes back its session's newest message on its partition: the store keeps
+  each session's `Tail` (its newest `TAIL` message offsets there, text or not, written with the
+  entries), so a retraction knows which message it takes back, and drops its entry if it has one
+  (a bare tool call has none). Past `TAIL` retractions in a row, the older entries stay.
 
 Vectors come, in order, from the batch's recorded embeddings, an in-process cache by content
 hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. A paid
@@ -31,10 +35,19 @@ from datetime import datetime
 
 import numpy as np
 
-from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
+from helix_es.model.events import (
+    EmbeddingRecorded,
+    Event,
+    MemoryCleared,
+    MessageAdded,
+    MessageRetracted,
+    Position,
+    Record,
+    SessionErased,
+)
 from helix_es.model.message import Message
 from helix_es.providers.embed import Embedder, EmbeddingError, HashEmbedder
-from helix_es.stores.ports import Applied, Entry, SessionKey, VectorStore, Write, erases
+from helix_es.stores.ports import TAIL, Applied, Entry, SessionId, SessionKey, Tail, VectorStore, Write, erases
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +68,24 @@ def _lru_put(cache: OrderedDict[str, np.ndarray], key: str, value: np.ndarray, c
     cache.move_to_end(key)
     while len(cache) > cap:
         cache.popitem(last=False)
+
+
+def follow(tail: Tail, record: Record) -> tuple[Tail, int | None, bool]:
+    """One event of the session on the tail's partition: the tail after it, the offset a retraction
+    took back, and for an add whether it is still the session's (one seen before and since
+    retracted is not, when history is read again)."""
+    payload, offset = record.event.payload, record.position.offset
+    if offset <= tail.upto:  # read again (a restart below pending embeddings): the tail knows it
+        full = len(tail.offsets) == TAIL and offset < tail.offsets[0]
+        return tail, None, offset in tail.offsets or full
+    if isinstance(payload, MessageAdded):
+        return Tail(offset, (*tail.offsets[-(TAIL - 1) :], offset)), None, True
+    if isinstance(payload, MessageRetracted):
+        taken = tail.offsets[-1] if tail.offsets else None
+        return Tail(offset, tail.offsets[:-1]), taken, False
+    if isinstance(payload, MemoryCleared | SessionErased):
+        return Tail(offset), None, False  # nothing of the session is left to take back
+    return tail, None, False
 
 
 class VectorProjection:
@@ -113,7 +144,8 @@ class VectorProjection:
         here = (topic, partition)
         async with self._lock:
             namespaces = sorted({r.event.namespace for r in records})
-            state = await self.store.load(self.name, topic, partition, namespaces)
+            sessions = sorted({(r.event.namespace, r.event.session_id) for r in records})
+            state = await self.store.load(self.name, topic, partition, namespaces, sessions)
             floor = max(-1 if state.checkpoint is None else state.checkpoint, self._high.get(here, -1))
             fresh = [r for r in records if r.position.offset > floor]
             if not fresh:
@@ -123,12 +155,19 @@ class VectorProjection:
             clears: dict[str, datetime] = {}
             erased: dict[tuple[str, str], Position] = {}
             learned: dict[str, np.ndarray] = {}
+            tails: dict[SessionId, Tail] = {}  # the sessions' tails this batch moved
+            taken: dict[Position, str] = {}  # entries retractions took back -> their namespace
             for r in fresh:
                 if r.duplicate_of is not None:
                     continue  # a retried write: its first event was applied
                 payload, ns = r.event.payload, r.event.namespace
+                who = (ns, r.event.session_id)
+                tail, gone, kept = follow(tails.get(who) or state.tails.get(who) or Tail(), r)
+                tails[who] = tail
+                if gone is not None:
+                    taken[Position(topic, partition, gone)] = ns
                 if isinstance(payload, MessageAdded):
-                    if payload.message.content.strip():  # a bare tool call has nothing to embed
+                    if kept and payload.message.content.strip():  # a bare tool call has nothing to embed
                         adds.append(self._entry(r, payload.message))
                 elif isinstance(payload, MemoryCleared):
                     if ns not in clears or r.event.timestamp > clears[ns]:
@@ -147,6 +186,8 @@ class VectorProjection:
             watermarks.update(moved)
 
             def visible(e: Entry) -> bool:
+                if e.position in taken:
+                    return False  # retracted
                 mark = watermarks.get(e.namespace)
                 at = erased.get((e.namespace, e.session_id))
                 if at is not None and erases(at, e.position):
@@ -213,9 +254,9 @@ class VectorProjection:
             waiting = [pos.offset for pos in pending if (pos.topic, pos.partition) == here]
             checkpoint = min(waiting) - 1 if waiting else fresh[-1].position.offset
             keep = {**learned, **made} if self._persist else {}
-            await self.store.write(
-                self.name, self.embedder.model, Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased)
-            )
+            retracted = [(ns, pos) for pos, ns in taken.items()]
+            write = Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased, tails, retracted)
+            await self.store.write(self.name, self.embedder.model, write)
             # Only once the write is durable: a failed write leaves everything to be re-folded.
             self._pending = pending
             self._high[here] = fresh[-1].position.offset

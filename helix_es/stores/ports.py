@@ -147,12 +147,29 @@ class Entry:
     message: Message
 
 
+TAIL = 64  # a session's newest message offsets a vector store keeps per partition: what retractions take back
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """A session's newest messages on one partition, text or not (offsets, newest last, at most `TAIL`),
+    as of `upto`, the last of its events this tail has seen: a retraction takes back the newest."""
+
+    upto: int = -1
+    offsets: tuple[int, ...] = ()
+
+
+SessionId = tuple[str, str]  # (namespace, session id)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchState:
-    """What a batch needs from the store before folding: the checkpoint and the clear watermarks."""
+    """What a batch needs from the store before folding: the checkpoint, the clear watermarks and the
+    tails of the sessions asked for."""
 
     checkpoint: int | None
     cleared: Mapping[str, datetime]  # namespace -> cleared_at; absent: never cleared
+    tails: Mapping[SessionId, Tail] = field(default_factory=dict)  # absent: no message seen
 
 
 @dataclass(frozen=True)
@@ -167,6 +184,8 @@ class Write:
     cleared: Mapping[str, datetime]  # watermarks this batch moves
     embeddings: Mapping[str, np.ndarray]  # content sha -> vector, for a store that caches by content
     erased: Mapping[tuple[str, str], Position] = field(default_factory=dict)  # (namespace, session) -> erasure
+    tails: Mapping[SessionId, Tail] = field(default_factory=dict)  # the tails this batch moved
+    retracted: Sequence[tuple[str, Position]] = ()  # (namespace, position) of entries retractions took back
 
 
 def erases(at: Position, position: Position) -> bool:
@@ -177,7 +196,9 @@ def erases(at: Position, position: Position) -> bool:
 class VectorStore(Protocol):
     kind: str  # memory | postgres
 
-    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState: ...
+    async def load(
+        self, view: str, topic: str, partition: int, namespaces: Sequence[str], sessions: Sequence[SessionId] = ()
+    ) -> BatchState: ...
 
     async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
         """Embeddings the store keeps by content hash (none for the memory store: the log keeps them)."""

@@ -3,6 +3,14 @@
 A view's state is the tuple of messages it holds for one session. `fold` is pure and
 deterministic, so the embedded mode and the Kafka projectors reach the same state from
 the same events, and any view can be thrown away and rebuilt from the log.
+
+A `MessageRetracted` takes back the newest message the view still holds (`retracted`): in the
+uncapped conversation exactly the state before that message's add. A view that evicts (windows,
+caps, smart, summary) cannot bring an evicted message back: after a retraction it holds one
+message fewer, and once retractions reach past what it holds they change nothing in it (it never
+takes back its pinned system message, since messages added after that one may be the evicted
+ones); later adds refill it. Tool results added again after their call was evicted are orphans
+in such a view. A retraction depends on the state, so it is never one of `restarts`.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, SessionErased
 from helix_es.model.message import Message
 
 State = tuple[Message, ...]
@@ -46,10 +54,18 @@ class View(ABC):
             return ()
         if isinstance(payload, MessageAdded):
             return self.added(state, payload.message)
+        if isinstance(payload, MessageRetracted):
+            return self.retracted(state)
         return state  # event types this view does not use
 
     @abstractmethod
     def added(self, state: State, message: Message) -> State: ...
+
+    def retracted(self, state: State) -> State:
+        """The state without its newest message: views keep messages in add order, so the last one. A
+        tool exchange is left as it was before the retracted result or call was added. Views that
+        evict override this (`sliding_window.retract_unpinned`)."""
+        return state[:-1]
 
     def render(self, state: State) -> list[Message]:
         return list(state)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
-from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix
+from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix, retract_unpinned
 from helix_es.views.units import WHOLE, check_tool_pairs, pairs_suffix
 
 
@@ -39,3 +39,7 @@ class Conversation(View):
 
     def added(self, state: State, message: Message) -> State:
         return cap_length((*state, message), self.max_length, self.tool_pairs)
+
+    def retracted(self, state: State) -> State:
+        # Uncapped, it holds every message: exactly the newest goes. Capped, it evicts as a window does.
+        return state[:-1] if self.max_length is None else retract_unpinned(state)

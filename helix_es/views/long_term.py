@@ -35,6 +35,10 @@ the log is the same in every store and under every delivery order.
   events share one partition, the one its key hashes to, so offsets order them). It is applied
   atomically with the checkpoint, or before it, and deleting twice deletes nothing more, so a
   re-delivery is safe and a replay of the log ends without the session's erased rows.
+- **Retraction.** A `MessageRetracted` deletes the newest row of its session on its own partition
+  written before it (highest offset), if there is one: what the session's views take back, as far
+  as the namespace still holds it (a clear may have taken it already). It moves nothing else, and
+  it is applied once, in log order with the partition's other events, under the checkpoint.
 - **Idempotence.** `apply` gets one topic-partition's records, skips those at or below the
   stored checkpoint of (view, topic, partition), and writes rows, watermark and checkpoint in
   one atomic step. Rows are keyed by (namespace, topic, partition, offset), so even a
@@ -58,7 +62,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from helix_es.model.errors import ConfigError
-from helix_es.model.events import MemoryCleared, MessageAdded, Record, SessionErased, micros
+from helix_es.model.events import MemoryCleared, MessageAdded, MessageRetracted, Record, SessionErased, micros
 from helix_es.model.message import Message
 from helix_es.views.base import IndexView
 
@@ -196,6 +200,7 @@ class Op:
     record: Record
     message: Message | None  # MessageAdded
     clear: bool  # MemoryCleared
+    retract: bool = False  # MessageRetracted (not a retry): the session's newest row before it goes
 
     @property
     def offset(self) -> int:
@@ -243,8 +248,16 @@ def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:
             out.append(Op(r, None, False))
             continue
         message = payload.message if isinstance(payload, MessageAdded) else None
-        out.append(Op(r, message, isinstance(payload, MemoryCleared)))
+        out.append(Op(r, message, isinstance(payload, MemoryCleared), isinstance(payload, MessageRetracted)))
     return topic, partition, out
+
+
+def retracted_row(op: Op, rows: Sequence[tuple[OrderKey, str]]) -> OrderKey | None:
+    """Which of `rows` ((order key, session id)) the retraction `op` deletes: its session's newest on its
+    partition before it."""
+    p = op.record.position
+    mine = [k for k, sid in rows if sid == op.session_id and (k[1], k[2]) == (p.topic, p.partition) and k[3] < p.offset]
+    return max(mine, key=lambda k: k[3]) if mine else None
 
 
 def matches(needle: str, content: str) -> bool:

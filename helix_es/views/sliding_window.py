@@ -54,6 +54,14 @@ def cap_length(state: State, max_length: int | None, tool_pairs: str = SPLIT) ->
     return drop_units(state, len(state) - max_length, pinned_index(state), tool_pairs)
 
 
+def retract_unpinned(state: State) -> State:
+    """A window's retraction: its newest message goes, unless that is the pinned system message (the
+    window may have evicted messages added after it), which stays."""
+    if not state or pinned_index(state) == len(state) - 1:
+        return state
+    return state[:-1]
+
+
 def check_max_length(max_length: object) -> None:
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
         raise ConfigError("max_length", f"must be a whole number >= 1, got {max_length!r}")
@@ -93,3 +101,6 @@ class SlidingWindow(View):
         pin = pinned_index(new)
         new = drop_units(new, len(new) - (pin is not None) - self.window_size, pin, self.tool_pairs)
         return cap_length(new, self.max_length, self.tool_pairs)
+
+    def retracted(self, state: State) -> State:
+        return retract_unpinned(state)

@@ -14,6 +14,10 @@
 
 The state is the pinned system message (if any), the file map message (if any), then the
 items (messages and notes) in order. The fold is pure: the same events give the same state.
+
+A retraction takes back the newest real message (not a note, not the pinned system message); with
+none left it changes nothing. A retracted tool result also takes back the file map entries it wrote, when they are
+still its own; what a path's entry said before is not brought back, as an evicted message is not.
 """
 
 from __future__ import annotations
@@ -128,14 +132,35 @@ class Smart(View):
         if message.role == "system" and parts.pinned is None and not parts.items:
             return join(Parts(message, parts.files, ()))
         files = dict(parts.files)
-        if message.role == "tool":
-            call = next((c for m in reversed(parts.items) for c in m.tool_calls if c.id == message.tool_call_id), None)
-            if call is not None:
-                verb = "deleted" if _DELETES.search(call.name) else "wrote" if _WRITES.search(call.name) else "read"
-                for path in _paths(call.arguments):
-                    files.pop(path, None)  # re-insert: the map lists files by last touch
-                    files[path] = f"{verb} via {call.name}: {_gist(message.content, self.tokenizer)}"
+        for path, entry in self._entries(parts.items, message).items():
+            files.pop(path, None)  # re-insert: the map lists files by last touch
+            files[path] = entry
         return join(self._fit(Parts(parts.pinned, files, (*parts.items, message))))
+
+    def retracted(self, state: State) -> State:
+        parts = split(state)
+        items = parts.items
+        last = next((i for i in range(len(items) - 1, -1, -1) if items[i].metadata.get(ROLE) != "compressed"), None)
+        if last is None:
+            return state  # what it held is gone: the rest was evicted (or is the pinned message)
+        before = items[:last]
+        files = {
+            path: entry
+            for path, entry in parts.files.items()
+            if self._entries(before, items[last]).get(path) != entry  # still the retracted result's own entry
+        }
+        return join(Parts(parts.pinned, files, (*before, *items[last + 1 :])))
+
+    def _entries(self, items: tuple[Message, ...], message: Message) -> dict[str, str]:
+        """The file map entries a tool result writes, by path (none for other messages)."""
+        if message.role != "tool":
+            return {}
+        call = next((c for m in reversed(items) for c in m.tool_calls if c.id == message.tool_call_id), None)
+        if call is None:
+            return {}
+        verb = "deleted" if _DELETES.search(call.name) else "wrote" if _WRITES.search(call.name) else "read"
+        entry = f"{verb} via {call.name}: {_gist(message.content, self.tokenizer)}"
+        return dict.fromkeys(_paths(call.arguments), entry)
 
     def _tokens(self, message: Message) -> int:
         return message_tokens(message, self.tokenizer)

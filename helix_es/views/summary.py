@@ -4,6 +4,10 @@ The state is a header (a system message holding the summary text, the epoch and 
 messages it covers) followed by the recent messages. The fold never calls a model: the
 projection asks the summariser when the view is live and appends its answer to the log as
 a `SummaryRecorded` event, which this fold applies, so a rebuild replays recorded summaries.
+
+A retraction takes back the newest recent message; one already folded into the summary stays in
+its text (with no recent message left, a retraction changes nothing). A summary asked for before
+retractions reached into the messages it covers still covers them when it arrives.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from helix_es.model.errors import ConfigError
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, SessionErased, SummaryRecorded
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, SessionErased, SummaryRecorded
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
 from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, pairs_suffix
@@ -67,6 +71,8 @@ class Summary(View):
             return (Header(epoch=str(event.event_id)).message(),)
         if isinstance(payload, MessageAdded):
             return (header.message(), *recent, payload.message)
+        if isinstance(payload, MessageRetracted):
+            return (header.message(), *recent[:-1]) if recent else state
         if (
             isinstance(payload, SummaryRecorded)
             and payload.view == self.name

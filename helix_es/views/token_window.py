@@ -23,6 +23,7 @@ from helix_es.views.sliding_window import (
     check_max_length,
     others,
     pinned_index,
+    retract_unpinned,
     view_suffix,
 )
 from helix_es.views.units import WHOLE, check_tool_pairs, front_cut
@@ -92,6 +93,9 @@ class TokenWindow(View):
         if oldest_kept > 0:
             new = (new[pin], *new[oldest_kept:]) if pin is not None and pin < oldest_kept else new[oldest_kept:]
         return cap_length(new, self.max_length, self.tool_pairs)
+
+    def retracted(self, state: State) -> State:
+        return retract_unpinned(state)
 
     def tokens(self, state: State) -> int:
         """What the window's messages count against `max_tokens` (the pinned system message not)."""

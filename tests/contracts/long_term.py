@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from helix_es import Message
 from helix_es.model import names
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, Position, Record
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import CheckpointLost, SessionKey
 from tests.conftest import unique
@@ -33,6 +34,10 @@ def said(namespace: str, topic: str, partition: int, offset: int, text: str, at:
 
 def cleared(namespace: str, topic: str, partition: int, offset: int, at: datetime, sid: str = "s") -> Record:
     return record(namespace, sid, MemoryCleared(), at, Position(topic, partition, offset))
+
+
+def took(namespace: str, topic: str, partition: int, offset: int, at: datetime, sid: str = "s") -> Record:
+    return record(namespace, sid, MessageRetracted(), at, Position(topic, partition, offset))
 
 
 class LongTermContract:
@@ -194,3 +199,54 @@ class LongTermContract:
         with pytest.raises(ValueError, match="one topic-partition"):
             await store.apply([said(ns, topic, 0, 0, "a", T0), said(ns, topic, 1, 0, "b", T0)])
         assert await store.checkpoint(topic, 0) is None
+
+    @pytest.mark.parametrize("cuts", [(), (1,), (2, 4), (1, 2, 3, 4, 5, 6, 7)])
+    async def test_a_retraction_deletes_its_sessions_newest_row_before_it(
+        self, store: Projection, cuts: tuple[int, ...]
+    ) -> None:
+        """Whatever the batches, on its own partition, never another session's row; applied once."""
+        ns = unique("lt")
+        topic = names.topic(ns)
+        t = [T0 + timedelta(seconds=i) for i in range(20)]
+        p0 = [
+            said(ns, topic, 0, 0, "a1", t[0], sid="a"),
+            said(ns, topic, 0, 1, "c1", t[1], sid="c"),
+            said(ns, topic, 0, 2, "a2", t[2], sid="a"),
+            took(ns, topic, 0, 3, t[3], sid="a"),  # a2
+            said(ns, topic, 0, 4, "a3", t[4], sid="a"),
+            took(ns, topic, 0, 5, t[5], sid="a"),  # a3
+            took(ns, topic, 0, 6, t[6], sid="a"),  # a1, not c1
+            took(ns, topic, 0, 7, t[7], sid="a"),  # nothing of a is left
+            said(ns, topic, 0, 8, "a4", t[8], sid="a"),
+        ]
+        p1 = [said(ns, topic, 1, 0, "b1", t[9], sid="b"), said(ns, topic, 1, 1, "b2", t[10], sid="b")]
+        p1.append(took(ns, topic, 1, 2, t[11], sid="b"))
+        bounds = [0, *cuts, len(p0)]
+        for lo, hi in pairwise(bounds):
+            await store.apply(p0[lo:hi])
+        await store.apply(p1)
+        key = SessionKey(ns, "a")
+        assert contents(await store.get(key, None) or []) == ["c1", "a4", "b1"]
+        await store.apply(p0)  # re-delivered: the checkpoint covers it, no row more goes
+        retry = Record(took(ns, topic, 1, 3, t[12], sid="b").event, Position(topic, 1, 3), duplicate_of=2)
+        await store.apply([retry])  # a retried retraction: nothing
+        assert contents(await store.get(key, None) or []) == ["c1", "a4", "b1"]
+
+    async def test_retractions_in_a_big_batch(self, store: Projection) -> None:
+        """Past the stores' bulk-write size, with retractions between the rows and at the end."""
+        ns = unique("lt")
+        topic = names.topic(ns)
+        batch, offset, expected = [], 0, []
+        for i in range(260):
+            batch.append(said(ns, topic, 0, offset, f"m{i}", T0 + timedelta(milliseconds=offset)))
+            expected.append(f"m{i}")
+            offset += 1
+            if i % 97 == 96:
+                for _ in range(2):
+                    batch.append(took(ns, topic, 0, offset, T0 + timedelta(milliseconds=offset)))
+                    expected.pop()
+                    offset += 1
+        batch.append(took(ns, topic, 0, offset, T0 + timedelta(milliseconds=offset)))
+        expected.pop()
+        await store.apply(batch)
+        assert contents(await store.get(SessionKey(ns, "s"), None) or []) == expected

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from helix_es.model.events import Position, Record, micros
 from helix_es.model.message import Message
 from helix_es.stores.ports import Applied, SessionKey
-from helix_es.views.long_term import VIEW_NAME, OrderKey, matches, ops
+from helix_es.views.long_term import VIEW_NAME, OrderKey, matches, ops, retracted_row
 
 
 @dataclass
@@ -53,6 +53,11 @@ class MemoryLongTerm:
                 if key not in ns.rows:  # a re-delivery past a lost checkpoint
                     bisect.insort(ns.order, key)
                 ns.rows[key] = (op.session_id, op.message)
+            elif op.retract:
+                gone_key = retracted_row(op, [(k, ns.rows[k][0]) for k in ns.order])
+                if gone_key is not None:
+                    ns.order.remove(gone_key)
+                    del ns.rows[gone_key]
             elif op.erased:  # the forgotten session's earlier rows go; the other sessions' stay
                 gone = {k for k in ns.order if op.erases(ns.rows[k][0], k[1], k[2], k[3])}
                 if gone:

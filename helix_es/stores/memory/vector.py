@@ -16,7 +16,7 @@ import numpy as np
 
 from helix_es.model.events import Position, micros
 from helix_es.model.message import Message
-from helix_es.stores.ports import BatchState, Write, erases
+from helix_es.stores.ports import BatchState, SessionId, Tail, Write, erases
 
 log = logging.getLogger(__name__)
 
@@ -146,19 +146,30 @@ class MemoryVectorStore:
         self._held: dict[tuple[str, str], set[Position]] = {}  # re-delivery never duplicates an entry
         self._writers: dict[tuple[str, str], dict[Position, str]] = {}  # held entry -> its session, for erasure
         self._cleared: dict[tuple[str, str], datetime] = {}
+        self._tails: dict[tuple[str, str, int, str, str], Tail] = {}  # (view, topic, partition, ns, session)
         self._checkpoints: dict[tuple[str, str, int], int] = {}
         self._seq = 0
         self._total = 0
         self._warned = False
 
-    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState:
+    async def load(
+        self, view: str, topic: str, partition: int, namespaces: Sequence[str], sessions: Sequence[SessionId] = ()
+    ) -> BatchState:
         cleared = {ns: self._cleared[(view, ns)] for ns in namespaces if (view, ns) in self._cleared}
-        return BatchState(self._checkpoints.get((view, topic, partition)), cleared)
+        found = ((s, self._tails.get((view, topic, partition, *s))) for s in sessions)
+        tails = {s: tail for s, tail in found if tail is not None}
+        return BatchState(self._checkpoints.get((view, topic, partition)), cleared, tails)
 
     async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
         return {}
 
     async def write(self, view: str, model: str, write: Write) -> None:
+        for (ns, session), tail in write.tails.items():
+            self._tails[(view, write.topic, write.partition, ns, session)] = tail
+        for ns, position in write.retracted:
+            index = self._indexes.get((view, ns))
+            if index is not None and position in self._held.get((view, ns), ()):
+                self._forget(view, ns, index.drop_positions([position]))
         for (ns, session), at in write.erased.items():
             index = self._indexes.get((view, ns))
             writers = self._writers.get((view, ns), {})
@@ -258,6 +269,8 @@ class MemoryVectorStore:
         logs = set(topics)
         for cp in [k for k in self._checkpoints if k[0] == view and k[1] in logs]:
             del self._checkpoints[cp]
+        for key in [k for k in self._tails if k[0] == view and k[3] in namespaces]:
+            del self._tails[key]
 
     async def close(self) -> None:
         pass

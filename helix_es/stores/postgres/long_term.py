@@ -192,6 +192,15 @@ _ERASE = """
 DELETE FROM {t} WHERE namespace = $1 AND session_id = $2 AND NOT (topic = $3 AND partition = $4 AND "offset" > $5)
 """
 
+# A MessageRetracted, after the rows before it were written: its session's newest row on its partition
+# before it goes (the `retracted_row` rule). Run only when the checkpoint was below it.
+_RETRACT = """
+DELETE FROM {t} WHERE ctid = (
+    SELECT ctid FROM {t} WHERE namespace = $1 AND topic = $3 AND partition = $4 AND "offset" < $5 AND session_id = $2
+    ORDER BY "offset" DESC LIMIT 1
+)
+"""
+
 # $2 NULL: no `want`, just read. The rows' sub-select runs only when the CASE needs it.
 _READ = """
 WITH cp AS MATERIALIZED (SELECT ({checkpoint}) AS o)
@@ -238,6 +247,7 @@ class PostgresLongTerm:
         self._prepare = _PREPARE.format(t=t)
         self._insert = _INSERT.format(t=t)
         self._erase = _ERASE.format(t=t)
+        self._retract = _RETRACT.format(t=t)
         self._get = _READ.format(t=t, checkpoint=_CHECKPOINT, where="", limit="")
         self._search = _READ.format(
             t=t, checkpoint=_CHECKPOINT, where=r"AND content ILIKE $6 ESCAPE E'\\'", limit="LIMIT $7"
@@ -321,19 +331,27 @@ class PostgresLongTerm:
         lock_ns = sorted(newest)
         pool = await self._pool_ready()
         async with pool.acquire() as conn, conn.transaction():
-            marks = await conn.fetch(_LOCK, self.name, lock_ns, [newest[ns] for ns in lock_ns])
-            if len(batch) >= COPY_ROWS:
-                applied = await self._copy(conn, topic, partition, batch, dict(marks), lock_ns)
-            else:
-                applied = await conn.fetchval(
-                    self._apply, self.name, topic, partition, *_columns(batch), lock_ns, batch[-1].offset
-                )
+            marks = dict(await conn.fetch(_LOCK, self.name, lock_ns, [newest[ns] for ns in lock_ns]))
+            applied = 0
+            # Rows are written a stretch at a time, each stretch ending at a retraction, which then
+            # deletes what the rows before it left (in log order, as the other stores apply it).
+            start = 0
+            for end in [i + 1 for i, op in enumerate(batch) if op.retract] + [len(batch)]:
+                stretch = batch[start:end]
+                start = end
+                if not stretch:
+                    continue
+                last = stretch[-1]
+                done = await conn.fetchval(_CHECKPOINT, self.name, topic, partition) if last.retract else None
+                applied += await self._rows(conn, topic, partition, stretch, marks, lock_ns)
+                if last.retract and (done is None or last.offset > done):
+                    await conn.execute(self._retract, last.namespace, last.session_id, topic, partition, last.offset)
             erasures = [(op.namespace, op.session_id, topic, partition, op.offset) for op in batch if op.erased]
             if erasures:
                 await conn.executemany(self._erase, erasures)
         return Applied(applied)
 
-    async def _copy(
+    async def _rows(
         self,
         conn: asyncpg.Connection,
         topic: str,
@@ -342,6 +360,13 @@ class PostgresLongTerm:
         marks: dict[str, datetime | None],
         lock_ns: list[str],
     ) -> int:
+        """Write the rows of `batch` and move the checkpoint to its end: how many events were past it.
+        From `COPY_ROWS` records on, the rows go by COPY."""
+        if len(batch) < COPY_ROWS:
+            applied: int = await conn.fetchval(
+                self._apply, self.name, topic, partition, *_columns(batch), lock_ns, batch[-1].offset
+            )
+            return applied
         done: int = await conn.fetchval(self._prepare, self.name, topic, partition, lock_ns, batch[-1].offset)
         fresh = [op for op in batch if op.offset > done]
         rows = [

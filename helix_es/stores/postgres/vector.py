@@ -38,7 +38,7 @@ import numpy as np
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Position
 from helix_es.model.message import Message
-from helix_es.stores.ports import BatchState, Write
+from helix_es.stores.ports import BatchState, SessionId, Tail, Write
 from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, build_index, delete_rows, drop_checkpoints, transaction
 
 EF_SEARCH = 100  # HNSW candidates per search: recall@10 >= 0.95 at 1M x 384 (bench/vector.py)
@@ -104,6 +104,16 @@ DO $$ BEGIN
         ALTER TABLE helix_vector_namespaces ADD COLUMN erasures bigint NOT NULL DEFAULT 0;
     END IF;
 END $$;
+CREATE TABLE IF NOT EXISTS helix_vector_tails (
+    view text NOT NULL,
+    namespace text NOT NULL,
+    session_id text NOT NULL,
+    topic text NOT NULL,
+    partition int NOT NULL,
+    upto bigint NOT NULL,
+    offsets bigint[] NOT NULL,
+    PRIMARY KEY (view, namespace, session_id, topic, partition)
+);
 CREATE TABLE IF NOT EXISTS helix_embeddings (
     model text NOT NULL,
     content_sha256 text NOT NULL,
@@ -126,6 +136,26 @@ SELECT k.namespace, n.cleared_at,
     (SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3) AS checkpoint
 FROM unnest($4::text[]) AS k(namespace)
 LEFT JOIN helix_vector_namespaces n ON n.view = $1 AND n.namespace = k.namespace
+"""
+
+_TAILS = """
+SELECT namespace, session_id, upto, offsets FROM helix_vector_tails
+WHERE view = $1 AND topic = $2 AND partition = $3
+  AND (namespace, session_id) IN (SELECT * FROM unnest($4::text[], $5::text[]))
+"""
+
+# With the entries, under the namespace row's lock: the tails the batch moved, and the entries its
+# retractions took back.
+_TAILS_WRITE = """
+INSERT INTO helix_vector_tails AS t (view, namespace, session_id, topic, partition, upto, offsets)
+SELECT $1, $2, s.session_id, $3, $4, s.upto, s.offsets::bigint[]
+FROM unnest($5::text[], $6::bigint[], $7::text[]) AS s(session_id, upto, offsets)
+ON CONFLICT (view, namespace, session_id, topic, partition) DO UPDATE
+    SET upto = excluded.upto, offsets = excluded.offsets WHERE t.upto < excluded.upto
+"""
+_RETRACT = """
+DELETE FROM helix_vectors WHERE view = $1 AND namespace = $2 AND topic = $3 AND partition = $4
+    AND "offset" = ANY($5::bigint[])
 """
 
 # First statement of a write: lock the namespace row (creating it), move the watermark, bump the version.
@@ -294,11 +324,18 @@ class PostgresVectorStore:
         self._indexed.add(dims)  # built, or being built by another process: not asked again
         return built
 
-    async def load(self, view: str, topic: str, partition: int, namespaces: Sequence[str]) -> BatchState:
+    async def load(
+        self, view: str, topic: str, partition: int, namespaces: Sequence[str], sessions: Sequence[SessionId] = ()
+    ) -> BatchState:
         pool = await self._pool_ready()
         rows = await pool.fetch(_LOAD, view, topic, partition, list(namespaces))
         checkpoint = rows[0]["checkpoint"] if rows else await pool.fetchval(_CHECKPOINT, view, topic, partition)
-        return BatchState(checkpoint, {r["namespace"]: r["cleared_at"] for r in rows if r["cleared_at"] is not None})
+        tails: dict[SessionId, Tail] = {}
+        if sessions:
+            found = await pool.fetch(_TAILS, view, topic, partition, [s[0] for s in sessions], [s[1] for s in sessions])
+            tails = {(r["namespace"], r["session_id"]): Tail(r["upto"], tuple(r["offsets"])) for r in found}
+        cleared = {r["namespace"]: r["cleared_at"] for r in rows if r["cleared_at"] is not None}
+        return BatchState(checkpoint, cleared, tails)
 
     async def known(self, model: str, shas: Collection[str]) -> dict[str, np.ndarray]:
         pool = await self._pool_ready()
@@ -312,7 +349,7 @@ class PostgresVectorStore:
             groups.setdefault(e.namespace, []).append(i)
         for ns in write.cleared:
             groups.setdefault(ns, [])
-        for ns, _session in write.erased:
+        for ns, _session in [*write.erased, *write.tails]:
             groups.setdefault(ns, [])
         shas = list(write.embeddings)
         keep = (
@@ -352,7 +389,27 @@ class PostgresVectorStore:
                 for (erased_ns, session), at in write.erased.items():
                     if erased_ns == ns:
                         await conn.execute(_ERASE, view, ns, session, at.topic, at.partition, at.offset)
+                await self._follow(conn, view, ns, write)
             await conn.execute(_KEEP, *keep)
+
+    @staticmethod
+    async def _follow(conn: asyncpg.Connection, view: str, ns: str, write: Write) -> None:
+        """The namespace's part of the tails and retractions of `write`."""
+        tails = [(sid, t) for (n, sid), t in write.tails.items() if n == ns]
+        if tails:
+            await conn.execute(
+                _TAILS_WRITE,
+                view,
+                ns,
+                write.topic,
+                write.partition,
+                [sid for sid, _ in tails],
+                [t.upto for _, t in tails],
+                ["{" + ",".join(map(str, t.offsets)) + "}" for _, t in tails],
+            )
+        gone = [p.offset for n, p in write.retracted if n == ns]
+        if gone:
+            await conn.execute(_RETRACT, view, ns, write.topic, write.partition, gone)
 
     async def checkpoint(self, view: str, topic: str, partition: int) -> int | None:
         pool = await self._pool_ready()
@@ -377,7 +434,7 @@ class PostgresVectorStore:
 
     async def drop(self, view: str, namespaces: Collection[str], topics: Collection[str]) -> None:
         async with transaction(self.dsn) as conn:
-            for table in ("helix_vectors", "helix_vector_namespaces"):
+            for table in ("helix_vectors", "helix_vector_namespaces", "helix_vector_tails"):
                 await delete_rows(conn, table, "view = $1 AND namespace = ANY($2::text[])", view, list(namespaces))
             await drop_checkpoints(conn, view, topics)
 

@@ -60,7 +60,8 @@ end
 local checkpoint = tonumber(stored or '-1')
 local marks, applied, last = {}, 0, nil
 -- One JSON argument of [kind, offset, namespace, at, member, value] rows (numbers as text): one
--- argument to send, not six per event.
+-- argument to send, not six per event. A retraction's row is [kind, offset, namespace, at, topic,
+-- session id, partition]; it scans the namespace's index, as retractions are rare.
 local ops = cjson.decode(ARGV[4])
 for n = 1, #ops do
   local op = ops[n]
@@ -87,6 +88,26 @@ for n = 1, #ops do
         for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
         redis.call('DEL', unpack(keys))
         redis.call('ZREM', index, unpack(gone))
+      end
+    elseif op[1] == 'r' then
+      -- A retraction: the session's newest row on this partition before it (highest offset) goes.
+      local index, found = base .. 'index', {}
+      local members = redis.call('ZRANGE', index, 0, -1)
+      for j = 1, #members do
+        local t, p, o = string.match(members[j], '^%d+,(.*),(%d+),(%d+)$')
+        if t == op[5] and tonumber(p) == tonumber(op[7]) and tonumber(o) < tonumber(op[2]) then
+          found[#found + 1] = {tonumber(o), members[j]}
+        end
+      end
+      table.sort(found, function(a, b) return a[1] > b[1] end)
+      for j = 1, #found do
+        local key = base .. 'm:' .. found[j][2]
+        local value = redis.call('GET', key)
+        if value and cjson.decode(value)['session_id'] == op[6] then
+          redis.call('DEL', key)
+          redis.call('ZREM', index, found[j][2])
+          break
+        end
       end
     end
     marks[base] = mark
@@ -315,6 +336,8 @@ class RedisLongTerm:
                 rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
             elif op.clear:
                 rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at
+            elif op.retract:
+                rows.append(["r", offset, op.namespace, str(at), topic, op.session_id, str(partition)])
             else:
                 rows.append(["-", offset, op.namespace, str(at), "", ""])  # other events: only the checkpoint moves
         if isinstance(client, RedisCluster):
