@@ -154,14 +154,22 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
 class RedisItems(NoMessages):
     kind = "redis"
 
+    @property
+    def name(self) -> str:
+        """The view's (or its rebuild target's) name: its keys and checkpoints."""
+        return self._checkpoints.view
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self._checkpoints.view = name
+
     def __init__(self, url: str, view: Items | None = None) -> None:
         self.url = url
         self.view = view or Items(store="redis")
-        self.name = self.view.name
         self.embedder = None if self.view.index is None else self.view.index.embed.build()
         self._client = Lazy(url)  # opened on first use: cluster mode is detected then
         self._scripts: dict[str, Any] = {}
-        self._checkpoints = Checkpoints(self.name)
+        self._checkpoints = Checkpoints(self.view.name)
 
     def __repr__(self) -> str:
         return f"RedisItems({self.name!r})"  # a URL may hold a password

@@ -279,9 +279,17 @@ def _message(value: bytes) -> Message:
 class RedisLongTerm:
     kind = "redis"
 
+    @property
+    def name(self) -> str:
+        """The view's (or its rebuild target's) name: its keys and checkpoints."""
+        return self._checkpoints.view
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self._checkpoints.view = name
+
     def __init__(self, url: str, *, name: str = VIEW_NAME) -> None:
         self.url = url
-        self.name = name
         self._client = Lazy(url)  # opened on first use: a projection may be dropped unused
         self._cluster = False  # known once opened: the key names depend on it
         self._scripts: dict[str, Any] = {}

@@ -60,9 +60,12 @@ class Checkpoints:
     writer has read or written (`seen`): if one of those vanishes (FLUSHALL), its writes refuse."""
 
     def __init__(self, view: str) -> None:
-        self.view = view
-        self.key = names.checkpoint_key(view)
+        self.view = view  # its owner renames it for a rebuild target (`open_projection(name=)`)
         self.seen: set[str] = set()
+
+    @property
+    def key(self) -> str:
+        return names.checkpoint_key(self.view)
 
     async def read(self, client: Client, topic: str, partition: int) -> int | None:
         field = f"{topic}:{partition}"
