@@ -507,6 +507,7 @@ from helix_es.sync import open_memory
 config = {"memory": {"type": "conversation"}}  # embedded log in .helix/log
 
 with open_memory(config, session_id="user-42") as memory:
+
     def note(n: int) -> None:
         memory.add(Message("user", f"note {n} from thread {n}"))
 
@@ -540,10 +541,12 @@ with HelixChatMessageHistory(config, session_id="user-42") as history:
         reply = chain.invoke({"history": history.messages, "question": question})
         history.add_messages([HumanMessage(question), reply])
     # tool calls round-trip: AIMessage.tool_calls <-> helix ToolCall, ToolMessage <-> role "tool"
-    history.add_messages([
-        AIMessage("", tool_calls=[{"id": "call-1", "name": "weather", "args": {"city": "Paris"}}]),
-        ToolMessage("18 C, sunny", tool_call_id="call-1"),
-    ])
+    history.add_messages(
+        [
+            AIMessage("", tool_calls=[{"id": "call-1", "name": "weather", "args": {"city": "Paris"}}]),
+            ToolMessage("18 C, sunny", tool_call_id="call-1"),
+        ]
+    )
     for message in asyncio.run(history.aget_messages()):  # the async side reads the same
         print(type(message).__name__, message.content or message.tool_calls[0]["args"])
 """

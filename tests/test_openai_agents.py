@@ -389,13 +389,15 @@ README_EXAMPLE = textwrap.dedent(
 
 
     async def main():
-        model = CannedModel([
-            ResponseFunctionToolCall(
-                type="function_call", call_id="call-1", name="get_weather", arguments='{"city": "Oslo"}'
-            ),
-            say("It is sunny in Oslo."),
-            say("You asked about Oslo."),
-        ])
+        model = CannedModel(
+            [
+                ResponseFunctionToolCall(
+                    type="function_call", call_id="call-1", name="get_weather", arguments='{"city": "Oslo"}'
+                ),
+                say("It is sunny in Oslo."),
+                say("You asked about Oslo."),
+            ]
+        )
         agent = Agent(name="weather", instructions="Answer briefly.", model=model, tools=[get_weather])
         config = {
             "log": {"type": "embedded", "path": ".helix/log"},
