@@ -51,7 +51,36 @@ from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
 from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
 from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
 
-_APPLY = r"""
+_RETRACT = r"""
+-- A retraction (op: [kind, offset, namespace, at, topic, session id, partition]): the session's newest
+-- row on this partition before it (highest offset) goes, once: `retracted` remembers each retraction
+-- applied, so a batch applied again (a cluster's checkpoint moves after the rows) takes back no more.
+local function retract(base, index, op)
+  if redis.call('HSETNX', base .. 'retracted', op[5] .. ':' .. op[7] .. ':' .. op[2], 1) == 0 then return end
+  local found = {}
+  local members = redis.call('ZRANGE', index, 0, -1)
+  for j = 1, #members do
+    local t, p, o = string.match(members[j], '^%d+,(.*),(%d+),(%d+)$')
+    if t == op[5] and tonumber(p) == tonumber(op[7]) and tonumber(o) < tonumber(op[2]) then
+      found[#found + 1] = {tonumber(o), members[j]}
+    end
+  end
+  table.sort(found, function(a, b) return a[1] > b[1] end)
+  for j = 1, #found do
+    local key = base .. 'm:' .. found[j][2]
+    local value = redis.call('GET', key)
+    if value and cjson.decode(value)['session_id'] == op[6] then
+      redis.call('DEL', key)
+      redis.call('ZREM', index, found[j][2])
+      return
+    end
+  end
+end
+"""
+
+_APPLY = (
+    _RETRACT
+    + r"""
 local field, view = ARGV[1], ARGV[2]
 local stored = redis.call('HGET', KEYS[1], field)
 if not stored and ARGV[3] == '1' then
@@ -90,25 +119,7 @@ for n = 1, #ops do
         redis.call('ZREM', index, unpack(gone))
       end
     elseif op[1] == 'r' then
-      -- A retraction: the session's newest row on this partition before it (highest offset) goes.
-      local index, found = base .. 'index', {}
-      local members = redis.call('ZRANGE', index, 0, -1)
-      for j = 1, #members do
-        local t, p, o = string.match(members[j], '^%d+,(.*),(%d+),(%d+)$')
-        if t == op[5] and tonumber(p) == tonumber(op[7]) and tonumber(o) < tonumber(op[2]) then
-          found[#found + 1] = {tonumber(o), members[j]}
-        end
-      end
-      table.sort(found, function(a, b) return a[1] > b[1] end)
-      for j = 1, #found do
-        local key = base .. 'm:' .. found[j][2]
-        local value = redis.call('GET', key)
-        if value and cjson.decode(value)['session_id'] == op[6] then
-          redis.call('DEL', key)
-          redis.call('ZREM', index, found[j][2])
-          break
-        end
-      end
+      retract(base, base .. 'index', op)
     end
     marks[base] = mark
   end
@@ -116,6 +127,7 @@ end
 if last then redis.call('HSET', KEYS[1], field, last) end
 return applied
 """
+)
 
 # Both reads start so: {'wait', applied} while the checkpoint (KEYS[1], field ARGV[1]) is behind `want` (ARGV[2]).
 _BEHIND = r"""
@@ -187,7 +199,9 @@ PAGE = 250  # rows a search reads per script call: a few ms of server time
 # read before (ARGV[1]); KEYS[1]: the index; ARGV[2]: the key prefix, ARGV[3]: the ops. Applying an op
 # twice changes nothing (the same row key and value; a clear again finds nothing older than its mark), so
 # a checkpoint that lags or moves meanwhile only makes the count larger.
-_APPLY_NAMESPACE = r"""
+_APPLY_NAMESPACE = (
+    _RETRACT
+    + r"""
 local checkpoint, base = tonumber(ARGV[1]), ARGV[2]
 local mark = tonumber(redis.call('GET', base .. 'cleared') or '-1')
 local ops = cjson.decode(ARGV[3])
@@ -211,11 +225,14 @@ for n = 1, #ops do
         redis.call('DEL', unpack(keys))
         redis.call('ZREM', KEYS[1], unpack(gone))
       end
+    elseif op[1] == 'r' then
+      retract(base, KEYS[1], op)
     end
   end
 end
 return applied
 """
+)
 
 
 # A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
