@@ -46,6 +46,9 @@ class CheckpointLog:
         self._behind = False  # an inline fold failed: the next read catches up from the log
         self._threads: dict[str, Position] = {}  # each thread's last write by this saver
         self._partitions: dict[tuple[str, int], int] = {}  # the last offset written to each partition
+        # The offset each partition's view was last seen to have applied: views only move forward, so a
+        # read whose writes it covers asks the store nothing more (one round trip per get_tuple, not two).
+        self._applied: dict[tuple[str, int], int] = {}
 
     @property
     def store(self) -> CheckpointStore:
@@ -120,12 +123,15 @@ class CheckpointLog:
             await self._wait(topic, partition, offset)
 
     async def _wait(self, topic: str, partition: int, offset: int) -> None:
+        if self._applied.get((topic, partition), -1) >= offset:
+            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.read_timeout
         pause = FIRST_POLL
         while True:
             applied = await self.store.checkpoint(topic, partition)
             if applied is not None and applied >= offset:
+                self._applied[(topic, partition)] = applied
                 return
             if loop.time() >= deadline:
                 raise ConsistencyTimeout(

@@ -47,6 +47,7 @@ class Items:
         self.consistency = consistency
         self.read_timeout = read_timeout
         self._written: dict[tuple[str, int], int] = {}  # (topic, partition) -> this client's last write
+        self._seen = True  # the view has applied every write above: reads ask the store nothing more
 
     async def put(
         self,
@@ -86,6 +87,7 @@ class Items:
         position = await self.backend.append(Event(self.namespace, session_of(path), payload))
         where = (position.topic, position.partition)
         self._written[where] = max(position.offset, self._written.get(where, -1))
+        self._seen = False
         return position
 
     async def get(self, path: tuple[str, ...], key: str) -> StoredItem | None:
@@ -130,9 +132,10 @@ class Items:
 
     async def _caught_up(self) -> None:
         await self.backend.current(self.view, self.namespace)  # type: ignore[arg-type]
-        if self.consistency == "eventual" or not self._written:
+        if self.consistency == "eventual" or self._seen:
             return
-        wants = [Position(t, p, o) for (t, p), o in self._written.items()]
+        checking = dict(self._written)
+        wants = [Position(t, p, o) for (t, p), o in checking.items()]
         started = time.monotonic()
         pause = 0.0005
         while (behind := await self.view.behind(wants)) is not None:
@@ -146,6 +149,8 @@ class Items:
             await asyncio.sleep(pause)
             pause = min(pause * 2, FIRST_POLL_CAP if now - started < FIRST_POLLS_FOR else POLL_CAP)
             wants = [behind, *(w for w in wants if w != behind)]
+        # Views only move forward: until the next write, every read covers these (unless one came meanwhile).
+        self._seen = checking == self._written
 
 
 def _check_key(key: object) -> None:
