@@ -21,7 +21,6 @@ from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
 from helix_es.views.options import DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
 from helix_es.views.options import whole_number as _int
-from helix_es.views.vector import Vector
 
 SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
 
@@ -289,15 +288,17 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
 
 
 # A document's mappings for the framework adapters, each a view of its own type beside the memories.
-SECTIONS = {"store": "langgraph-store"}
+SECTIONS = {"store": "langgraph-store", "checkpoints": "langgraph-checkpoints"}
+SECTION_NAMESPACES = {"checkpoints": "langgraph"}  # a mapping's namespace when it names none (else "default")
+MEMORY_KEYS = ("agents", "memory", "type")  # a document names memories with one of these
 
 
 def load_served(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Config]:
     """Everything a document asks projectors to fold: every agent's memory (or the `memory:` mapping)
-    and each adapter mapping (`store:`) it has."""
+    and each adapter mapping (`store:`, `checkpoints:`) it has."""
     doc = read_source(source)
-    configs = load_configs(doc) if {"agents", "memory", "type"} & set(doc) else []
-    configs += [load_section(doc, section, view) for section, view in SECTIONS.items() if section in doc]
+    configs = load_configs(doc) if set(MEMORY_KEYS) & set(doc) else []
+    configs += [load_section(doc, section) for section in SECTIONS if section in doc]
     if not configs:
         raise ConfigError("memory", f"missing: give a `memory:` mapping, an `agents:` list or {_sections()}")
     return configs
@@ -307,20 +308,38 @@ def _sections() -> str:
     return " or ".join(f"a `{s}:` mapping" for s in SECTIONS)
 
 
-def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: str, view_type: str) -> Config:
-    """A document's mapping for a framework adapter (`store:` for LangGraph's store) as a memory of
-    type `view_type`, with the document's `log:`. Its keys are a memory's: store, redis_url or dsn,
-    namespace, consistency, read_timeout."""
+def sections_only(doc: Mapping[str, Any]) -> bool:
+    """A document with adapter mappings only (`checkpoints:`, `store:`) and no memory."""
+    return any(s in doc for s in SECTIONS) and not any(k in doc for k in MEMORY_KEYS)
+
+
+def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: str) -> Config:
+    """A document's mapping for a framework adapter (`store:`, `checkpoints:`) as a memory of its view
+    type (`SECTIONS`), with the document's `log:`. Its keys are a memory's (store, redis_url or dsn,
+    namespace, consistency, read_timeout) and its view's (`index`, `encryption`)."""
     doc = read_source(source)
+    view_type = SECTIONS[section]
     if section not in doc:
         raise ConfigError(section, f"missing: give a `{section}:` mapping (store, dsn or redis_url, namespace)")
     raw = _mapping(doc[section], section)
     if "type" in raw:
         raise ConfigError(f"{section}.type", f"a `{section}:` mapping has no type (it is always {view_type})")
     log = parse_log(doc.get("log"), "log")
-    parsed = parse_memory({**raw, "type": view_type}, section, log)
+    defaults = {"namespace": SECTION_NAMESPACES.get(section, "default")}
+    parsed = parse_memory({**defaults, **raw, "type": view_type}, section, log)
     names.concrete_namespace(parsed.namespace, f"{section}.namespace", ConfigError)
     return Config(memory=parsed, log=log)
+
+
+def audit_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: str | None = None) -> Config:
+    """The config `helix-es audit` and `forget` read the log with: a document of adapter mappings only
+    names the namespace of its first one (`checkpoints:` before `store:` when it has both)."""
+    doc = read_source(source)
+    if not sections_only(doc):
+        return load_config(doc, agent=agent)
+    first = next(s for s in ("checkpoints", *SECTIONS) if s in doc)
+    section = load_section(doc, first)
+    return replace(section, memory=parse_memory({"namespace": section.memory.namespace}, first))
 
 
 def parse_log(raw: Any, where: str) -> LogConfig:
@@ -384,9 +403,10 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     only_keys(raw, COMMON_KEYS | VIEW_KEYS[kind], where, f"a {kind} memory")
     view = VIEW_TYPES[kind](raw, where)
     store = raw.get("store", DEFAULT_STORES.get(kind, "memory"))
-    if isinstance(view, Vector) and (store not in registry.KINDS or registry.KINDS[store].vectors is None):
-        stores = " or ".join(registry.offering("vectors"))
-        raise ConfigError(f"{where}.store", f"a vector memory lives in {stores}, got {store!r}")
+    adapter = view.adapter if isinstance(view, IndexView) else None
+    if adapter is not None and (store not in registry.KINDS or getattr(registry.KINDS[store], adapter) is None):
+        stores = " or ".join(registry.offering(adapter))
+        raise ConfigError(f"{where}.store", f"a {kind} memory lives in {stores}, got {store!r}")
     ttl = parse_ttl(raw.get("ttl"), f"{where}.ttl")
     if ttl is not None and hasattr(view, "ttl"):  # views that carry it to their store (Redis expires keys)
         view = replace(view, ttl=ttl)  # type: ignore[type-var]

@@ -6,35 +6,27 @@ import asyncio
 import logging
 import sys
 
-from helix_es.config import SECTIONS, LogConfig, MemoryConfig, load_served, read_source
+from helix_es.config import LogConfig, MemoryConfig, load_served
 from helix_es.model.errors import ConfigError
-from helix_es.projection.checkpoint_config import CheckpointsConfig, checkpoints_only, load_checkpoints
-from helix_es.projection.checkpoints import CheckpointProjection, open_checkpoints
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
 from projectors import heap, instance, tiers
 from projectors.follow import TargetFollower
-from projectors.runner import Projector, run_projectors
+from projectors.runner import run_projectors
 
 log = logging.getLogger("helix_es.project")
 
 
 def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
     """The log and every (memory config, store) a config's projectors serve: all agents, all parts, once each,
-    each over the namespaces of every agent that has it (`MemoryConfig.served`), and the adapters' `store:`
-    mapping; a file with only a `checkpoints:` mapping serves that alone (`served_checkpoints`)."""
-    doc = read_source(source)
-    configs = load_served(doc) if not checkpoints_only(doc) or any(s in doc for s in SECTIONS) else []
-    log_config = configs[0].log if configs else load_checkpoints(doc)[0]
+    each over the namespaces of every agent that has it (`MemoryConfig.served`), and the adapters' mappings
+    (`store:`, `checkpoints:`), each a view of its own."""
+    configs = load_served(source)
+    log_config = configs[0].log
     every = [part for cfg in configs for part in cfg.memory.parts]
     if log_config.type != "kafka":
         raise ConfigError("log.type", "the embedded log is projected inside the client; this needs log: kafka")
     return log_config, merge_served(every, lambda part: (part.view.name, *store_key(part)))
-
-
-def served_checkpoints(source: str) -> CheckpointsConfig | None:
-    """The config's `checkpoints:` mapping, if it has one: its view is projected beside the memories'."""
-    return load_checkpoints(source)[1]
 
 
 async def serve(
@@ -50,10 +42,9 @@ async def serve(
     they stopped cleanly. A progress line every `progress` seconds on the `helix_es.project` logger.
     Every view's group knows this process by one static instance id (`projectors.instance.claim`)."""
     log_config, parts = served_projections(source)
-    checkpoints = served_checkpoints(source)
     me = instance.claim(instance_id)
     try:
-        return await _serve(log_config, parts, checkpoints, stop, me.id, batch_size, session_timeout, progress)
+        return await _serve(log_config, parts, stop, me.id, batch_size, session_timeout, progress)
     finally:
         me.release()
 
@@ -61,7 +52,6 @@ async def serve(
 async def _serve(
     log_config: LogConfig,
     parts: list[MemoryConfig],
-    checkpoints: CheckpointsConfig | None,
     stop: asyncio.Event,
     instance_id: str,
     batch_size: int,
@@ -71,7 +61,7 @@ async def _serve(
     say = log.info
     say("group instance id %s (static membership: a restart under it takes its partitions back at once)", instance_id)
     stores = []
-    projectors: list[TargetFollower | Projector] = []
+    projectors: list[TargetFollower] = []
     for part in parts:  # one projector (consumer group) per view: several processes share its partitions
         store = open_store(part) if isinstance(part.view, View) else None
         stores += [store] if store else []
@@ -94,25 +84,6 @@ async def _serve(
             ",".join(part.served),
             part.view.name,
             part.store,
-        )
-    if checkpoints is not None:
-        projectors.append(
-            Projector(
-                CheckpointProjection(open_checkpoints(checkpoints)),
-                bootstrap_servers=log_config.bootstrap_servers,
-                topic_prefix=log_config.topic_prefix,
-                batch_size=batch_size,
-                session_timeout=session_timeout,
-                namespaces=[checkpoints.namespace],
-                group_instance_id=instance_id,
-                replication_factor=log_config.replication_factor,
-            )
-        )
-        say(
-            "projecting %s.%s into the LangGraph checkpoint view (%s store); SIGTERM stops",
-            log_config.topic_prefix,
-            checkpoints.namespace,
-            checkpoints.store,
         )
 
     async def report() -> None:

@@ -143,6 +143,24 @@ async def test_async_opened_saver_serves_sync_graphs_in_threads(tmp_path: Path, 
         assert await asyncio.to_thread(lg.scenario, saver, "t") == expected
 
 
+async def test_savers_on_one_embedded_log_see_each_others_writes(tmp_path: Path, namespace: str) -> None:
+    """Two savers of one embedded log in one process share its view (its backend), memory store too;
+    a sync memory's loop does the same for savers opened with `with`."""
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    expected = await lg.ascenario(InMemorySaver(), "t")
+    async with HelixSaver.from_config(config) as writer, HelixSaver.from_config(config) as reader:
+        assert await lg.ascenario(writer, "t") == expected
+        history = lg.graph(reader).aget_state_history({"configurable": {"thread_id": "t"}})
+        assert [lg.snapshot(s) async for s in history] == expected["history"]
+
+    def in_threads() -> list[dict[str, Any]]:
+        with HelixSaver.from_config(config) as writer, HelixSaver.from_config(config) as reader:
+            lg.scenario(writer, "u")
+            return lg.history(lg.graph(reader), "u")
+
+    assert await asyncio.to_thread(in_threads) == (await lg.ascenario(InMemorySaver(), "u"))["history"]
+
+
 async def test_read_waits_for_the_view_then_times_out_clearly(
     namespace: str, kafka_bootstrap: str, postgres_dsn: str
 ) -> None:

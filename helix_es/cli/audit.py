@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from helix_es.client.audit import AuditError, AuditReport, audit, describe_message, quote
+from helix_es.config import audit_config
 from helix_es.model.errors import InvalidInput
-from helix_es.projection.checkpoint_config import audit_config
 
 # --- text for people --------------------------------------------------------------------------------
 

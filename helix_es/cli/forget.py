@@ -10,13 +10,14 @@ from typing import Any
 from helix_es.client.checkpoint_forget import forget_thread
 from helix_es.client.erasure import NotShreddable, forget
 from helix_es.client.keys import close_shared_keys
+from helix_es.config import audit_config, read_source, sections_only
 from helix_es.model import names
-from helix_es.projection.checkpoint_config import audit_config, is_checkpoints_config
 
 
 async def _run(args: argparse.Namespace) -> int:
-    thread = is_checkpoints_config(args.config)  # a LangGraph thread of its checkpoints: namespace
-    cfg = audit_config(args.config, agent=args.agent)
+    doc = read_source(args.config)
+    thread = sections_only(doc) and "checkpoints" in doc  # a LangGraph thread of its checkpoints: namespace
+    cfg = audit_config(doc, agent=args.agent)
     ns = names.concrete_namespace(args.namespace or cfg.memory.namespace, "--namespace")
     names.check_session_id(args.session, "--session")
     if not args.yes:
@@ -32,7 +33,7 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         if thread:
             result = await forget_thread(
-                args.config, thread_id=args.session, reason=args.reason, allow_unshreddable=args.allow_unshreddable
+                doc, thread_id=args.session, reason=args.reason, allow_unshreddable=args.allow_unshreddable
             )
         else:
             result = await forget(

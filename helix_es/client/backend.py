@@ -88,6 +88,7 @@ class Backend:
         """Before a read: follow the view's alias (at most about once a second), and on an inline
         backend fold what a failed inline projection left behind."""
         if isinstance(projection, AliasedProjection):
+            await projection.ready()  # a store unreachable when it was attached: now it must answer
             await projection.refresh()
         if not self._behind:
             return

@@ -17,12 +17,12 @@ from helix_es.client.checkpoint_seal import UNSEALED, key_id, values_of
 from helix_es.client.encryption import KeyProvider
 from helix_es.client.erasure import ForgetResult, NotShreddable, erased_already, shred
 from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
+from helix_es.config import load_section
 from helix_es.log.check import Skipped
 from helix_es.model import names
-from helix_es.model.errors import ConfigError
 from helix_es.model.events import CheckpointSaved, Record, SessionErased, WritesSaved
-from helix_es.projection.checkpoint_config import load_checkpoints
 from helix_es.projection.factory import open_log
+from helix_es.views.checkpoints import Checkpoints
 
 
 async def forget_thread(
@@ -34,12 +34,11 @@ async def forget_thread(
     allow_unshreddable: bool = False,
 ) -> ForgetResult:
     """Erase one thread of the config's `checkpoints:` namespace; `messages` and `unshreddable` count values."""
-    log_config, checkpoints = load_checkpoints(config)
-    if checkpoints is None:
-        raise ConfigError("checkpoints", "missing: forget_thread needs the `checkpoints:` mapping")
-    ns, sid = checkpoints.namespace, names.check_session_id(thread_id, "thread_id")
+    cfg = load_section(config, "checkpoints")
+    assert isinstance(cfg.memory.view, Checkpoints)
+    ns, sid = cfg.memory.namespace, names.check_session_id(thread_id, "thread_id")
     if keys is None:
-        if not checkpoints.encryption:
+        if not cfg.memory.view.encryption:
             raise NotShreddable(
                 "checkpoints.encryption is off, so the thread's values are on the log in plaintext; an "
                 "append-only log cannot erase plaintext. Set checkpoints: {encryption: true} and "
@@ -52,7 +51,7 @@ async def forget_thread(
         )
     rows = await keys.rows(ns, sid)  # type: ignore[attr-defined]
     store_ids = {r.key_id for r in rows}
-    log = open_log(log_config)
+    log = open_log(cfg.log)
     try:
         events, values, unshreddable = 0, 0, 0
         last: Record | None = None

@@ -8,19 +8,17 @@ wrote: they wait until the view has applied the client's last write on each part
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from helix_es.client import backend as backends
-from helix_es.client.memory import FIRST_POLL_CAP, FIRST_POLLS_FOR, POLL_CAP
+from helix_es.client.wait import Written
 from helix_es.config import Config, load_section
-from helix_es.model.errors import ConsistencyTimeout, InvalidInput
+from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Event, ItemDeleted, ItemPut, Position
 from helix_es.model.message import check_text
 from helix_es.stores.ports import ItemStore
@@ -44,10 +42,7 @@ class Items:
         self.backend = backend
         self.view = view
         self.namespace = namespace
-        self.consistency = consistency
-        self.read_timeout = read_timeout
-        self._written: dict[tuple[str, int], int] = {}  # (topic, partition) -> this client's last write
-        self._seen = True  # the view has applied every write above: reads ask the store nothing more
+        self.written = Written(namespace, consistency=consistency, read_timeout=read_timeout)
 
     async def put(
         self,
@@ -85,9 +80,7 @@ class Items:
 
     async def _append(self, path: tuple[str, ...], payload: ItemPut | ItemDeleted) -> Position:
         position = await self.backend.append(Event(self.namespace, session_of(path), payload))
-        where = (position.topic, position.partition)
-        self._written[where] = max(position.offset, self._written.get(where, -1))
-        self._seen = False
+        self.written.wrote(position)
         return position
 
     async def get(self, path: tuple[str, ...], key: str) -> StoredItem | None:
@@ -132,25 +125,7 @@ class Items:
 
     async def _caught_up(self) -> None:
         await self.backend.current(self.view, self.namespace)  # type: ignore[arg-type]
-        if self.consistency == "eventual" or self._seen:
-            return
-        checking = dict(self._written)
-        wants = [Position(t, p, o) for (t, p), o in checking.items()]
-        started = time.monotonic()
-        pause = 0.0005
-        while (behind := await self.view.behind(wants)) is not None:
-            now = time.monotonic()
-            if now - started >= self.read_timeout:
-                raise ConsistencyTimeout(
-                    f"view {self.view.name} of {self.namespace} has not applied offset {behind.offset} of "
-                    f"{behind.topic}[{behind.partition}] this client wrote; waited {self.read_timeout}s. "
-                    "Is a projector running for it (helix-es project --config FILE)? Or set consistency: eventual."
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, FIRST_POLL_CAP if now - started < FIRST_POLLS_FOR else POLL_CAP)
-            wants = [behind, *(w for w in wants if w != behind)]
-        # Views only move forward: until the next write, every read covers these (unless one came meanwhile).
-        self._seen = checking == self._written
+        await self.written.wait(self.view, generation=getattr(self.view, "generation", 0))
 
 
 def _check_key(key: object) -> None:
@@ -168,7 +143,7 @@ def _check_window(limit: object, offset: object) -> None:
 @asynccontextmanager
 async def open_items(config: Mapping[str, Any] | str | os.PathLike[str] | Config) -> AsyncIterator[Items]:
     """The items a config's `store:` mapping names (a dict, YAML text, a path, or a parsed Config)."""
-    cfg = config if isinstance(config, Config) else load_section(config, SECTION, "langgraph-store")
+    cfg = config if isinstance(config, Config) else load_section(config, SECTION)
     backend = await backends.acquire(cfg.log)
     try:
         view = await backend.attach(cfg.memory, cfg.memory.namespace)

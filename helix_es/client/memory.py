@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NoReturn
 
 from helix_es.client import backend as backends
 from helix_es.client.protocol import Memory
+from helix_es.client.wait import pauses
 from helix_es.model import names
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.model.events import (
@@ -30,11 +31,6 @@ from helix_es.stores.ports import SessionKey
 MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
 MAX_OWN_ADDS = 64  # event ids of its own adds a writer remembers, to name what a retraction takes back
 RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
-# A read-your-writes read polls the view until it shows the write: every FIRST_POLL_CAP seconds at
-# most for the first FIRST_POLLS_FOR seconds, every POLL_CAP after.
-FIRST_POLL_CAP = 0.002
-FIRST_POLLS_FOR = 0.03
-POLL_CAP = 0.01
 
 
 Written = MessageAdded | MemoryCleared | MessageRetracted
@@ -178,22 +174,19 @@ class ViewMemory(EventWriter):
         result = await op(want)
         if result is None:
             assert want is not None
-            started = time.monotonic()
-            deadline = started + self.read_timeout
-            pause = 0.0005
-            while result is None:
-                now = time.monotonic()
-                if now >= deadline:
-                    await self._timed_out(want)
+            for pause in pauses(self.read_timeout):
                 await asyncio.sleep(pause)
-                # A projector's write lands a few ms after the log's ack: look often then, seldom later.
-                pause = min(pause * 2, FIRST_POLL_CAP if now - started < FIRST_POLLS_FOR else POLL_CAP)
                 result = await op(want)
+                if result is not None:
+                    break
+            else:
+                await self._timed_out(want)
+        assert result is not None
         if want is not None and want == self.last_write:  # not a write made while this read waited
             self._seen_last_write = True
         return result
 
-    async def _timed_out(self, want: Position) -> None:
+    async def _timed_out(self, want: Position) -> NoReturn:
         applied = await self.projection.applied(self.key, want)
         raise ConsistencyTimeout(
             f"view {self.projection.name} of {self.namespace}/{self.session_id} has applied offset "

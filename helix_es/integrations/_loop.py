@@ -1,33 +1,17 @@
-"""A private event loop in a daemon thread: sync calls into async code that lives on that loop.
+"""Calls into async code that lives on one event loop, from another loop or from a thread.
 
 The saver's connections (a Kafka producer, a pool) belong to the loop that opened them. A saver
-opened with `with` lives on this loop; one opened with `async with` lives on the caller's, and
-sync calls from other threads are sent there.
+opened with `with` lives on helix-es's own loop (`helix_es.sync`); one opened with `async with`
+lives on the caller's, and calls from other loops and threads are sent there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-
-class LoopThread:
-    def __init__(self, name: str = "helix-es-loop") -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
 
 
 async def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

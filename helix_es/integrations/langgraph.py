@@ -38,12 +38,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from helix_es.client.checkpoints import CheckpointLog
-from helix_es.client.keys import close_shared_keys
-from helix_es.config import LogConfig
-from helix_es.integrations._loop import LoopThread, from_sync, on_loop
+from helix_es.config import Config, load_section
+from helix_es.integrations._loop import from_sync, on_loop
 from helix_es.integrations.langgraph_store import HelixStore
 from helix_es.model import names
-from helix_es.model.errors import ConfigError, InvalidInput
+from helix_es.model.errors import InvalidInput
 from helix_es.model.events import (
     ChannelBlob,
     CheckpointSaved,
@@ -53,7 +52,7 @@ from helix_es.model.events import (
     Serialized,
     WritesSaved,
 )
-from helix_es.projection.checkpoint_config import CheckpointsConfig, load_checkpoints
+from helix_es.sync import run as run_sync
 from helix_es.views.checkpoints import EMPTY, Saved
 
 T = TypeVar("T")
@@ -80,7 +79,6 @@ class HelixSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self._log = log
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connections live on
-        self._runner: LoopThread | None = None
 
     @classmethod
     def from_config(
@@ -88,10 +86,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
     ) -> _Opening:
         """A context manager (`async with` or `with`) yielding an open saver for the config's
         `checkpoints:` mapping (`store`, `dsn` or `redis_url`, `namespace`) and optional `log:`."""
-        log_config, checkpoints = load_checkpoints(config)
-        if checkpoints is None:
-            raise ConfigError("checkpoints", "missing: give a `checkpoints:` mapping (store, namespace)")
-        return _Opening(cls, log_config, checkpoints, serde)
+        return _Opening(cls, load_section(config, "checkpoints"), serde)
 
     # -- the loop the saver lives on ------------------------------------------------------------
 
@@ -344,17 +339,11 @@ class HelixSaver(BaseCheckpointSaver[str]):
 
 
 class _Opening:
-    """What `HelixSaver.from_config` returns: `async with` opens the saver on the running loop,
-    `with` on a private loop thread (sync graphs)."""
+    """What `HelixSaver.from_config` returns: `async with` opens the saver on the running loop, `with`
+    on helix-es's own loop (`helix_es.sync`, where sync memories and stores of the same log live too)."""
 
-    def __init__(
-        self,
-        cls: type[HelixSaver],
-        log_config: LogConfig,
-        config: CheckpointsConfig,
-        serde: SerializerProtocol | None,
-    ) -> None:
-        self._saver = cls(CheckpointLog(log_config, config), serde=serde)
+    def __init__(self, cls: type[HelixSaver], config: Config, serde: SerializerProtocol | None) -> None:
+        self._saver = cls(CheckpointLog(config), serde=serde)
 
     async def __aenter__(self) -> HelixSaver:
         saver = self._saver
@@ -368,21 +357,7 @@ class _Opening:
         await self._saver._log.close()
 
     def __enter__(self) -> HelixSaver:
-        saver = self._saver
-        runner = saver._runner = LoopThread("helix-es-saver")
-        saver._loop = runner.loop
-        try:
-            runner.run(saver._log.open())
-        except BaseException:
-            runner.stop()
-            raise
-        return saver
+        return run_sync(self.__aenter__())
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        runner = self._saver._runner
-        assert runner is not None
-        try:
-            runner.run(self._saver._log.close())
-            runner.run(close_shared_keys())  # the key store's pool, if any, opened on this loop
-        finally:
-            runner.stop()
+        run_sync(self.__aexit__(kind, exc, tb))

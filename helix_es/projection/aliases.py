@@ -38,17 +38,15 @@ from helix_es.model.names import alias_id, check_target
 from helix_es.projection.factory import (
     open_aliases,
     open_idempotency,
-    open_long_term,
     open_projection,
     open_store,
-    open_vectors,
+    open_wide,
 )
 from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, Applied, Change, SessionKey, Snapshot, ViewStore
 from helix_es.views.base import State, View
 from helix_es.views.long_term import LongTerm, target_table
-from helix_es.views.vector import Vector
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +186,7 @@ async def drop_target_data(
 ) -> None:
     """Delete `target`'s data in `namespaces` and its checkpoints of `topics` (theirs), in `memory`'s store.
 
-    Each store deletes its own keys or rows (`ViewStore.drop`, `LongTermStore.drop`, `VectorStore.drop`).
+    Each store deletes its own keys or rows (`ViewStore.drop`, `WideProjection.drop`).
     Views kept in a process (memory and file stores) are dropped there, not from outside.
     """
     kind = registry.kind(memory.store)
@@ -201,19 +199,13 @@ async def drop_target_data(
             await target_store(store, view, target).drop(view, namespaces, topics)
         finally:
             await store.close()
-    elif isinstance(view, LongTerm):
-        long_term = open_long_term(_target_memory(memory, target))
-        long_term.name = target
+    else:  # namespace-wide views: the target's own projection drops its data
+        wide = open_wide(_target_memory(memory, target))
+        wide.name = target
         try:
-            await long_term.drop(namespaces, topics)
+            await wide.drop(namespaces, topics)
         finally:
-            await long_term.close()
-    elif isinstance(view, Vector):
-        vectors = open_vectors(memory)
-        try:
-            await vectors.drop(target, namespaces, topics)
-        finally:
-            await vectors.close()
+            await wide.close()
     keys = open_idempotency(memory)
     try:
         await keys.drop(target, namespaces)

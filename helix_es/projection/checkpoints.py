@@ -1,30 +1,19 @@
-"""A checkpoint view as a `Projection`, for what folds the log: the embedded saver, the projector service, rebuild."""
+"""A checkpoint view as a `Projection`, for what folds the log: the backend, the projector service, rebuild."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from helix_es.model.errors import ConfigError
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
-from helix_es.projection.checkpoint_config import CheckpointsConfig
-from helix_es.stores import registry
 from helix_es.stores.ports import Applied, CheckpointStore, SessionKey
-from helix_es.views.checkpoints import VIEW_NAME
-
-
-def open_checkpoints(config: CheckpointsConfig, name: str = VIEW_NAME) -> CheckpointStore:
-    """The checkpoint store `config` names (its owner closes it)."""
-    kind = registry.kind(config.store, "checkpoints.store")
-    if kind.checkpoints is None:
-        raise ConfigError("checkpoints.store", f"{kind.name} keeps no checkpoints")
-    return kind.checkpoints(config.location, name)
 
 
 @dataclass
 class CheckpointProjection:
-    """Folds a checkpoint store; it holds no messages, so the memory reads find none."""
+    """Folds a checkpoint store; it holds no messages, so the memory reads find none. The saver reads
+    `store` (through the alias: the target readers use)."""
 
     store: CheckpointStore
     reentrant = True  # batches of different partitions touch different threads and checkpoints
@@ -32,6 +21,10 @@ class CheckpointProjection:
     @property
     def name(self) -> str:
         return self.store.name
+
+    @name.setter
+    def name(self, name: str) -> None:  # a rebuild target: its rows and checkpoints are under its name
+        self.store.name = name
 
     @property
     def kind(self) -> str:
@@ -46,6 +39,14 @@ class CheckpointProjection:
     async def advance(self, topic: str, partition: int, offset: int) -> None:
         await self.store.advance(topic, partition, offset)
 
+    async def behind(self, wants: Iterable[Position]) -> Position | None:
+        """The first of `wants` this view has not applied (None: it has applied them all)."""
+        for want in wants:
+            applied = await self.store.checkpoint(want.topic, want.partition)
+            if applied is None or applied < want.offset:
+                return want
+        return None
+
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
         return []
 
@@ -54,6 +55,9 @@ class CheckpointProjection:
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.store.checkpoint(want.topic, want.partition)
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        await self.store.drop(namespaces, topics)
 
     async def close(self) -> None:
         await self.store.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import cast
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.codec import Codec
@@ -15,8 +15,9 @@ from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.log.port import EventLog
 from helix_es.model.errors import ConfigError
+from helix_es.projection.checkpoints import CheckpointProjection
 from helix_es.projection.idempotency import IdempotentProjection
-from helix_es.projection.protocol import Projection
+from helix_es.projection.protocol import Projection, WideProjection
 from helix_es.projection.session import SessionProjection
 from helix_es.projection.summary import SummaryProjection
 from helix_es.projection.vector import VectorProjection
@@ -24,6 +25,7 @@ from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores import registry
 from helix_es.stores.ports import (
     AliasStore,
+    CheckpointStore,
     IdempotencyStore,
     ItemStore,
     LongTermStore,
@@ -33,7 +35,8 @@ from helix_es.stores.ports import (
     VectorStore,
     ViewStore,
 )
-from helix_es.views.base import View
+from helix_es.views.base import IndexView, View
+from helix_es.views.checkpoints import Checkpoints
 from helix_es.views.items import Items
 from helix_es.views.long_term import LongTerm
 from helix_es.views.summary import Summary
@@ -130,6 +133,15 @@ def open_items(memory: MemoryConfig) -> ItemStore:
     return kind.items(_located(memory, kind, f"store: {kind.name}"), memory.view)
 
 
+def open_checkpoints(memory: MemoryConfig) -> CheckpointStore:
+    """The LangGraph checkpoint store of `memory` (a `Checkpoints` view), owning its connection."""
+    kind = registry.KINDS.get(memory.store)
+    if kind is None or kind.checkpoints is None:
+        stores = " or ".join(registry.offering("checkpoints"))
+        raise ConfigError("checkpoints.store", f"LangGraph checkpoints live in {stores}, got {memory.store!r}")
+    return kind.checkpoints(_located(memory, kind, f"store: {kind.name}"), memory.view.name)
+
+
 def open_vectors(memory: MemoryConfig) -> VectorStore:
     """The vector store of `memory` (a `Vector` view); its owner closes it."""
     kind = registry.KINDS.get(memory.store)
@@ -162,23 +174,31 @@ def open_projection(
     view's name; derived events keep the view's own name, so every target reuses what was recorded.
     It remembers idempotency keys in `keys` (else in its own store kind), and closes them.
     """
-    projection = _open(memory, store)
+    projection = open_wide(memory) if isinstance(memory.view, IndexView) else _open_session(memory, store)
     if name is not None:
         projection.name = name
     return IdempotentProjection(projection, keys or open_idempotency(memory), ttl=getattr(memory.view, "ttl", None))
 
 
-def _open(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | VectorProjection | Any:
+def open_wide(memory: MemoryConfig) -> WideProjection:
+    """The projection of a namespace-wide view (`IndexView`), owning its connection (opened on first use)."""
     view = memory.view
+    # Long-term and items stores are projections by shape (their ports declare only what readers use).
     if isinstance(view, LongTerm):
-        # A new projection owning its connection (opened lazily, on first use).
-        return open_long_term(memory)
+        return cast(WideProjection, open_long_term(memory))
     if isinstance(view, Items):
-        return open_items(memory)
+        return cast(WideProjection, open_items(memory))
+    if isinstance(view, Checkpoints):
+        return CheckpointProjection(open_checkpoints(memory))
     if isinstance(view, Vector):
         vectors = open_vectors(memory)
         embedder = view.embedder if view.embedder is not None else view.embed.build()
         return VectorProjection(view.name, embedder, vectors, top_k=view.top_k)
+    raise ConfigError("memory.type", f"{memory.type} has no projection of its own")
+
+
+def _open_session(memory: MemoryConfig, store: ViewStore | None) -> SessionProjection | SummaryProjection:
+    view = memory.view
     if not isinstance(view, View):
         raise ConfigError("memory.type", f"{memory.type} has no projection of its own (its parts have)")
     store = store or open_store(memory)

@@ -10,7 +10,7 @@ vector) implement this protocol directly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from helix_es.model.events import Position, Record
@@ -52,3 +52,14 @@ class Projection(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class WideProjection(Projection, Protocol):
+    """A namespace-wide view's projection (long-term, vector, LangGraph items and checkpoints): its own
+    store, named by a settable `name` (a rebuild target's), which can drop its data."""
+
+    name: str
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        """Delete this view's (`name`'s) data in `namespaces` and its checkpoints of `topics`."""
+        ...

@@ -30,7 +30,7 @@ import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 import numpy as np
@@ -293,6 +293,9 @@ class VectorProjection:
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.store.checkpoint(self.name, want.topic, want.partition)
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        await self.store.drop(self.name, namespaces, topics)
 
     async def close(self) -> None:
         await self.store.close()

@@ -86,6 +86,8 @@ class IndexView(ABC):
     """
 
     kind: ClassVar[str]
+    # The `StoreKind` adapter its store must offer (`vectors`, `items`, `checkpoints`); None: any store.
+    adapter: ClassVar[str | None] = None
 
     @property
     def name(self) -> str:

@@ -13,8 +13,11 @@ one (a copy first), the reference for tests and rebuilds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+from helix_es.model.errors import ConfigError
 from helix_es.model.events import (
     CheckpointSaved,
     CheckpointsDeleted,
@@ -24,9 +27,32 @@ from helix_es.model.events import (
     SessionErased,
     WritesSaved,
 )
+from helix_es.views.base import IndexView
 
 VIEW_NAME = "checkpoints"
 EMPTY = "empty"  # a blob's type when the channel has no value at that version
+
+
+@dataclass(frozen=True)
+class Checkpoints(IndexView):
+    """The view's options: the `checkpoints:` mapping of a config, a memory of type `langgraph-checkpoints`."""
+
+    kind: ClassVar[str] = "langgraph-checkpoints"
+    adapter: ClassVar[str | None] = "checkpoints"
+
+    # Seal every value with the thread's data key (HELIX_KEY_STORE): `helix-es forget` can shred a thread.
+    encryption: bool = False
+
+    @property
+    def name(self) -> str:
+        return VIEW_NAME  # its consumer group, keys, rows and checkpoints, as before it was a view type
+
+    @classmethod
+    def from_config(cls, options: Mapping[str, Any], where: str) -> Checkpoints:
+        encryption = options.get("encryption", False)
+        if not isinstance(encryption, bool):
+            raise ConfigError(f"{where}.encryption", f"must be true or false, got {encryption!r}")
+        return cls(encryption=encryption)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ class Items(IndexView):
     """The items view's options. The service addresses stay out of repr: a DSN may hold a password."""
 
     kind: ClassVar[str] = VIEW_NAME
+    adapter: ClassVar[str | None] = "items"
 
     store: str = "memory"
     dsn: str | None = field(default=None, repr=False)

@@ -12,6 +12,7 @@ from typing import Any
 from helix_es.model.errors import ConfigError
 from helix_es.model.tokenizers import ESTIMATE
 from helix_es.views.base import IndexView, View
+from helix_es.views.checkpoints import Checkpoints
 from helix_es.views.conversation import Conversation
 from helix_es.views.items import Items
 from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
@@ -100,6 +101,9 @@ VIEW_KEYS["sql-long-term"] = set(LONG_TERM_KEYS)
 # The `store:` mapping of a config (helix_es.integrations.langgraph.HelixStore): LangGraph store items.
 VIEW_TYPES["langgraph-store"] = Items.from_config
 VIEW_KEYS["langgraph-store"] = {"index"}
+# The `checkpoints:` mapping (helix_es.integrations.langgraph.HelixSaver): LangGraph checkpoints.
+VIEW_TYPES["langgraph-checkpoints"] = Checkpoints.from_config
+VIEW_KEYS["langgraph-checkpoints"] = {"encryption"}
 DEFAULT_STORES: dict[str, str] = {"sql-long-term": "postgres"}  # a type's store when `store:` is left out
 
 

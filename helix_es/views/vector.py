@@ -27,6 +27,7 @@ def model_slug(model: str) -> str:
 @dataclass(frozen=True)
 class Vector(IndexView):
     kind = "vector"
+    adapter = "vectors"
     top_k: int = 5
     embed: EmbedSpec = field(default_factory=EmbedSpec)
     # Programmatic use: an embedder object (e.g. `embedder_from_func`) instead of `embed`.

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from helix_es.config import Config, LogConfig, MemoryConfig, load_configs
+from helix_es.config import Config, LogConfig, MemoryConfig, load_served
 from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import merge_served
 
@@ -16,8 +16,9 @@ ConfigSource = Mapping[str, Any] | str | os.PathLike[str] | Config  # what `rebu
 def select(
     config: ConfigSource, view: str | None = None, *, store: str | None = None
 ) -> tuple[LogConfig, MemoryConfig]:
-    """The log and the one memory (view in its store) `view` names in `config`: every agent, every part."""
-    configs = [config] if isinstance(config, Config) else load_configs(config)
+    """The log and the one memory (view in its store) `view` names in `config`: every agent, every part, and
+    the adapters' mappings (`checkpoints:`, `store:`)."""
+    configs = [config] if isinstance(config, Config) else load_served(config)
     every = [part for cfg in configs for part in cfg.memory.parts if store is None or part.store == store]
     # A view several agents share is rebuilt over all their namespaces, as the projector service folds it.
     parts = {(p.view.name, p.store): p for p in merge_served(every, lambda p: (p.view.name, p.store))}

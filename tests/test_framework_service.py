@@ -1,0 +1,135 @@
+"""The framework adapters' views are views like any other: one `helix-es project` file serves a memory,
+a `checkpoints:` and a `store:` mapping; `helix-es lag` reports all three; `helix-es rebuild` builds
+the checkpoint and item views into new targets while they serve, open savers and stores move to
+them, and the old targets can be dropped. Real Kafka, Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.conftest import cli, require_module, start_projector, unique, wait_for
+
+require_module("langgraph", "LangGraph")
+
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+
+from helix_es import Message, open_memory  # noqa: E402
+from helix_es.integrations.langgraph import HelixSaver, HelixStore  # noqa: E402
+from helix_es.projection import aliases as aliases_module  # noqa: E402
+from tests import langgraph_graph as lg  # noqa: E402
+from tests.test_rebuild import redis_keys, stop_projector  # noqa: E402
+
+
+@pytest.fixture
+def fast_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aliases_module, "REFRESH_SECONDS", 0.2)
+
+
+async def lag_by_view(path: Path) -> dict[str, int]:
+    code, out, err = await cli("lag", "--config", str(path), "--json")
+    assert code == 0, err
+    totals: dict[str, int] = {}
+    for p in json.loads(out)["partitions"]:
+        totals[p["view"]] = totals.get(p["view"], 0) + p["lag"]
+    return totals
+
+
+async def rebuilt(path: Path, view: str) -> dict[str, Any]:
+    code, out, err = await cli("rebuild", "--config", str(path), "--view", view, "--drop-old", "--json")
+    assert code == 0, err
+    report: dict[str, Any] = json.loads(out)
+    assert report["switched"] and report["handed_over"], report
+    return report
+
+
+async def checkpoint_rows(dsn: str, view: str, namespace: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        sql = "SELECT count(*) FROM helix_lg_checkpoints WHERE view = $1 AND namespace = $2"
+        return int(await conn.fetchval(sql, view, namespace))
+    finally:
+        await conn.close()
+
+
+async def test_one_service_serves_memory_checkpoints_and_store_and_each_view_rebuilds(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str, postgres_dsn: str, fast_aliases: None
+) -> None:
+    prefix, ns = unique("fw"), unique("fw")
+    graph_ns, items_ns = f"{ns}-graph", f"{ns}-items"
+    log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix}
+    cfg = {
+        "log": log,
+        "memory": {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": ns},
+        "checkpoints": {"store": "postgres", "dsn": postgres_dsn, "namespace": graph_ns, "read_timeout": 60},
+        "store": {"store": "redis", "redis_url": redis_url, "namespace": items_ns, "read_timeout": 60},
+    }
+    path = tmp_path / "helix.yaml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    expected = await lg.ascenario(InMemorySaver(), "t1")
+    proc = start_projector(cfg, tmp_path)
+    try:
+        async with (
+            open_memory(cfg, session_id="s1") as memory,
+            HelixSaver.from_config(cfg) as saver,
+            HelixStore.from_config(cfg) as store,
+        ):
+            await memory.add(Message("user", "remember the graph"))
+            assert await lg.ascenario(saver, "t1") == expected
+            await store.aput(("users", "u1"), "prefs", {"tone": "dry"})
+            assert [m.content for m in await memory.get()] == ["remember the graph"]
+            item = await store.aget(("users", "u1"), "prefs")
+            assert item is not None and item.value == {"tone": "dry"}
+
+            async def drained() -> bool:
+                lags = await lag_by_view(path)
+                return sorted(lags) == ["checkpoints", "conversation", "langgraph-store"] and not any(lags.values())
+
+            await wait_for(drained, 60, "every view of the file to have no lag")
+
+            # The checkpoint view, rebuilt from the log while it serves: the open saver moves to it.
+            old_rows = await checkpoint_rows(postgres_dsn, "checkpoints", graph_ns)
+            assert old_rows == len(expected["history"])
+            report = await rebuilt(path, "checkpoints")
+            assert report["target"] == "checkpoints@v2" and report["dropped"] == ["checkpoints"]
+            assert await checkpoint_rows(postgres_dsn, "checkpoints@v2", graph_ns) == old_rows
+            assert await checkpoint_rows(postgres_dsn, "checkpoints", graph_ns) == 0
+
+            async def saver_moved() -> bool:
+                await saver.aget_tuple({"configurable": {"thread_id": "t1"}})
+                return bool(saver._log.store.name == "checkpoints@v2")
+
+            await wait_for(saver_moved, 10, "the saver to read the new target")
+            history = lg.graph(saver).aget_state_history({"configurable": {"thread_id": "t1"}})
+            assert [lg.snapshot(s) async for s in history] == expected["history"]
+            assert await lg.ascenario(saver, "t2") == await lg.ascenario(InMemorySaver(), "t2")  # written after
+
+            # The items view the same way: the open store reads the new target, old keys are gone.
+            report = await rebuilt(path, "langgraph-store")
+            assert report["target"] == "langgraph-store@v2"
+            head = f"helix:items:{{{items_ns}}}:langgraph-store"
+            assert await redis_keys(redis_url, f"{head}:*") == [] and await redis_keys(redis_url, f"{head}@v2:*")
+
+            async def store_moved() -> bool:
+                await store.aget(("users", "u1"), "prefs")
+                return bool(store.items.view.name == "langgraph-store@v2")
+
+            await wait_for(store_moved, 10, "the store to read the new target")
+            item = await store.aget(("users", "u1"), "prefs")
+            assert item is not None and item.value == {"tone": "dry"}
+            await store.aput(("users", "u2"), "prefs", {"tone": "warm"})  # folded by the service into @v2
+            item = await store.aget(("users", "u2"), "prefs")
+            assert item is not None and item.value == {"tone": "warm"}
+            assert [m.content for m in await memory.get()] == ["remember the graph"]
+
+        lags = await lag_by_view(path)
+        assert sorted(lags) == ["checkpoints@v2", "conversation", "langgraph-store@v2"]
+        err = stop_projector(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "from checkpoints to checkpoints@v2" in err and "from langgraph-store to langgraph-store@v2" in err, err
