@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,11 @@ def _namespaces(text: str) -> list[str]:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from helix_es.service.mcp import serve_stdio, with_namespace  # the mcp package only when serving
+    try:
+        from helix_es.service.mcp import serve_stdio, with_namespace  # the mcp package only when serving
+    except ImportError as exc:
+        print(f"helix-es mcp: needs the mcp package (pip install 'helix-es[service]', or mcp): {exc}", file=sys.stderr)
+        return 1
 
     config = load_config(args.config, agent=args.agent)
     if args.namespace is not None:
