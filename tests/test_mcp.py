@@ -27,6 +27,7 @@ require_module("mcp", "the MCP server (helix_es.service.mcp)")
 
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp_types import InitializeResult  # noqa: E402
 
 TOOLS = {
     "add_memory": ["session_id", "role"],
@@ -47,8 +48,8 @@ def embedded(tmp_path: Path, namespace: str) -> dict[str, Any]:
 class Server:
     """A client session with one `helix-es mcp` process; `exit_code` and `stderr` once it is closed."""
 
-    def __init__(self, session: ClientSession, rc: Path, stderr: Path) -> None:
-        self.session, self.rc, self.stderr_path = session, rc, stderr
+    def __init__(self, session: ClientSession, init: InitializeResult, rc: Path, stderr: Path) -> None:
+        self.session, self.init, self.rc, self.stderr_path = session, init, rc, stderr
 
     async def call(self, tool: str, **arguments: Any) -> Any:
         result = await self.session.call_tool(tool, arguments)
@@ -83,14 +84,17 @@ async def serve(config: dict[str, Any], tmp_path: Path, *flags: str) -> AsyncIte
     )
     with err.open("w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            yield Server(session, rc, err)
+            yield Server(session, await session.initialize(), rc, err)
 
 
 async def test_tools_are_listed_with_their_arguments_and_the_server_exits_0_when_the_client_closes(
     tmp_path: Path, namespace: str
 ) -> None:
-    async with serve(embedded(tmp_path, namespace), tmp_path) as server:
+    async with serve(embedded(tmp_path, namespace), tmp_path, "--namespaces", f"{namespace},other-*") as server:
+        assert server.init.server_info.name == "helix-es"
+        assert f"The default namespace is {namespace!r}; the server serves only {namespace}, other-*." in (
+            server.init.instructions or ""
+        )
         listed = {t.name: t for t in (await server.session.list_tools()).tools}
         assert {name: listed[name].input_schema["required"] for name in listed} == TOOLS
         add = listed["add_memory"].input_schema["properties"]

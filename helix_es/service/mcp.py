@@ -212,7 +212,7 @@ class MemoryTools:
             position = await memory.add(message, idempotency_key=idempotency_key)
         except InvalidInput as exc:
             raise _refuse(exc) from None
-        except HelixError as exc:
+        except (HelixError, OSError) as exc:  # the log or a store failed: the model may retry later
             raise ToolError(str(exc)) from None
         return _position(ns, session_id, position)
 
@@ -224,7 +224,7 @@ class MemoryTools:
             return _messages(ns, session_id, await memory.get())
         except InvalidInput as exc:
             raise _refuse(exc) from None
-        except HelixError as exc:
+        except (HelixError, OSError) as exc:
             raise ToolError(str(exc)) from None
 
     async def search_memory(
@@ -241,7 +241,7 @@ class MemoryTools:
             return _messages(ns, session_id, await memory.search(query, limit))
         except InvalidInput as exc:
             raise _refuse(exc) from None
-        except HelixError as exc:
+        except (HelixError, OSError) as exc:
             raise ToolError(str(exc)) from None
 
     async def clear_memory(
@@ -261,7 +261,7 @@ class MemoryTools:
             position = await memory.clear(idempotency_key=idempotency_key)
         except InvalidInput as exc:
             raise _refuse(exc) from None
-        except HelixError as exc:
+        except (HelixError, OSError) as exc:
             raise ToolError(str(exc)) from None
         return _position(ns, session_id, position)
 
@@ -292,7 +292,7 @@ class MemoryTools:
             report = await audit(self.config_for(ns), session_id=session_id, namespace=ns, as_of=as_of, offset=offset)
         except InvalidInput as exc:
             raise _refuse(exc) from None
-        except HelixError as exc:
+        except (HelixError, OSError) as exc:
             raise ToolError(str(exc)) from None
         return report.to_json()
 
@@ -302,7 +302,8 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer(
         name="helix-es",
         title="helix-es memory",
-        instructions=INSTRUCTIONS,
+        instructions=f"{INSTRUCTIONS} The default namespace is {tools.default_namespace!r}"
+        + (f"; the server serves only {', '.join(tools.allowed)}." if tools.allowed else "."),
         version=__version__,
         log_level="WARNING",
     )
@@ -326,6 +327,12 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
 async def serve_stdio(config: Config, *, namespaces: Sequence[str] | None = None) -> None:
     """Serve the tools over stdin and stdout until the client closes stdin; then close every memory."""
     tools = MemoryTools(config, namespaces=namespaces)
+    log.info(
+        "serving the memory over MCP on stdio: %s log, default namespace %s, namespaces %s",
+        config.log.type,
+        tools.default_namespace,
+        ", ".join(tools.allowed) or "any",
+    )
     try:
         await build_server(tools).run_stdio_async()
     finally:
