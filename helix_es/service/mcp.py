@@ -127,6 +127,8 @@ class MemoryTools:
         self.allowed = allowed
         self._matcher = names.namespace_matcher(allowed) if allowed else None
         self._managers: dict[str, SessionMemoryManager] = {}
+        if self._matcher is not None and not self._matcher.fullmatch(self.default_namespace):
+            log.warning("the default namespace %s is not served: a call must name a namespace", self.default_namespace)
 
     def namespace(self, namespace: str | None) -> str:
         """The namespace a call names (or the default), refused unless this server may serve it."""
