@@ -1,0 +1,1 @@
+"""Serving the memory to other processes: the REST service and the MCP server (`helix-es mcp`)."""
