@@ -26,8 +26,12 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def add_command(sub: Any) -> None:
-    project = sub.add_parser("project", help="run the projector for the configured view until SIGTERM")
-    project.add_argument("--config", required=True, help="YAML file (log: kafka, memory: ...)")
+    project = sub.add_parser(
+        "project", help="fold every view the config names (memories, checkpoints:, store:) until SIGTERM"
+    )
+    project.add_argument(
+        "--config", required=True, help="YAML file (log: kafka; memory:, agents:, checkpoints: and/or store:)"
+    )
     project.add_argument("--batch-size", type=int, default=500, help="events per fetch (default 500)")
     project.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
     project.add_argument(
