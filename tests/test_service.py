@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helix_es.client.audit import audit
 from helix_es.config import load_config
@@ -450,16 +451,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(tmp_path: Path, config: dict[str, Any], *flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`helix-es serve` on a free port, answering /healthz; SIGTERMed at the end if still running."""
+def serve(
+    tmp_path: Path, config: dict[str, Any], *flags: str, keys: Any = KEYS
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`helix-es serve` on a free port, run in `tmp_path`, answering /healthz; SIGTERMed at the end if still running."""
     tag = unique("srv")
     (tmp_path / f"{tag}.json").write_text(json.dumps(config))
-    (tmp_path / "keys.json").write_text(json.dumps(KEYS))
+    (tmp_path / "keys.json").write_text(json.dumps(keys))
     port = free_port()
     cmd = [sys.executable, "-m", "helix_es.cli", "serve", "--config", str(tmp_path / f"{tag}.json")]
     cmd += ["--keys", str(tmp_path / "keys.json"), "--port", str(port), *flags]
     err = (tmp_path / f"{tag}.err").open("w+")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=err, text=True, env={**os.environ})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=err, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -592,3 +596,24 @@ def test_without_uvicorn_serve_says_so_in_one_line_and_exits_1(tmp_path: Path) -
     )
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "pip install 'helix-es[service]'" in out.stderr
+
+
+def readme_blocks() -> list[str]:
+    """README's REST section: its fenced blocks, in order (keys, command, curl calls, output)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### REST service: ", 1)[1].split("\n#", 1)[0]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
+
+
+async def test_the_readme_example_runs_as_printed(tmp_path: Path) -> None:
+    keys, command, calls, printed = readme_blocks()
+    assert command.strip() == "helix-es serve --config helix.yaml --keys keys.json --port 8080"
+    mcp_section = (ROOT / "README.md").read_text().split("### MCP: ", 1)[1]
+    config = yaml.safe_load(mcp_section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    with serve(tmp_path, config, keys=json.loads(keys)) as (_proc, url):
+        script = calls.replace("localhost:8080", url.removeprefix("http://"))
+        out = await asyncio.to_thread(
+            subprocess.run, ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == printed
