@@ -16,6 +16,7 @@ const state = {
   cut: null, // {offset} or {as_of}: point A
   compare: null, // {offset}: point B, or null
   reports: new Map(), // cut query -> Promise of the audit at that cut
+  now: null, // Promise of GET .../messages while the "get() now" column is on, else null
   ticket: 0, // the newest render wins; older answers are dropped
 };
 
@@ -405,6 +406,8 @@ function eventText(e, kind) {
 async function loadSession() {
   const { namespace: ns, session: sid } = state;
   const ticket = ++state.ticket;
+  state.now = null;
+  $("now-toggle").setAttribute("aria-pressed", "false");
   clear($("timeline"), el("li", { class: "muted pad", text: "Reading the session from the log…" }));
   clear($("session-head"), el("h2", { class: "sid", text: sid }));
   clear($("views"));
@@ -551,8 +554,9 @@ async function showCut() {
   $("views-pane").classList.add("loading");
   const cuts = [state.cut, state.compare].filter(Boolean);
   let reports;
+  let now = null;
   try {
-    reports = await Promise.all(cuts.map((c) => audit(ns, sid, c)));
+    [now, ...reports] = await Promise.all([state.now, ...cuts.map((c) => audit(ns, sid, c))]);
   } catch (err) {
     if (ticket !== state.ticket) return;
     $("views-pane").classList.remove("loading");
@@ -569,6 +573,7 @@ async function showCut() {
   $("asof-input").value = state.cut.as_of ?? "";
   if (atB) renderDiff(atA, atB);
   else renderViews(atA);
+  if (now) $("views").append(nowColumn(now.messages));
 }
 
 // --- views at the cut, and the difference between two points ------------------------------------
@@ -617,6 +622,17 @@ function column(name, count, body, extra = null) {
     el("header", {}, el("h3", { title: name, text: name }), el("div", { class: "sub" }, el("span", { class: "count", text: count }), extra)),
     body,
   );
+}
+
+function nowColumn(messages) {
+  // Served by the memory's own view (Redis, Postgres, in process), not folded here: a check on it.
+  const body = messages.length
+    ? el("ol", { class: "msgs" }, messages.map((m) => messageCard(m)))
+    : el("p", { class: "empty", text: "empty now" });
+  const count = `${messages.length} message${messages.length === 1 ? "" : "s"}`;
+  const view = column("get() now", count, body);
+  view.classList.add("now");
+  return view;
 }
 
 function renderViews(report) {
@@ -834,6 +850,12 @@ function wire() {
   $("cut-range").addEventListener("input", (e) => pick(Number(e.target.value)));
   $("cut-prev").addEventListener("click", () => move(-1));
   $("cut-next").addEventListener("click", () => move(1));
+  $("now-toggle").addEventListener("click", () => {
+    const on = state.now === null;
+    state.now = on ? api(`${sessionPath(state.namespace, state.session)}/messages`) : null;
+    $("now-toggle").setAttribute("aria-pressed", String(on));
+    showCut();
+  });
   $("compare-clear").addEventListener("click", () => {
     state.compare = null;
     showCut();
