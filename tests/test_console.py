@@ -11,11 +11,6 @@ HELIX_REQUIRE_SERVICES=1.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,7 +25,8 @@ from helix_es import Message
 from helix_es.client.memory import retract
 from helix_es.sync import open_memory
 from tests.browser import Browser, BrowserError, Page, chromium_path
-from tests.conftest import REQUIRE, ROOT, start_projector, stop, unique
+from tests.conftest import REQUIRE, start_projector, unique
+from tests.served import served
 
 KEY = "console-test-key-0123456789"  # may read the test's namespace
 OUTSIDER = "console-outsider-key-987654"  # may read another namespace only
@@ -53,36 +49,10 @@ def parts(**store: Any) -> list[dict[str, Any]]:
     return [{"type": "conversation", **store}, {"type": "sliding-window", "window_size": 3, **store}]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serve(config: dict[str, Any], namespace: str, tmp_path: Path) -> Iterator[str]:
-    """`helix-es serve` in its own process on a free port; its base URL once /healthz answers."""
-    (tmp_path / "serve.json").write_text(json.dumps(config))
-    (tmp_path / "keys.json").write_text(json.dumps({KEY: [namespace], OUTSIDER: ["somewhere-else"]}))
-    port = free_port()
-    cmd = [sys.executable, "-m", "helix_es.cli", "serve", "--config", str(tmp_path / "serve.json")]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--keys", str(tmp_path / "keys.json")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/healthz", timeout=2):
-                    break
-            except OSError as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"helix-es serve did not come up: {exc}; {proc.communicate()[1]}") from exc
-                time.sleep(0.1)
+    with served(config, {KEY: [namespace], OUTSIDER: ["somewhere-else"]}, tmp_path) as base:
         yield base
-    finally:
-        stop(proc)
 
 
 def post(base: str, namespace: str, session_id: str, messages: list[dict[str, Any]]) -> None:

@@ -413,6 +413,7 @@ async function loadSession() {
   clear($("views"));
   clear($("views-head"));
   $("cut-controls").hidden = true;
+  $("now-toggle").hidden = true;
   let report;
   try {
     report = await audit(ns, sid, null);
@@ -431,6 +432,7 @@ async function loadSession() {
     return;
   }
   $("cut-controls").hidden = false;
+  $("now-toggle").hidden = false;
   if (!state.cut) state.cut = { offset: state.events[state.events.length - 1].offset };
   showCut();
 }
@@ -795,6 +797,7 @@ function route() {
     state.ticket++;
     state.events = [];
     $("cut-controls").hidden = true;
+    $("now-toggle").hidden = true;
     clear($("timeline"));
     clear($("session-head"));
     clear($("views-head"));
