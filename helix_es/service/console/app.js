@@ -3,9 +3,13 @@
 // Plain DOM, no build step, nothing fetched from elsewhere; data only ever reaches the page as
 // text nodes (the server sends Content-Security-Policy: default-src 'self').
 
+import { ApiError, api, enc, sessionPath } from "./api.js";
+import { $, clear, el, plural } from "./dom.js";
+import { ago, badge, clock, eventText, kindOf } from "./events.js";
+import { diffColumns, nowColumn, viewColumns } from "./views.js";
+
 const KEY_STORE = "helix-es.console.key"; // sessionStorage: this tab only
 const RECENT_STORE = "helix-es.console.namespaces"; // localStorage: names only, never a key
-const API = new URL("../v1/", document.baseURI);
 
 const state = {
   key: null,
@@ -20,71 +24,13 @@ const state = {
   ticket: 0, // the newest render wins; older answers are dropped
 };
 
-const $ = (id) => document.getElementById(id);
-
-// --- DOM building: text only ------------------------------------------------------------------
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(props)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (name === "class") node.className = value;
-    else if (name === "text") node.textContent = value;
-    else if (name === "data") Object.assign(node.dataset, value);
-    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-function clear(node, ...children) {
-  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
-}
-
-// --- the API ------------------------------------------------------------------------------------
-
-class ApiError extends Error {
-  constructor(status, message, field) {
-    super(message);
-    this.status = status;
-    this.field = field;
-  }
-}
-
-async function api(path, params = {}) {
-  const url = new URL(path, API);
-  for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined) url.searchParams.set(k, v);
-  let response;
-  try {
-    response = await fetch(url, { headers: { Authorization: `Bearer ${state.key}`, Accept: "application/json" } });
-  } catch (err) {
-    throw new ApiError(0, `the server did not answer (${err.message}); is helix-es serve running?`);
-  }
-  let body = null;
-  try {
-    body = await response.json();
-  } catch {
-    body = null;
-  }
-  if (!response.ok) {
-    const message = body && typeof body.error === "string" ? body.error : response.statusText;
-    throw new ApiError(response.status, message, body ? body.field : undefined);
-  }
-  return body;
-}
-
-const enc = encodeURIComponent;
-const sessionPath = (ns, sid) => `${enc(ns)}/sessions/${enc(sid)}`;
+// --- the audit, asked once per cut ---------------------------------------------------------------
 
 function audit(ns, sid, cut) {
   const query = cut ? (cut.offset !== undefined ? { offset: cut.offset } : { as_of: cut.as_of }) : {};
   const id = `${ns}\u0000${sid}\u0000${JSON.stringify(query)}`;
   if (!state.reports.has(id)) {
-    const promise = api(`${sessionPath(ns, sid)}/audit`, query);
+    const promise = api(state.key, `${sessionPath(ns, sid)}/audit`, query);
     promise.catch(() => state.reports.delete(id)); // a failure is asked again next time
     state.reports.set(id, promise);
   }
@@ -246,7 +192,7 @@ async function loadSessions() {
   clear($("sessions"), el("li", { class: "muted pad", text: "Loading sessions…" }));
   $("sessions-count").textContent = "";
   try {
-    const body = await api(`${enc(ns)}/sessions`);
+    const body = await api(state.key, `${enc(ns)}/sessions`);
     if (ns !== state.namespace) return;
     remember(ns);
     renderNamespaces();
@@ -292,7 +238,7 @@ function renderSessions() {
           el(
             "span",
             { class: "meta" },
-            el("span", { text: `${s.events} event${s.events === 1 ? "" : "s"}` }),
+            el("span", { text: plural(s.events, "event") }),
             el("time", { datetime: s.last_time, title: s.last_time, text: ago(s.last_time) }),
           ),
         ),
@@ -307,98 +253,6 @@ function openSession(sid) {
   state.compare = null;
   writeUrl(true);
   route();
-}
-
-// --- times ------------------------------------------------------------------------------------------
-
-function ago(iso) {
-  const t = Date.parse(iso);
-  if (Number.isNaN(t)) return "";
-  const s = Math.round((Date.now() - t) / 1000);
-  if (s < 60) return "just now";
-  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
-  return iso.slice(0, 10);
-}
-
-function clock(iso) {
-  // UTC as the log stamps it, to the millisecond: several events often share a second.
-  const m = /T(\d\d:\d\d:\d\d)(\.\d{1,3})?/.exec(iso || "");
-  return m ? m[1] + (m[2] || "").padEnd(4, "0").slice(0, 4) : "";
-}
-
-// --- events: what each one is -------------------------------------------------------------------
-
-function kindOf(e) {
-  if (e.duplicate_of !== null && e.duplicate_of !== undefined) return "duplicate";
-  if (!e.known) return "unknown";
-  switch (e.type) {
-    case "MessageAdded":
-      return e.erased ? "erased" : "add";
-    case "MemoryCleared":
-      return "clear";
-    case "SummaryRecorded":
-      return "summary";
-    case "EmbeddingRecorded":
-      return "embedding";
-    case "MessageRetracted":
-      return "retract";
-    case "SessionErased":
-      return "erasure";
-    default:
-      return "other";
-  }
-}
-
-const KIND_LABEL = {
-  clear: "cleared",
-  summary: "summary",
-  embedding: "embedding",
-  retract: "retracted",
-  erasure: "erased",
-  erased: "erased",
-  duplicate: "duplicate",
-  unknown: "unknown",
-};
-
-function badge(e, kind) {
-  if (kind === "add" || kind === "erased" || kind === "duplicate") {
-    const role = e.payload?.message?.role || "?";
-    return el("span", { class: `badge role-${role}`, text: role });
-  }
-  return el("span", { class: `badge kind-${kind}`, text: KIND_LABEL[kind] || e.type });
-}
-
-function eventText(e, kind) {
-  const p = e.payload || {};
-  switch (kind) {
-    case "add":
-    case "duplicate": {
-      const m = p.message || {};
-      const calls = (m.tool_calls || []).map((c) => `→ ${c.name}(${c.arguments || ""})`).join(" ");
-      const text = [m.content, calls].filter(Boolean).join(" ");
-      const prefix = kind === "duplicate" ? `retry of @${e.duplicate_of}, not folded: ` : "";
-      return prefix + (text || (m.tool_call_id ? `result of ${m.tool_call_id}` : "(empty)"));
-    }
-    case "erased":
-      return "content erased (its key was destroyed by forget)";
-    case "clear":
-      return p.reason ? `memory cleared: ${p.reason}` : "memory cleared";
-    case "summary":
-      return `${p.view}, covering ${p.covers} messages: ${p.text}`;
-    case "embedding":
-      return `${p.model}, ${p.dims} dims, text sha256 ${String(p.content_sha256 || "").slice(0, 12)}…`;
-    case "retract": {
-      const what = p.retracts_offset !== null && p.retracts_offset !== undefined ? `the message at @${p.retracts_offset}` : "nothing (no message left)";
-      return `took back ${what}${p.reason ? `: ${p.reason}` : ""}`;
-    }
-    case "erasure":
-      return "session forgotten: every earlier message is unreadable";
-    case "unknown":
-      return `${p.avro_type || e.type} (written by a newer helix-es)`;
-    default:
-      return e.description || JSON.stringify(p);
-  }
 }
 
 // --- the session: timeline and cut ---------------------------------------------------------------
@@ -451,7 +305,7 @@ function renderSessionHead(report) {
     el(
       "div",
       { class: "muted small" },
-      `${state.events.length} event${state.events.length === 1 ? "" : "s"} · ${report.topic}${span ? ` · ${span}` : ""}`,
+      `${plural(state.events.length, "event")} · ${report.topic}${span ? ` · ${span}` : ""}`,
     ),
     notes.length ? el("div", { class: "notes" }, notes) : null,
   );
@@ -588,117 +442,13 @@ function cutLabel(report, cut) {
   return `as of ${report.cut?.as_of || cut.as_of}`;
 }
 
-function messageCard(m, change = null) {
-  const role = m.role || "?";
-  const parts = [
-    el(
-      "div",
-      { class: "msg-meta" },
-      el("span", { class: `badge role-${role}`, text: role }),
-      m.name ? el("span", { class: "muted", text: m.name }) : null,
-      m.tool_call_id ? el("span", { class: "muted mono", text: `↳ ${m.tool_call_id}` }) : null,
-      change ? el("span", { class: `change ${change}`, text: change === "added" ? "+ added" : "− removed" }) : null,
-    ),
-  ];
-  if (m.content) parts.push(el("div", { class: "msg-text", text: m.content }));
-  for (const call of m.tool_calls || []) {
-    parts.push(
-      el(
-        "div",
-        { class: "tool-call" },
-        el("span", { class: "mono strong", text: `${call.name}()` }),
-        el("span", { class: "muted mono", text: ` ${call.id}` }),
-        call.arguments ? el("pre", { class: "args", text: call.arguments }) : null,
-      ),
-    );
-  }
-  const meta = Object.entries(m.metadata || {});
-  if (meta.length) parts.push(el("div", { class: "muted small mono", text: meta.map(([k, v]) => `${k}=${v}`).join(" ") }));
-  return el("li", { class: `msg role-${role}${change ? ` ${change}` : ""}` }, parts);
-}
-
-function column(name, count, body, extra = null) {
-  return el(
-    "section",
-    { class: "view", data: { view: name } },
-    el("header", {}, el("h3", { title: name, text: name }), el("div", { class: "sub" }, el("span", { class: "count", text: count }), extra)),
-    body,
-  );
-}
-
-function nowColumn(messages) {
-  // Served by the memory's own view (Redis, Postgres, in process), not folded here: a check on it.
-  const body = messages.length
-    ? el("ol", { class: "msgs" }, messages.map((m) => messageCard(m)))
-    : el("p", { class: "empty", text: "empty now" });
-  const count = `${messages.length} message${messages.length === 1 ? "" : "s"}`;
-  const view = column("get() now", count, body);
-  view.classList.add("now");
-  return view;
-}
-
 function renderViews(report) {
   clear(
     $("views-head"),
     el("h2", {}, "Each view at ", el("span", { class: "cut-name", text: cutLabel(report, state.cut) })),
     el("p", { class: "muted small", text: "What get() returned at this point, folded from the log up to it." }),
   );
-  const views = Object.entries(report.views || {});
-  if (!views.length) {
-    clear($("views"), el("p", { class: "empty", text: "This config has no views to fold." }));
-    return;
-  }
-  clear(
-    $("views"),
-    views.map(([name, messages]) =>
-      column(
-        name,
-        `${messages.length} message${messages.length === 1 ? "" : "s"}`,
-        messages.length
-          ? el("ol", { class: "msgs" }, messages.map((m) => messageCard(m)))
-          : el("p", { class: "empty", text: "empty at this point" }),
-      ),
-    ),
-  );
-}
-
-const identity = (m) => JSON.stringify([m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata]);
-
-function diff(before, after) {
-  // Longest common subsequence on whole messages: what stayed, in order, and what came and went.
-  const a = before.map(identity);
-  const b = after.map(identity);
-  const n = a.length;
-  const m = b.length;
-  if (n * m > 4_000_000) {
-    const left = new Set(a);
-    const right = new Set(b);
-    return [
-      ...before.filter((_, i) => !right.has(a[i])).map((msg) => ["removed", msg]),
-      ...after.map((msg, j) => [left.has(b[j]) ? "kept" : "added", msg]),
-    ];
-  }
-  const table = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
-  for (let i = n - 1; i >= 0; i--)
-    for (let j = m - 1; j >= 0; j--)
-      table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
-  const out = [];
-  let i = 0;
-  let j = 0;
-  while (i < n || j < m) {
-    if (i < n && j < m && a[i] === b[j]) {
-      out.push(["kept", after[j]]);
-      i++;
-      j++;
-    } else if (j < m && (i === n || table[i][j + 1] >= table[i + 1][j])) {
-      out.push(["added", after[j]]);
-      j++;
-    } else {
-      out.push(["removed", before[i]]);
-      i++;
-    }
-  }
-  return out;
+  clear($("views"), viewColumns(report.views || {}));
 }
 
 function renderDiff(atA, atB) {
@@ -718,31 +468,7 @@ function renderDiff(atA, atB) {
     ),
     el("p", { class: "muted small", text: "Per view: messages added (green) and removed (red) between the two points." }),
   );
-  const names = [...new Set([...Object.keys(from.views || {}), ...Object.keys(to.views || {})])];
-  clear(
-    $("views"),
-    names.map((name) => {
-      const ops = diff(from.views?.[name] || [], to.views?.[name] || []);
-      const added = ops.filter(([op]) => op === "added").length;
-      const removed = ops.filter(([op]) => op === "removed").length;
-      const kept = ops.length - added - removed;
-      const changed = ops.filter(([op]) => op !== "kept");
-      const body = changed.length
-        ? el("ol", { class: "msgs" }, changed.map(([op, msg]) => messageCard(msg, op)))
-        : el("p", { class: "empty", text: "no change between the two points" });
-      return column(
-        name,
-        `${kept} unchanged`,
-        body,
-        el(
-          "span",
-          { class: "delta" },
-          el("span", { class: "plus", text: `+${added}` }),
-          el("span", { class: "minus", text: `−${removed}` }),
-        ),
-      );
-    }),
-  );
+  clear($("views"), diffColumns(from.views || {}, to.views || {}));
 }
 
 // --- routing: the URL decides what is shown ------------------------------------------------------
@@ -855,7 +581,7 @@ function wire() {
   $("cut-next").addEventListener("click", () => move(1));
   $("now-toggle").addEventListener("click", () => {
     const on = state.now === null;
-    state.now = on ? api(`${sessionPath(state.namespace, state.session)}/messages`) : null;
+    state.now = on ? api(state.key, `${sessionPath(state.namespace, state.session)}/messages`) : null;
     $("now-toggle").setAttribute("aria-pressed", String(on));
     showCut();
   });
