@@ -11,6 +11,7 @@ HELIX_REQUIRE_SERVICES=1.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +32,7 @@ from tests.served import served
 KEY = "console-test-key-0123456789"  # may read the test's namespace
 OUTSIDER = "console-outsider-key-987654"  # may read another namespace only
 WINDOW = "sliding-window-3-pairs"
+MARKUP = '<img src=x onerror="window.injected=1"><b>bold</b>'  # must show as text, never run
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +115,7 @@ def seed_embedded(config: dict[str, Any], session_id: str) -> None:
     with open_memory(config, session_id="other-session") as mem:
         mem.add(Message("user", "hello"))
         mem.clear()
+        mem.add(Message("user", MARKUP))
 
 
 def test_console_on_the_embedded_log(browser: Browser, tmp_path: Path) -> None:
@@ -190,6 +193,18 @@ def test_console_on_the_embedded_log(browser: Browser, tmp_path: Path) -> None:
             tab.wait_for("location.search.includes('as_of=')")
             wait_contents(tab, WINDOW, ["m1", "m2", "m3"])
             assert urllib.parse.parse_qs(urllib.parse.urlsplit(tab.url()).query)["as_of"] == [third]
+
+            # Markup in a message is text: shown as written, never parsed.
+            tab.goto(f"{base}/ui/?namespace={ns}&session=other-session")
+            tab.wait_for("document.querySelectorAll('#timeline li.ev').length === 3", what="the other session")
+            assert tab.evaluate("[...document.querySelectorAll('#timeline li.ev')].map(e => e.dataset.kind)") == [
+                "add",
+                "clear",
+                "add",
+            ]
+            wait_contents(tab, "conversation", [MARKUP])
+            assert tab.evaluate("document.querySelectorAll('#views img, #timeline img, #views b').length") == 0
+            assert tab.evaluate("window.injected") is None
             assert real_problems(tab) == []
 
         with page(browser) as tab:
@@ -246,3 +261,19 @@ def test_console_on_kafka_with_redis_views(
             wait_contents(tab, "get() now", ["k1", "k2", "k3", "k4", "k5"])  # the parts merged, deduplicated
             assert contents(tab, "conversation") == ["k1", "k2"]
             assert real_problems(tab) == []
+
+
+def test_the_console_builds_the_page_from_text_and_its_own_files_only() -> None:
+    """No markup from data (no innerHTML and the like), no inline script or style, nothing from other hosts."""
+    console = Path(__file__).resolve().parent.parent / "helix_es" / "service" / "console"
+    for script in console.glob("*.js"):
+        code = script.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+            assert sink not in code, f"{script.name} uses {sink}"
+        assert not re.search(r"""\bimport\b[^;]*from\s*["'](?!\./)""", code), f"{script.name} imports from elsewhere"
+    html = (console / "index.html").read_text()
+    assert "<style" not in html and not re.search(r"\s(style|on[a-z]+)\s*=", html)  # inline style or handler
+    assert re.findall(r"<script[^>]*>", html) == ['<script type="module" src="app.js">']
+    assert all("/" not in link for link in re.findall(r'(?:src|href)="([^"]*)"', html) if link != "./")
+    css = " ".join(p.read_text() for p in console.glob("*.css"))
+    assert "url(" not in css and "@import" not in css

@@ -24,13 +24,16 @@ const state = {
   ticket: 0, // the newest render wins; older answers are dropped
 };
 
-// --- the audit, asked once per cut ---------------------------------------------------------------
+// --- the audit, asked once per offset cut ------------------------------------------------------------
 
 function audit(ns, sid, cut) {
   const query = cut ? (cut.offset !== undefined ? { offset: cut.offset } : { as_of: cut.as_of }) : {};
-  const id = `${ns}\u0000${sid}\u0000${JSON.stringify(query)}`;
+  const ask = () => api(state.key, `${sessionPath(ns, sid)}/audit`, query);
+  // What the log held up to an offset never changes; the whole history and a time ("-10m") may.
+  if (cut?.offset === undefined) return ask();
+  const id = `${ns}\u0000${sid}\u0000${cut.offset}`;
   if (!state.reports.has(id)) {
-    const promise = api(state.key, `${sessionPath(ns, sid)}/audit`, query);
+    const promise = ask();
     promise.catch(() => state.reports.delete(id)); // a failure is asked again next time
     state.reports.set(id, promise);
   }
@@ -364,17 +367,28 @@ function indexOfCut(cut) {
   return found;
 }
 
-function pick(index, asCompare = false) {
+const SETTLE_MS = 120;
+let pending = null;
+
+function pick(index, asCompare = false, settle = 0) {
   const i = Math.max(0, Math.min(state.events.length - 1, index));
   const offset = state.events[i].offset;
   if (asCompare) state.compare = { offset };
   else state.cut = { offset };
-  showCut();
+  clearTimeout(pending);
+  if (!settle) {
+    showCut();
+    return;
+  }
+  // Sliding or holding an arrow key: mark the timeline now, ask the server once the cut rests.
+  markTimeline();
+  writeUrl();
+  pending = setTimeout(showCut, settle);
 }
 
 function move(step, asCompare = false) {
   const from = indexOfCut(asCompare && state.compare ? state.compare : state.cut);
-  pick(from + step, asCompare);
+  pick(from + step, asCompare, SETTLE_MS);
 }
 
 function markTimeline() {
@@ -576,7 +590,7 @@ function wire() {
     if (ns) openNamespace(ns);
   });
   $("session-filter").addEventListener("input", renderSessions);
-  $("cut-range").addEventListener("input", (e) => pick(Number(e.target.value)));
+  $("cut-range").addEventListener("input", (e) => pick(Number(e.target.value), false, SETTLE_MS));
   $("cut-prev").addEventListener("click", () => move(-1));
   $("cut-next").addEventListener("click", () => move(1));
   $("now-toggle").addEventListener("click", () => {
