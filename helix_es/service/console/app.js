@@ -595,8 +595,15 @@ function wire() {
   $("cut-next").addEventListener("click", () => move(1));
   $("now-toggle").addEventListener("click", () => {
     const on = state.now === null;
-    state.now = on ? api(state.key, `${sessionPath(state.namespace, state.session)}/messages`) : null;
     $("now-toggle").setAttribute("aria-pressed", String(on));
+    state.now = !on
+      ? null
+      : api(state.key, `${sessionPath(state.namespace, state.session)}/messages`).catch((err) => {
+          state.now = null; // a failed read turns the column off rather than failing every cut after it
+          $("now-toggle").setAttribute("aria-pressed", "false");
+          explain(err, "what get() returns now");
+          return null;
+        });
     showCut();
   });
   $("compare-clear").addEventListener("click", () => {
