@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import shutil
-import subprocess
+import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -90,8 +91,9 @@ def chromium_path() -> str | None:
 class Browser:
     """One Chromium process and its protocol pipe; `close()` (or the `with` block) ends it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], to_browser: int, from_browser: int, profile: str) -> None:
-        self.proc = proc
+    def __init__(self, pid: int, to_browser: int, from_browser: int, profile: str) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
         self._out = to_browser
         self._in = from_browser
         self._profile = profile
@@ -110,28 +112,25 @@ class Browser:
         if path is None:
             raise BrowserError("no Chromium found: install Debian's chromium or set HELIX_CHROMIUM to a binary")
         profile = tempfile.mkdtemp(prefix="helix-chromium-")
-        # Chromium reads fd 3 and writes fd 4; the pipes are moved there in the child only.
+        # Chromium reads fd 3 and writes fd 4. posix_spawn moves the pipe ends there in the child
+        # (no preexec_fn, which is unsafe with threads); first above 10, so that neither move
+        # overwrites the other's source. Python opens everything else close-on-exec.
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-
-        def onto_3_and_4() -> None:
-            high_r, high_w = os.dup(to_child_r), os.dup(from_child_w)  # out of the way of 3 and 4
-            os.dup2(high_r, 3)
-            os.dup2(high_w, 4)
-
-        proc = subprocess.Popen(
-            [path, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            # Not pass_fds: it would ask the child to keep fds 3 and 4 as this process has them, before
-            # the move; Python opens files non-inheritable, so nothing else leaks into Chromium.
-            close_fds=False,
-            preexec_fn=onto_3_and_4,
-        )
-        os.close(to_child_r)
-        os.close(from_child_w)
-        browser = cls(proc, to_child_w, from_child_r, profile)
+        high_r = fcntl.fcntl(to_child_r, fcntl.F_DUPFD_CLOEXEC, 10)
+        high_w = fcntl.fcntl(from_child_w, fcntl.F_DUPFD_CLOEXEC, 10)
+        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+        try:
+            pid = os.posix_spawn(
+                path,
+                [path, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                os.environ,
+                file_actions=[*quiet, (os.POSIX_SPAWN_DUP2, high_r, 3), (os.POSIX_SPAWN_DUP2, high_w, 4)],
+            )
+        finally:
+            for fd in (to_child_r, from_child_w, high_r, high_w):
+                os.close(fd)
+        browser = cls(pid, to_child_w, from_child_r, profile)
         try:
             browser.send("Browser.getVersion", timeout=30)
         except BaseException:
@@ -213,15 +212,26 @@ class Browser:
         )
         return page
 
+    def _reaped(self, timeout: float) -> bool:
+        """Whether the browser process has exited (and was reaped) within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > deadline:
+                return False
+            else:
+                time.sleep(0.02)
+        return True
+
     def close(self) -> None:
-        if self.proc.poll() is None:
+        if not self._reaped(0):
             with contextlib.suppress(BrowserError, OSError):
                 self.send("Browser.close", timeout=5)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            if not self._reaped(10):
+                os.kill(self.pid, signal.SIGKILL)
+                self._reaped(10)
         for fd in (self._out, self._in):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -368,10 +378,3 @@ class Page:
         data = base64.b64decode(self.send("Page.captureScreenshot", {"format": "png"}, timeout=30)["data"])
         Path(path).write_bytes(data)
         return data
-
-
-@contextlib.contextmanager
-def browser_page(width: int = 1100, height: int = 700) -> Iterator[Page]:
-    """One browser with one page, closed after the block."""
-    with Browser.start() as browser:
-        yield browser.new_page(width, height)
