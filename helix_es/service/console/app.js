@@ -19,7 +19,7 @@ const state = {
   events: [], // the session's whole history, oldest first
   cut: null, // {offset} or {as_of}: point A
   compare: null, // {offset}: point B, or null
-  reports: new Map(), // cut query -> Promise of the audit at that cut
+  reports: new Map(), // namespace, session and offset -> Promise of the audit at that cut
   now: null, // Promise of GET .../messages while the "get() now" column is on, else null
   ticket: 0, // the newest render wins; older answers are dropped
 };
