@@ -617,3 +617,16 @@ async def test_the_readme_example_runs_as_printed(tmp_path: Path) -> None:
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout == printed
+
+
+async def test_an_idle_session_memory_is_closed_and_opens_again_on_demand(tmp_path: Path) -> None:
+    ns, sid = unique("ta"), unique("s")
+    base = f"/v1/{ns}/sessions/{sid}/messages"
+    async with client(embedded(tmp_path), session_idle=0.2) as http:
+        assert (await http.post(base, json={"role": "user", "content": "kept"}, headers=A)).status_code == 201
+        assert "helix_memory_sessions_open 1\n" in (await http.get("/metrics")).text
+        deadline = time.monotonic() + 10
+        while "helix_memory_sessions_open 0\n" not in (await http.get("/metrics")).text:
+            assert time.monotonic() < deadline, "the idle session was not closed"
+            await asyncio.sleep(0.2)
+        assert contents(await http.get(base, headers=A)) == ["kept"]  # the log is the truth: opened again
