@@ -293,17 +293,17 @@ class Page:
             raise BrowserError(f"evaluating {expression!r}: {text}")
         return answer.get("result", {}).get("value")
 
-    def wait_for(self, condition: str, timeout: float = 10, what: str | None = None) -> Any:
-        """Poll a JavaScript expression until it is truthy; its value."""
+    def wait_for(self, condition: str, timeout: float = 10, what: str | None = None) -> None:
+        """Poll a JavaScript expression until it is truthy, as JavaScript judges it (an element is)."""
         deadline = time.monotonic() + timeout
         last: Any = None
         while True:
             try:
-                last = self.evaluate(condition)
+                last = self.evaluate(f"!!({condition})")
             except BrowserError as exc:  # e.g. the page is between documents
                 last = exc
-            if last and not isinstance(last, BrowserError):
-                return last
+            if last is True:
+                return
             if time.monotonic() > deadline:
                 raise BrowserError(
                     f"timed out after {timeout} s waiting for {what or condition} (last value {last!r}); "

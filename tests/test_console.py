@@ -10,8 +10,11 @@ HELIX_REQUIRE_SERVICES=1.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -57,15 +60,16 @@ def serve(config: dict[str, Any], namespace: str, tmp_path: Path) -> Iterator[st
         yield base
 
 
-def post(base: str, namespace: str, session_id: str, messages: list[dict[str, Any]]) -> None:
+def call(base: str, path: str, body: dict[str, Any] | None = None, key: str = KEY) -> Any:
+    """One /v1 request (a POST when there is a body); its JSON answer."""
     request = urllib.request.Request(
-        f"{base}/v1/{namespace}/sessions/{session_id}/messages",
-        data=json.dumps({"messages": messages}).encode(),
-        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
-        method="POST",
+        f"{base}/v1/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
-        assert answer.status == 201
+        return json.loads(answer.read())
 
 
 @contextmanager
@@ -239,16 +243,24 @@ def test_console_on_kafka_with_redis_views(
 ) -> None:
     ns, sid = unique("console"), unique("s")
     store = {"store": "redis", "redis_url": redis_url}
+    summary = {"type": "summary", "max_messages": 2, **store}
     config = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 1, "topic_prefix": unique("ui")},
-        "memory": {"type": "composite", "namespace": ns, "backends": parts(**store), "read_timeout": 60},
+        "memory": {"type": "composite", "namespace": ns, "backends": [*parts(**store), summary], "read_timeout": 60},
     }
     procs.append(start_projector(config, tmp_path))
     with serve(config, ns, tmp_path) as base:
-        post(base, ns, sid, [{"role": "user" if i % 2 else "assistant", "content": f"k{i}"} for i in range(1, 6)])
+        turns = [{"role": "user" if i % 2 else "assistant", "content": f"k{i}"} for i in range(1, 6)]
+        call(base, f"{ns}/sessions/{sid}/messages", {"messages": turns})
+        # The summary's projector records its summaries on the log once it has folded the adds.
+        deadline = time.monotonic() + 30
+        while "SummaryRecorded" not in {e["type"] for e in call(base, f"{ns}/sessions/{sid}/audit")["events"]}:
+            assert time.monotonic() < deadline, "the projector recorded no summary on the log"
+            time.sleep(0.1)
         with page(browser) as tab:
             tab.goto(f"{base}/ui/?namespace={ns}&session={sid}&key={KEY}")
-            tab.wait_for("document.querySelectorAll('#timeline li.ev').length === 5", what="five events")
+            tab.wait_for("document.querySelector('#timeline li[data-kind=\"summary\"]')", what="a summary event")
+            assert "summary-2-pairs, covering" in tab.text('#timeline li[data-kind="summary"]')
             tab.wait_for("document.querySelectorAll('#sessions .sid').length === 1", what="the session listed")
             assert tab.texts("#sessions .sid") == [sid]
             wait_contents(tab, WINDOW, ["k3", "k4", "k5"])
@@ -258,8 +270,37 @@ def test_console_on_kafka_with_redis_views(
             wait_contents(tab, WINDOW, ["k1", "k2"])
             # The service's own view (Redis, folded by the projector) beside the folds at the cut.
             tab.click("#now-toggle")
-            wait_contents(tab, "get() now", ["k1", "k2", "k3", "k4", "k5"])  # the parts merged, deduplicated
+            tab.wait_for("document.querySelector('.view.now .msg')", what="the get() now column")
+            # The parts merged in order, repeats dropped: the conversation's five, then the summary's own.
+            assert contents(tab, "get() now")[:5] == ["k1", "k2", "k3", "k4", "k5"]
             assert contents(tab, "conversation") == ["k1", "k2"]
+            assert real_problems(tab) == []
+
+
+def test_an_erasure_on_the_timeline(browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """forget (an admin key) shreds an encrypted session: its adds show erased, the erasure last."""
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())  # the server's env
+    monkeypatch.setenv("HELIX_KEY_STORE", "file")
+    monkeypatch.setenv("HELIX_KEY_STORE_URL", str(tmp_path / "keys"))
+    ns, sid, admin = unique("console"), "s-forget", "console-admin-key-55aa77"
+    config = {
+        "log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False},
+        "memory": {"type": "sliding-window", "window_size": 3, "namespace": ns},
+        "memory_middleware": ["encryption"],
+    }
+    keys = {KEY: [ns], admin: {"namespaces": [ns], "admin": True}}
+    with served(config, keys, tmp_path) as base:
+        for i in range(1, 5):
+            call(base, f"{ns}/sessions/{sid}/messages", {"role": "user", "content": f"IBAN NO93 {i}"})
+        call(base, f"{ns}/sessions/{sid}/forget", {"reason": "ticket 9"}, key=admin)
+        with page(browser) as tab:
+            tab.goto(f"{base}/ui/?namespace={ns}&session={sid}&key={KEY}")
+            tab.wait_for("document.querySelector('#timeline li[data-kind=\"erasure\"]')", what="the erasure")
+            kinds = tab.evaluate("[...document.querySelectorAll('#timeline li.ev')].map(e => e.dataset.kind)")
+            assert kinds == ["erased"] * 4 + ["erasure"]
+            assert "content erased" in tab.text('#timeline li[data-kind="erased"]')
+            assert "forgotten at" in tab.text("#session-head")
+            assert "NO93" not in tab.text("#timeline")
             assert real_problems(tab) == []
 
 
