@@ -1,11 +1,11 @@
 """The web console at /ui/, in a real headless Chromium against a real `helix-es serve` process.
 
 One test on the embedded file log (seeded by the Python client before the server starts, so it
-holds a retry and a retraction too), one on Kafka with Redis views folded by a `helix-es
-project` process (seeded through the service's own API). The config is a composite of a
-conversation and a sliding window of 3, so the two columns differ as the cut moves.
-Chromium comes from tests/browser.py; without one the tests skip, or fail under
-HELIX_REQUIRE_SERVICES=1.
+holds a retry and a retraction too), one on Kafka with Redis views folded by `helix-es project`
+processes (seeded through the service's own API; its summary part records summaries on the log).
+Both configs compose a conversation and a sliding window of 3, so the columns differ as the cut
+moves. One more shreds an encrypted session with forget and shows its erasure. Chromium comes
+from tests/browser.py; without one the browser tests skip, or fail under HELIX_REQUIRE_SERVICES=1.
 """
 
 from __future__ import annotations
