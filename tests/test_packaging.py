@@ -1,13 +1,16 @@
-"""The wheel users install carries every module and every schema version."""
+"""The wheel users install carries every module, every schema version and the web console's files; the
+sdist carries the console too (a wheel built from it serves /ui/)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CONSOLE = sorted(p.name for p in (ROOT / "helix_es" / "service" / "console").iterdir())  # served at /ui/
 
 
 def test_wheel_has_every_module_and_schema(tmp_path: Path) -> None:
@@ -24,5 +27,18 @@ def test_wheel_has_every_module_and_schema(tmp_path: Path) -> None:
             assert str(source.relative_to(ROOT)) in names, f"{source.relative_to(ROOT)} is missing from the wheel"
     for schema in (ROOT / "schemas").glob("*.avsc"):
         assert f"helix_es/schemas/{schema.name}" in names
-    for asset in (ROOT / "helix_es" / "service" / "console").glob("*"):  # the web console helix-es serve mounts at /ui/
-        assert f"helix_es/service/console/{asset.name}" in names, f"console/{asset.name} is missing from the wheel"
+    for asset in CONSOLE:
+        assert f"helix_es/service/console/{asset}" in names, f"the console's {asset} is missing from the wheel"
+
+
+def test_sdist_has_the_console(tmp_path: Path) -> None:
+    assert {"index.html", "app.js", "style.css"} <= set(CONSOLE)
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)], cwd=ROOT, check=True, timeout=300, capture_output=True, text=True
+    )
+    sdist = tmp_path / done.stdout.strip().splitlines()[-1]
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    for asset in CONSOLE:
+        assert f"helix_es/service/console/{asset}" in names, f"the console's {asset} is missing from the sdist"

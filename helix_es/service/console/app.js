@@ -1,0 +1,648 @@
+// The helix-es web console: a session's events read back from the log, and what each view's
+// get() returned at any point (the cut), side by side, with the difference between two points.
+// Plain DOM, no build step, nothing fetched from elsewhere; data only ever reaches the page as
+// text nodes (the server sends Content-Security-Policy: default-src 'self').
+
+import { ApiError, api, enc, sessionPath } from "./api.js";
+import { $, clear, el, plural } from "./dom.js";
+import { ago, badge, clock, eventText, kindOf } from "./events.js";
+import { diffColumns, nowColumn, viewColumns } from "./views.js";
+
+const KEY_STORE = "helix-es.console.key"; // sessionStorage: this tab only
+const RECENT_STORE = "helix-es.console.namespaces"; // localStorage: names only, never a key
+
+const state = {
+  key: null,
+  namespace: null,
+  session: null,
+  sessions: [],
+  events: [], // the session's whole history, oldest first
+  cut: null, // {offset} or {as_of}: point A
+  compare: null, // {offset}: point B, or null
+  reports: new Map(), // namespace, session and offset -> Promise of the audit at that cut
+  now: null, // Promise of GET .../messages while the "get() now" column is on, else null
+  ticket: 0, // the newest render wins; older answers are dropped
+};
+
+// --- the audit, asked once per offset cut ------------------------------------------------------------
+
+function audit(ns, sid, cut) {
+  const query = cut ? (cut.offset !== undefined ? { offset: cut.offset } : { as_of: cut.as_of }) : {};
+  const ask = () => api(state.key, `${sessionPath(ns, sid)}/audit`, query);
+  // What the log held up to an offset never changes; the whole history and a time ("-10m") may.
+  if (cut?.offset === undefined) return ask();
+  const id = `${ns}\u0000${sid}\u0000${cut.offset}`;
+  if (!state.reports.has(id)) {
+    const promise = ask();
+    promise.catch(() => state.reports.delete(id)); // a failure is asked again next time
+    state.reports.set(id, promise);
+  }
+  return state.reports.get(id);
+}
+
+// --- notices: what went wrong and what to do -------------------------------------------------
+
+function notice(title, body, kind = "error") {
+  $("notice").className = `notice ${kind}`;
+  $("notice-title").textContent = title;
+  $("notice-body").textContent = body;
+  $("notice").hidden = false;
+}
+
+function hideNotice() {
+  $("notice").hidden = true;
+}
+
+function explain(err, what) {
+  if (!(err instanceof ApiError)) {
+    notice(`Could not show ${what}`, String(err));
+    return;
+  }
+  if (err.status === 401) {
+    forgetKey();
+    notice(
+      "This key was not accepted (401)",
+      `The server knows no such API key. Enter a key listed in the server's keys file (helix-es serve --keys). Server said: ${err.message}`,
+      "auth",
+    );
+    showKeyPanel();
+  } else if (err.status === 403) {
+    notice(
+      `This key may not read namespace “${state.namespace}” (403)`,
+      `Use a key whose entry in the keys file lists this namespace (or a pattern matching it), or open another namespace. Server said: ${err.message}`,
+      "auth",
+    );
+  } else if (err.status === 0) {
+    notice("The server is not answering", err.message);
+  } else {
+    const field = err.field ? ` (field ${err.field})` : "";
+    notice(`Could not show ${what}: ${err.status}${field}`, err.message);
+  }
+}
+
+// --- the key -------------------------------------------------------------------------------------
+
+function forgetKey() {
+  state.key = null;
+  sessionStorage.removeItem(KEY_STORE);
+  renderKeyState();
+}
+
+function renderKeyState() {
+  // The last characters of a long key tell two keys apart; a short one is not shown at all.
+  const shown = state.key && state.key.length >= 16 ? `key …${state.key.slice(-4)}` : "key set";
+  $("key-state").textContent = state.key ? shown : "no key";
+  $("key-change").hidden = !state.key;
+}
+
+function showKeyPanel() {
+  $("workspace").hidden = true;
+  $("key-panel").hidden = false;
+  $("key-input").value = "";
+  $("key-input").focus();
+}
+
+function takeKeyFromUrl() {
+  // A link may carry ?key=K: keep it for this tab, then take it out of the address bar and history.
+  const url = new URL(location.href);
+  const key = url.searchParams.get("key");
+  if (key === null) return;
+  url.searchParams.delete("key");
+  history.replaceState(history.state, "", url);
+  if (key) {
+    state.key = key;
+    sessionStorage.setItem(KEY_STORE, key);
+  }
+}
+
+// --- the URL: namespace, session, cut, second point ----------------------------------------------
+
+function readUrl() {
+  const p = new URL(location.href).searchParams;
+  state.namespace = p.get("namespace") || null;
+  state.session = state.namespace ? p.get("session") || null : null;
+  const offset = p.get("offset");
+  const asOf = p.get("as_of");
+  state.cut = offset !== null && /^\d+$/.test(offset) ? { offset: Number(offset) } : asOf ? { as_of: asOf } : null;
+  const compare = p.get("compare");
+  state.compare = compare !== null && /^\d+$/.test(compare) ? { offset: Number(compare) } : null;
+}
+
+function writeUrl(push = false) {
+  const url = new URL(location.href);
+  url.search = "";
+  const p = url.searchParams;
+  if (state.namespace) p.set("namespace", state.namespace);
+  if (state.session) p.set("session", state.session);
+  if (state.session && state.cut?.offset !== undefined) p.set("offset", state.cut.offset);
+  if (state.session && state.cut?.as_of !== undefined) p.set("as_of", state.cut.as_of);
+  if (state.session && state.compare) p.set("compare", state.compare.offset);
+  if (url.href === location.href) return;
+  if (push) history.pushState(null, "", url);
+  else history.replaceState(null, "", url);
+}
+
+// --- namespaces and sessions --------------------------------------------------------------------
+
+function recentNamespaces() {
+  try {
+    const list = JSON.parse(localStorage.getItem(RECENT_STORE) || "[]");
+    return Array.isArray(list) ? list.filter((n) => typeof n === "string").slice(0, 8) : [];
+  } catch {
+    return [];
+  }
+}
+
+function remember(namespace) {
+  const list = [namespace, ...recentNamespaces().filter((n) => n !== namespace)].slice(0, 8);
+  localStorage.setItem(RECENT_STORE, JSON.stringify(list));
+}
+
+function renderNamespaces() {
+  const recent = recentNamespaces();
+  clear(
+    $("ns-list"),
+    recent.map((n) => el("option", { value: n })),
+  );
+  clear(
+    $("ns-recent"),
+    recent.map((n) =>
+      el("a", {
+        class: n === state.namespace ? "chip active" : "chip",
+        href: `?namespace=${enc(n)}`,
+        text: n,
+        onclick: (e) => {
+          e.preventDefault();
+          openNamespace(n);
+        },
+      }),
+    ),
+  );
+  $("ns-input").value = state.namespace || "";
+}
+
+function openNamespace(namespace) {
+  state.namespace = namespace;
+  state.session = null;
+  state.cut = null;
+  state.compare = null;
+  writeUrl(true);
+  route();
+}
+
+async function loadSessions() {
+  const ns = state.namespace;
+  clear($("sessions"), el("li", { class: "muted pad", text: "Loading sessions…" }));
+  $("sessions-count").textContent = "";
+  try {
+    const body = await api(state.key, `${enc(ns)}/sessions`);
+    if (ns !== state.namespace) return;
+    remember(ns);
+    renderNamespaces();
+    state.sessions = [...body.sessions].sort((a, b) => String(b.last_time).localeCompare(String(a.last_time)));
+    renderSessions();
+  } catch (err) {
+    if (ns !== state.namespace) return;
+    state.sessions = [];
+    clear($("sessions"), el("li", { class: "muted pad", text: "No sessions shown." }));
+    if (!state.session) clear($("views"), el("p", { class: "empty", text: "Nothing to show: see the message above." }));
+    explain(err, `the sessions of ${ns}`);
+  }
+}
+
+function renderSessions() {
+  const filter = $("session-filter").value.trim().toLowerCase();
+  const shown = state.sessions.filter((s) => !filter || s.session_id.toLowerCase().includes(filter));
+  $("session-filter").hidden = state.sessions.length < 8;
+  $("sessions-count").textContent = state.sessions.length ? String(state.sessions.length) : "";
+  if (!state.sessions.length) {
+    clear($("sessions"), el("li", { class: "muted pad", text: `No sessions in ${state.namespace} yet.` }));
+    return;
+  }
+  clear(
+    $("sessions"),
+    shown.map((s) =>
+      el(
+        "li",
+        {},
+        el(
+          "a",
+          {
+            class: s.session_id === state.session ? "session active" : "session",
+            href: `?namespace=${enc(state.namespace)}&session=${enc(s.session_id)}`,
+            data: { session: s.session_id },
+            onclick: (e) => {
+              if (e.metaKey || e.ctrlKey || e.shiftKey || e.button !== 0) return; // a new tab or window
+              e.preventDefault();
+              openSession(s.session_id);
+            },
+          },
+          el("span", { class: "sid", text: s.session_id }),
+          el(
+            "span",
+            { class: "meta" },
+            el("span", { text: plural(s.events, "event") }),
+            el("time", { datetime: s.last_time, title: s.last_time, text: ago(s.last_time) }),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function openSession(sid) {
+  state.session = sid;
+  state.cut = null;
+  state.compare = null;
+  writeUrl(true);
+  route();
+}
+
+// --- the session: timeline and cut ---------------------------------------------------------------
+
+async function loadSession() {
+  const { namespace: ns, session: sid } = state;
+  const ticket = ++state.ticket;
+  state.now = null;
+  $("now-toggle").setAttribute("aria-pressed", "false");
+  clear($("timeline"), el("li", { class: "muted pad", text: "Reading the session from the log…" }));
+  clear($("session-head"), el("h2", { class: "sid", text: sid }));
+  clear($("views"));
+  clear($("views-head"));
+  $("cut-controls").hidden = true;
+  $("now-toggle").hidden = true;
+  let report;
+  try {
+    report = await audit(ns, sid, null);
+  } catch (err) {
+    if (ticket !== state.ticket) return;
+    clear($("timeline"), el("li", { class: "muted pad", text: "The session could not be read." }));
+    explain(err, `session ${sid}`);
+    return;
+  }
+  if (ticket !== state.ticket) return;
+  state.events = report.events;
+  renderSessionHead(report);
+  renderTimeline();
+  if (!state.events.length) {
+    clear($("views"), el("p", { class: "empty", text: "This session has no events on the log." }));
+    return;
+  }
+  $("cut-controls").hidden = false;
+  $("now-toggle").hidden = false;
+  if (!state.cut) state.cut = { offset: state.events[state.events.length - 1].offset };
+  showCut();
+}
+
+function renderSessionHead(report) {
+  const first = state.events[0];
+  const last = state.events[state.events.length - 1];
+  const span = first ? `${first.time.slice(0, 10)} ${clock(first.time)} → ${clock(last.time)} UTC` : "";
+  const notes = [];
+  if (report.erased) notes.push(el("span", { class: "pill danger", text: `forgotten at ${report.erased.at}` }));
+  if (report.skipped) notes.push(el("span", { class: "pill warn", text: `${report.skipped} record(s) skipped` }));
+  if (report.sealed) notes.push(el("span", { class: "pill", title: report.sealed, text: "sealed" }));
+  clear(
+    $("session-head"),
+    el("h2", { class: "sid", title: report.topic, text: state.session }),
+    el(
+      "div",
+      { class: "muted small" },
+      `${plural(state.events.length, "event")} · ${report.topic}${span ? ` · ${span}` : ""}`,
+    ),
+    notes.length ? el("div", { class: "notes" }, notes) : null,
+  );
+}
+
+function renderTimeline() {
+  const items = state.events.map((e, i) => {
+    const kind = kindOf(e);
+    return el(
+      "li",
+      {
+        class: `ev kind-${kind}`,
+        data: { offset: e.offset, index: i, kind },
+        title: `${e.type} at offset ${e.offset}, partition ${e.partition}, ${e.time}`,
+        onclick: (ev) => pick(i, ev.shiftKey || $("compare-mode").checked),
+        onmousedown: (ev) => ev.shiftKey && ev.preventDefault(), // Shift picks B; it should not select text
+      },
+      el("span", { class: "rail", "aria-hidden": "true" }, el("span", { class: "dot" })),
+      el(
+        "div",
+        { class: "ev-body" },
+        el(
+          "div",
+          { class: "ev-meta" },
+          el("span", { class: "off", text: `@${e.offset}` }),
+          badge(e, kind),
+          kind === "duplicate" ? el("span", { class: "badge kind-duplicate", text: "duplicate" }) : null,
+          el("time", { datetime: e.time, text: clock(e.time) }),
+          el("span", { class: "marks" }),
+        ),
+        el("div", { class: "ev-text", text: eventText(e, kind) }),
+      ),
+    );
+  });
+  clear($("timeline"), items);
+  const range = $("cut-range");
+  range.max = String(Math.max(0, state.events.length - 1));
+}
+
+function indexOfCut(cut) {
+  // The last event inside the cut: at or below an offset, or stamped at or before a time.
+  if (!cut) return state.events.length - 1;
+  if (cut.offset !== undefined) {
+    let found = -1;
+    state.events.forEach((e, i) => {
+      if (e.offset <= cut.offset) found = i;
+    });
+    return found;
+  }
+  const t = Date.parse(cut.resolved || cut.as_of);
+  if (Number.isNaN(t)) return -1;
+  let found = -1;
+  state.events.forEach((e, i) => {
+    if (Date.parse(e.time) <= t) found = i;
+  });
+  return found;
+}
+
+const SETTLE_MS = 120;
+let pending = null;
+
+function pick(index, asCompare = false, settle = 0) {
+  const i = Math.max(0, Math.min(state.events.length - 1, index));
+  const offset = state.events[i].offset;
+  if (asCompare) state.compare = { offset };
+  else state.cut = { offset };
+  clearTimeout(pending);
+  if (!settle) {
+    showCut();
+    return;
+  }
+  // Sliding or holding an arrow key: mark the timeline now, ask the server once the cut rests.
+  markTimeline();
+  writeUrl();
+  pending = setTimeout(showCut, settle);
+}
+
+function move(step, asCompare = false) {
+  const from = indexOfCut(asCompare && state.compare ? state.compare : state.cut);
+  pick(from + step, asCompare, SETTLE_MS);
+}
+
+function markTimeline() {
+  const a = indexOfCut(state.cut);
+  const b = state.compare ? indexOfCut(state.compare) : -2;
+  const [lo, hi] = b >= 0 ? [Math.min(a, b), Math.max(a, b)] : [-1, -1];
+  for (const li of $("timeline").children) {
+    const i = Number(li.dataset.index);
+    if (Number.isNaN(i)) continue;
+    li.classList.toggle("after", i > Math.max(a, b));
+    li.classList.toggle("cut", i === a);
+    li.classList.toggle("compare", i === b);
+    li.classList.toggle("between", lo >= 0 && i > lo && i <= hi);
+    const marks = li.querySelector(".marks");
+    clear(
+      marks,
+      i === a ? el("span", { class: "mark-a", text: "A" }) : null,
+      i === b ? el("span", { class: "mark-b", text: "B" }) : null,
+    );
+  }
+  const current = $("timeline").children[a];
+  if (current) current.scrollIntoView({ block: "nearest" });
+  $("cut-range").value = String(Math.max(0, a));
+  $("compare-clear").hidden = !state.compare;
+}
+
+async function showCut() {
+  hideNotice();
+  markTimeline();
+  writeUrl();
+  const { namespace: ns, session: sid } = state;
+  const ticket = ++state.ticket;
+  $("views-pane").classList.add("loading");
+  const cuts = [state.cut, state.compare].filter(Boolean);
+  let reports;
+  let now = null;
+  try {
+    [now, ...reports] = await Promise.all([state.now, ...cuts.map((c) => audit(ns, sid, c))]);
+  } catch (err) {
+    if (ticket !== state.ticket) return;
+    $("views-pane").classList.remove("loading");
+    explain(err, "the views at this point");
+    return;
+  }
+  if (ticket !== state.ticket) return;
+  $("views-pane").classList.remove("loading");
+  const [atA, atB] = reports;
+  if (state.cut.as_of !== undefined) {
+    state.cut.resolved = atA.cut?.as_of || state.cut.as_of; // the server's reading of "-10m" and the like
+    markTimeline();
+  }
+  $("asof-input").value = state.cut.as_of ?? "";
+  if (atB) renderDiff(atA, atB);
+  else renderViews(atA);
+  if (now) $("views").append(nowColumn(now.messages));
+}
+
+// --- views at the cut, and the difference between two points ------------------------------------
+
+function cutLabel(report, cut) {
+  if (cut.offset !== undefined) {
+    const e = state.events[indexOfCut(cut)];
+    return `@${cut.offset}${e ? ` · ${clock(e.time)}` : ""}`;
+  }
+  return `as of ${report.cut?.as_of || cut.as_of}`;
+}
+
+function renderViews(report) {
+  clear(
+    $("views-head"),
+    el("h2", {}, "Each view at ", el("span", { class: "cut-name", text: cutLabel(report, state.cut) })),
+    el("p", { class: "muted small", text: "What get() returned at this point, folded from the log up to it." }),
+  );
+  clear($("views"), viewColumns(report.views || {}));
+}
+
+function renderDiff(atA, atB) {
+  // From the earlier point to the later one, whichever of A and B that is.
+  const aFirst = indexOfCut(state.cut) <= indexOfCut(state.compare);
+  const [from, to] = aFirst ? [atA, atB] : [atB, atA];
+  const [fromCut, toCut] = aFirst ? [state.cut, state.compare] : [state.compare, state.cut];
+  clear(
+    $("views-head"),
+    el(
+      "h2",
+      {},
+      "What changed from ",
+      el("span", { class: "cut-name", text: cutLabel(from, fromCut) }),
+      " to ",
+      el("span", { class: "cut-name", text: cutLabel(to, toCut) }),
+    ),
+    el("p", { class: "muted small", text: "Per view: messages added (green) and removed (red) between the two points." }),
+  );
+  clear($("views"), diffColumns(from.views || {}, to.views || {}));
+}
+
+// --- routing: the URL decides what is shown ------------------------------------------------------
+
+function renderCrumbs() {
+  const parts = [];
+  if (state.namespace) {
+    parts.push(
+      el("a", {
+        href: `?namespace=${enc(state.namespace)}`,
+        text: state.namespace,
+        onclick: (e) => {
+          e.preventDefault();
+          openNamespace(state.namespace);
+        },
+      }),
+    );
+  }
+  if (state.session) parts.push(el("span", { class: "sep", text: "/" }), el("span", { text: state.session }));
+  clear($("crumbs"), parts);
+}
+
+let shownNamespace = null;
+
+function route() {
+  hideNotice();
+  renderKeyState();
+  if (!state.key) {
+    shownNamespace = null;
+    showKeyPanel();
+    return;
+  }
+  $("key-panel").hidden = true;
+  $("workspace").hidden = false;
+  document.body.classList.toggle("has-session", Boolean(state.session));
+  $("sidebar-toggle").hidden = !state.session;
+  renderCrumbs();
+  renderNamespaces();
+  if (!state.namespace) {
+    shownNamespace = null;
+    clear($("sessions"), el("li", { class: "muted pad", text: "Open a namespace to list its sessions." }));
+    $("sessions-count").textContent = "";
+  } else if (state.namespace !== shownNamespace) {
+    shownNamespace = state.namespace;
+    loadSessions();
+  } else {
+    renderSessions();
+  }
+  if (state.session) {
+    loadSession();
+  } else {
+    state.ticket++;
+    state.events = [];
+    $("cut-controls").hidden = true;
+    $("now-toggle").hidden = true;
+    clear($("timeline"));
+    clear($("session-head"));
+    clear($("views-head"));
+    clear(
+      $("views"),
+      el(
+        "div",
+        { class: "welcome" },
+        el("h2", { text: state.namespace ? "Pick a session" : "Open a namespace" }),
+        el("p", {
+          text: state.namespace
+            ? "Its timeline shows every event on the log; pick any point to see what each view returned then."
+            : "Type the namespace (the agent or tenant) your key may read, then pick one of its sessions.",
+        }),
+      ),
+    );
+  }
+}
+
+// --- wiring ----------------------------------------------------------------------------------------
+
+function typing(target) {
+  return target instanceof HTMLElement && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));
+}
+
+function wire() {
+  $("key-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const key = $("key-input").value.trim();
+    if (!key) return;
+    state.key = key;
+    sessionStorage.setItem(KEY_STORE, key);
+    state.reports.clear();
+    shownNamespace = null;
+    route();
+  });
+  $("key-change").addEventListener("click", () => {
+    forgetKey();
+    state.reports.clear();
+    route();
+  });
+  $("notice-close").addEventListener("click", hideNotice);
+  $("sidebar-toggle").addEventListener("click", () => {
+    const open = document.body.classList.toggle("sidebar-open");
+    $("sidebar-toggle").setAttribute("aria-expanded", String(open));
+  });
+  $("ns-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const ns = $("ns-input").value.trim();
+    if (ns) openNamespace(ns);
+  });
+  $("session-filter").addEventListener("input", renderSessions);
+  $("cut-range").addEventListener("input", (e) => pick(Number(e.target.value), false, SETTLE_MS));
+  $("cut-prev").addEventListener("click", () => move(-1));
+  $("cut-next").addEventListener("click", () => move(1));
+  $("now-toggle").addEventListener("click", () => {
+    const on = state.now === null;
+    $("now-toggle").setAttribute("aria-pressed", String(on));
+    state.now = !on
+      ? null
+      : api(state.key, `${sessionPath(state.namespace, state.session)}/messages`).catch((err) => {
+          state.now = null; // a failed read turns the column off rather than failing every cut after it
+          $("now-toggle").setAttribute("aria-pressed", "false");
+          explain(err, "what get() returns now");
+          return null;
+        });
+    showCut();
+  });
+  $("compare-clear").addEventListener("click", () => {
+    state.compare = null;
+    showCut();
+  });
+  $("asof-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const value = $("asof-input").value.trim();
+    if (!value || !state.events.length) return;
+    state.cut = { as_of: value };
+    showCut();
+  });
+  document.addEventListener("keydown", (e) => {
+    if (!state.events.length || typing(e.target) || e.altKey || e.ctrlKey || e.metaKey) return;
+    const step = { ArrowLeft: -1, ArrowUp: -1, ArrowRight: 1, ArrowDown: 1 }[e.key];
+    if (step) {
+      e.preventDefault();
+      move(step, e.shiftKey);
+    } else if (e.key === "Home" || e.key === "End") {
+      e.preventDefault();
+      pick(e.key === "Home" ? 0 : state.events.length - 1, e.shiftKey);
+    } else if (e.key === "Escape" && state.compare) {
+      state.compare = null;
+      showCut();
+    }
+  });
+  window.addEventListener("popstate", () => {
+    readUrl();
+    route();
+  });
+}
+
+function start() {
+  state.key = sessionStorage.getItem(KEY_STORE);
+  takeKeyFromUrl();
+  readUrl();
+  wire();
+  route();
+}
+
+start();
