@@ -142,6 +142,8 @@ def test_console_on_the_embedded_log(browser: Browser, tmp_path: Path) -> None:
             tab.wait_for_selector("#ns-input")
             assert tab.evaluate("sessionStorage.getItem('helix-es.console.key')") == KEY
             assert KEY not in tab.text("body")
+            # the namespaces this key may use on the log are offered before any is typed
+            tab.wait_for(f"[...document.querySelectorAll('#ns-recent a')].some(a => a.textContent === {ns!r})")
             tab.type("#ns-input", ns)
             tab.press("Enter")
             tab.wait_for("document.querySelectorAll('#sessions a.session').length === 2", what="two sessions")

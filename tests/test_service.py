@@ -312,8 +312,23 @@ async def test_a_tenant_never_reaches_another_tenants_namespace_and_nothing_is_w
             ).status_code == 201
         not_admin = await http.post(f"/v1/{mine}/sessions/{sid}/forget", headers=A)
         assert not_admin.status_code == 403 and "admin" in not_admin.json()["error"]
-    assert theirs not in await log_namespaces(config)  # nothing was written, not even an empty log
-    assert (await audit(config, session_id=sid, namespace=theirs)).events == []
+        assert theirs not in await log_namespaces(config)  # nothing was written, not even an empty log
+        # the namespaces list shows each key only its own; B's log exists once B writes
+        assert (
+            await http.post(
+                f"/v1/{theirs}/sessions/{sid}/messages", json={"role": "user", "content": "b"}, headers=auth(B_KEY)
+            )
+        ).status_code == 201
+        for key, seen in ((A, [mine]), (auth(B_KEY), [theirs]), (ADMIN, sorted([mine, theirs]))):
+            listed = await http.get("/v1/namespaces", headers=key)
+            assert listed.status_code == 200 and [n for n in listed.json()["namespaces"] if n != "ta-default"] == seen
+        assert (await http.get("/v1/namespaces")).status_code == 401
+        await http.delete(f"/v1/{theirs}/sessions/{sid}/messages", headers=auth(B_KEY))
+    # nothing A tried was written: B's own add and clear are B's log's only events
+    assert [e.type for e in (await audit(config, session_id=sid, namespace=theirs)).events] == [
+        "MessageAdded",
+        "MemoryCleared",
+    ]
     assert mine in await log_namespaces(config)
 
 

@@ -42,7 +42,7 @@ from helix_es.service.metrics import CONTENT_TYPE, Metrics
 from helix_es.service.openapi import document
 from helix_es.service.pool import Memories
 from helix_es.service.ready import LagFn, Readiness
-from helix_es.service.sessions import list_sessions
+from helix_es.service.sessions import list_namespaces, list_sessions
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,13 @@ async def sessions(request: Request) -> Response:
     return JSONResponse({"namespace": call.namespace, "sessions": found})
 
 
+async def namespaces(request: Request) -> Response:
+    service = _service(request)
+    grant = rq.authorize(request, service.keys)
+    found = [ns for ns in await list_namespaces(service.config) if grant.allows(ns)]
+    return JSONResponse({"namespaces": found})
+
+
 # -- operations ------------------------------------------------------------------------------------
 
 
@@ -239,6 +246,7 @@ def routes(console: Path) -> list[BaseRoute]:
         Route(f"{session}/audit", audit_session, methods=["GET"]),
         Route(f"{session}/forget", forget_session, methods=["POST"]),
         Route("/v1/{namespace}/sessions", sessions, methods=["GET"]),
+        Route("/v1/namespaces", namespaces, methods=["GET"]),
         Route("/v1/{namespace}/messages", add, methods=["POST"]),
         Route("/v1/{namespace}/messages", get, methods=["GET"]),
         Route("/v1/{namespace}/messages", clear, methods=["DELETE"]),

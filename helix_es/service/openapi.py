@@ -131,6 +131,7 @@ def document(session_header: str) -> dict[str, Any]:
     )
     forget["responses"]["409"] = _json(_ref("Error"), "the session cannot be shredded; nothing changed")
     sessions = _op("the namespace's sessions, from the log", [NS], ("200", _json(_ref("Sessions"), "the sessions")))
+    namespaces = _op("the namespaces on the log that this key may use", [], ("200", _json(_ref("Namespaces"), "them")))
     return {
         "openapi": "3.1.0",
         "info": {"title": "helix-es memory service", "version": __version__},
@@ -140,6 +141,7 @@ def document(session_header: str) -> dict[str, Any]:
             "/v1/{namespace}/sessions/{session_id}/audit": {"get": audit},
             "/v1/{namespace}/sessions/{session_id}/forget": {"post": forget},
             "/v1/{namespace}/sessions": {"get": sessions},
+            "/v1/namespaces": {"get": namespaces},
             "/v1/{namespace}/messages": _session_ops([NS, header]),
             "/v1/{namespace}/search": _session_ops([NS, header], search_only=True),
             "/healthz": _plain("the process is alive"),
@@ -219,6 +221,7 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "Namespaces": {"type": "object", "properties": {"namespaces": {"type": "array", "items": _TEXT}}},
     "Forget": {
         "type": "object",
         "properties": {"reason": _TEXT, "allow_unshreddable": {"type": "boolean", "default": False}},

@@ -1,4 +1,5 @@
-"""A namespace's sessions, read from the log (never from a view): what the web console lists.
+"""The namespaces on the log and a namespace's sessions, read from the log (never from a view):
+what the web console lists.
 
 Every session that has an event on the log, with its event count and the times of its first and
 last events, ordered by last activity (newest first). Records the projector dead-letters are left
@@ -11,7 +12,9 @@ from typing import Any
 
 from helix_es.client.audit import read_records
 from helix_es.config import Config
+from helix_es.log.tolerant import AuditCodec
 from helix_es.model.times import iso, utc
+from helix_es.projection.factory import open_log
 
 
 async def list_sessions(config: Config, namespace: str) -> list[dict[str, Any]]:
@@ -29,3 +32,12 @@ async def list_sessions(config: Config, namespace: str) -> list[dict[str, Any]]:
             entry["last_time"] = max(entry["last_time"], at)
     ordered = sorted(found.values(), key=lambda e: (e["last_time"], e["session_id"]), reverse=True)
     return [{**e, "first_time": iso(e["first_time"]), "last_time": iso(e["last_time"])} for e in ordered]
+
+
+async def list_namespaces(config: Config) -> list[str]:
+    """Every namespace with a log (a topic, or an embedded log file), sorted."""
+    log = open_log(config.log, AuditCodec())
+    try:
+        return sorted(await log.namespaces())
+    finally:
+        await log.close()

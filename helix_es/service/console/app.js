@@ -21,6 +21,7 @@ const state = {
   compare: null, // {offset}: point B, or null
   reports: new Map(), // namespace, session and offset -> Promise of the audit at that cut
   now: null, // Promise of GET .../messages while the "get() now" column is on, else null
+  served: null, // the namespaces on the log this key may use (GET /v1/namespaces), once asked
   ticket: 0, // the newest render wins; older answers are dropped
 };
 
@@ -84,6 +85,7 @@ function explain(err, what) {
 
 function forgetKey() {
   state.key = null;
+  state.served = null;
   sessionStorage.removeItem(KEY_STORE);
   renderKeyState();
 }
@@ -111,6 +113,7 @@ function takeKeyFromUrl() {
   history.replaceState(history.state, "", url);
   if (key) {
     state.key = key;
+    state.served = null;
     sessionStorage.setItem(KEY_STORE, key);
   }
 }
@@ -158,8 +161,22 @@ function remember(namespace) {
   localStorage.setItem(RECENT_STORE, JSON.stringify(list));
 }
 
+function loadServed() {
+  const key = state.key;
+  state.served = [];
+  api(key, "namespaces")
+    .then((body) => {
+      if (key !== state.key) return;
+      state.served = Array.isArray(body.namespaces) ? body.namespaces : [];
+      renderNamespaces();
+    })
+    .catch(() => {}); // the recent names still serve; a bad key shows on the next call
+}
+
 function renderNamespaces() {
-  const recent = recentNamespaces();
+  if (state.served === null && state.key) loadServed();
+  const served = state.served || [];
+  const recent = [...recentNamespaces().filter((n) => !served.includes(n)), ...served].slice(0, 24);
   clear(
     $("ns-list"),
     recent.map((n) => el("option", { value: n })),
@@ -569,6 +586,7 @@ function wire() {
     const key = $("key-input").value.trim();
     if (!key) return;
     state.key = key;
+    state.served = null;
     sessionStorage.setItem(KEY_STORE, key);
     state.reports.clear();
     shownNamespace = null;
@@ -639,6 +657,7 @@ function wire() {
 
 function start() {
   state.key = sessionStorage.getItem(KEY_STORE);
+  state.served = null;
   takeKeyFromUrl();
   readUrl();
   wire();
