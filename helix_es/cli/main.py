@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "helix_es.cli.forget",
     "helix_es.cli.rebuild",
     "helix_es.cli.mcp",
+    "helix_es.cli.serve",
 ]
 
 

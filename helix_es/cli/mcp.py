@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from helix_es.config import load_config
+from helix_es.service.pool import with_namespace
 
 
 def _namespaces(text: str) -> list[str]:
@@ -19,7 +20,7 @@ def _namespaces(text: str) -> list[str]:
 
 async def _run(args: argparse.Namespace) -> int:
     try:
-        from helix_es.service.mcp import serve_stdio, with_namespace  # the mcp package only when serving
+        from helix_es.service.mcp import serve_stdio  # the mcp package only when serving
     except ImportError as exc:
         print(f"helix-es mcp: needs the mcp package (pip install 'helix-es[service]', or mcp): {exc}", file=sys.stderr)
         return 1

@@ -76,6 +76,7 @@ __all__ = [
     "describe_message",
     "parse_time",
     "quote",
+    "read_records",
 ]
 
 BATCH = 1000  # records per apply: bounds a projection's work per step, not the result
@@ -293,7 +294,7 @@ def _open_log(config: LogConfig) -> EventLog:
     return open_log(config, AuditCodec())  # shows unknown events instead of refusing them
 
 
-async def _read(config: LogConfig, namespace: str, session_id: str | None) -> tuple[list[Record], list[Skipped]]:
+async def read_records(config: LogConfig, namespace: str, session_id: str | None) -> tuple[list[Record], list[Skipped]]:
     """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped."""
     log = _open_log(config)
     bad: list[Skipped] = []
@@ -435,7 +436,7 @@ async def audit(
     parts = _pick(cfg.memory, view) if has_cut else []
 
     wide = any(_needs_namespace(p) for p in parts)
-    records, bad = await _read(cfg.log, ns, None if wide else session_id)
+    records, bad = await read_records(cfg.log, ns, None if wide else session_id)
     # Retries are marked as a view marks them: against the keys of the session's earlier events.
     mine = list(
         await mark_duplicates(MemoryIdempotency(), "audit", [r for r in records if r.event.session_id == session_id])

@@ -153,6 +153,10 @@ class ViewMemory(EventWriter):
         self.source = projection
 
     def wrote(self, position: Position) -> None:
+        last = self.last_write
+        same = last is not None and (last.topic, last.partition) == (position.topic, position.partition)
+        if same and last is not None and last.offset >= position.offset:
+            return  # an earlier offset (a retry's first send, another server's token): waiting for last covers it
         self.last_write = position
         self._seen_last_write = False
 

@@ -14,10 +14,8 @@ while it serves); logs go to stderr. The server returns when the client closes s
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -29,12 +27,13 @@ from typing_extensions import TypedDict
 from helix_es._version import __version__
 from helix_es.client.audit import audit
 from helix_es.client.protocol import Memory
-from helix_es.client.sessions import SessionMemoryManager
-from helix_es.config import Composite, Config, MemoryConfig
+from helix_es.config import Config
 from helix_es.model import names
 from helix_es.model.errors import HelixError, InvalidInput
 from helix_es.model.events import Position
-from helix_es.model.message import Message, ToolCall
+from helix_es.model.message import Message
+from helix_es.service.messages import message_from, message_json
+from helix_es.service.pool import Memories, check_namespace
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +102,13 @@ def _messages(namespace: str, session_id: str, messages: list[Message]) -> Messa
     return {
         "namespace": namespace,
         "session_id": session_id,
-        "messages": [json.loads(m.to_json()) for m in messages],
+        "messages": [message_json(m) for m in messages],
     }
 
 
-def with_namespace(memory: MemoryConfig, namespace: str) -> MemoryConfig:
-    """`memory` for another namespace, a composite's parts too."""
-    view = memory.view
-    if isinstance(view, Composite):
-        view = Composite(tuple(with_namespace(p, namespace) for p in view.parts))
-    return replace(memory, namespace=namespace, view=view)
-
-
 class MemoryTools:
-    """The memories the tools reach: a `SessionMemoryManager` per namespace, opened on first use."""
+    """The memories the tools reach (`Memories`: a `SessionMemoryManager` per namespace), restricted to
+    the namespaces this server may serve."""
 
     def __init__(self, config: Config, *, namespaces: Sequence[str] | None = None) -> None:
         self.config = config
@@ -126,7 +118,7 @@ class MemoryTools:
             names.check_namespace_pattern(pattern, "--namespaces")
         self.allowed = allowed
         self._matcher = names.namespace_matcher(allowed) if allowed else None
-        self._managers: dict[str, SessionMemoryManager] = {}
+        self.memories = Memories(config)
         if self._matcher is not None and not self._matcher.fullmatch(self.default_namespace):
             log.warning("the default namespace %s is not served: a call must name a namespace", self.default_namespace)
 
@@ -134,8 +126,7 @@ class MemoryTools:
         """The namespace a call names (or the default), refused unless this server may serve it."""
         ns = self.default_namespace if namespace is None else namespace
         try:
-            names.concrete_namespace(ns, "namespace")
-            names.topic(ns, self.config.log.topic_prefix)  # its topic name fits Kafka's limit
+            check_namespace(ns, self.config.log.topic_prefix)
         except InvalidInput as exc:
             raise _refuse(exc) from None
         if self._matcher is not None and not self._matcher.fullmatch(ns):
@@ -143,27 +134,16 @@ class MemoryTools:
         return ns
 
     def config_for(self, namespace: str) -> Config:
-        if namespace == self.config.memory.namespace:
-            return self.config
-        return replace(self.config, memory=with_namespace(self.config.memory, namespace))
+        return self.memories.config_for(namespace)
 
     async def memory(self, namespace: str, session_id: str) -> Memory:
         try:
-            names.check_session_id(session_id)
+            return await self.memories.memory(namespace, session_id)
         except InvalidInput as exc:
             raise _refuse(exc) from None
-        manager = self._managers.get(namespace)
-        if manager is None:
-            manager = self._managers[namespace] = SessionMemoryManager.from_config(self.config_for(namespace))
-        return await manager.get(session_id)
 
     async def close(self) -> None:
-        managers, self._managers = list(self._managers.values()), {}
-        for manager in managers:
-            try:
-                await manager.close()
-            except Exception:
-                log.exception("closing a namespace's memories failed")
+        await self.memories.close()
 
     # -- the tools ------------------------------------------------------------------------
 
@@ -198,15 +178,15 @@ class MemoryTools:
         """Append one message to a conversation's memory; returns where it landed on the log."""
         ns = self.namespace(namespace)
         try:
-            if not content and not tool_calls:
-                raise InvalidInput("content", "must not be empty (only an assistant message with tool_calls may be)")
-            message = Message(
-                role,
-                content,
-                name=name,
-                tool_calls=tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in tool_calls or ()),
-                tool_call_id=tool_call_id,
-                metadata=metadata or {},
+            message = message_from(
+                {
+                    "role": role,
+                    "content": content,
+                    "name": name,
+                    "tool_calls": tool_calls,
+                    "tool_call_id": tool_call_id,
+                    "metadata": metadata,
+                }
             )
             if idempotency_key is not None and not idempotency_key:
                 raise InvalidInput("idempotency_key", "must not be empty: omit it for a write without one")

@@ -1,0 +1,278 @@
+"""`helix-es serve`: the memory over HTTP, an ASGI app (Starlette) that uvicorn serves.
+
+Routes (the OpenAPI document, `openapi.py`, describes each): a session's messages (add, get, clear),
+search, audit, forget; the header form of messages and search (session id in
+`memory.session_id_header`, default X-Session-ID); a namespace's sessions; /healthz, /readyz,
+/metrics, /openapi.json; the web console under /ui/. Every /v1 request passes `requests.call`
+(key, namespace, session) before anything is read or written. Read-your-writes: each (namespace,
+session) is one memory that waits for its own writes; a write answers with a consistency token
+(`X-Helix-After`), and a read carrying one waits until the view has applied it, on any replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from helix_es.client.audit import audit
+from helix_es.client.erasure import forget
+from helix_es.client.keys import close_shared_keys
+from helix_es.config import Config
+from helix_es.model import names
+from helix_es.model.errors import InvalidInput
+from helix_es.model.events import Position
+from helix_es.service import requests as rq
+from helix_es.service.access import Access, json_lines_to_stderr
+from helix_es.service.errors import HANDLERS, NO_STORE
+from helix_es.service.keys import Keys
+from helix_es.service.messages import message_json
+from helix_es.service.metrics import CONTENT_TYPE, Metrics
+from helix_es.service.openapi import document
+from helix_es.service.pool import Memories
+from helix_es.service.ready import LagFn, Readiness
+from helix_es.service.sessions import list_sessions
+
+log = logging.getLogger(__name__)
+
+CONSOLE = Path(__file__).resolve().parent / "console"
+
+
+@dataclass(frozen=True)
+class Options:
+    max_body: int = 1_048_576  # bytes of one request body
+    session_idle: float = 600.0  # a session's memory is closed after this long unused
+    lag_bound: int | None = None  # /readyz fails while a view lags more records than this
+    console: Path = CONSOLE
+
+
+class Service:
+    """What the handlers share: the config, the keys, the memories, the metrics and readiness."""
+
+    def __init__(self, config: Config, keys: Keys, options: Options, lag: LagFn | None) -> None:
+        self.config, self.keys, self.options = config, keys, options
+        self.session_header = config.memory.session_id_header or rq.DEFAULT_SESSION_HEADER
+        self.memories = Memories(config, session_idle=options.session_idle)
+        self.metrics = Metrics()
+        self.readiness = Readiness(config, lag, options.lag_bound)
+
+    def call(self, request: Request, *, header: bool = False, admin: bool = False) -> rq.Call:
+        return rq.call(
+            request,
+            self.keys,
+            self.config.log.topic_prefix,
+            session_header=self.session_header if header else None,
+            admin=admin,
+        )
+
+    def topic(self, namespace: str) -> str:
+        return names.topic(namespace, self.config.log.topic_prefix)
+
+    async def sweep_forever(self) -> None:
+        pause = max(1.0, min(self.options.session_idle / 2, 30.0))
+        while True:
+            await asyncio.sleep(pause)
+            await self.memories.sweep()
+
+    async def close(self) -> None:
+        await self.memories.close()
+        await self.readiness.close()
+        await close_shared_keys()
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def _session(call: rq.Call) -> str:
+    assert call.session_id is not None  # the route names it, in the path or the header
+    return call.session_id
+
+
+def _written(service: Service, call: rq.Call, positions: list[Position], status: int) -> Response:
+    body = {"positions": [{"topic": p.topic, "partition": p.partition, "offset": p.offset} for p in positions]}
+    return JSONResponse(body, status, headers={rq.AFTER: rq.token(_session(call), positions[-1])})
+
+
+def _messages(call: rq.Call, messages: list[Any]) -> Response:
+    body = {"namespace": call.namespace, "session_id": call.session_id, "messages": [message_json(m) for m in messages]}
+    return JSONResponse(body)
+
+
+# -- /v1 -------------------------------------------------------------------------------------------
+
+
+async def add(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request, header="session_id" not in request.path_params)
+    messages = rq.messages_in(await rq.read_json(request, service.options.max_body))
+    keys = rq.idempotency_keys(request, len(messages))
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        positions = [await memory.add(m, idempotency_key=k) for m, k in zip(messages, keys, strict=True)]
+    service.metrics.adds += len(positions)
+    return _written(service, call, positions, 201)
+
+
+async def clear(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request, header="session_id" not in request.path_params)
+    key = rq.idempotency_keys(request, 1)[0]
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        position = await memory.clear(idempotency_key=key)
+    return _written(service, call, [position], 200)
+
+
+async def get(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request, header="session_id" not in request.path_params)
+    after = rq.after(request, service.topic(call.namespace), _session(call))
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        if after is not None:
+            service.memories.expect(memory, after)
+        messages = await memory.get()
+    service.metrics.reads += 1
+    return _messages(call, messages)
+
+
+async def search(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request, header="session_id" not in request.path_params)
+    query = request.query_params.get("q")
+    if not query:
+        raise InvalidInput("q", "give the text to look for: ?q=...")
+    limit = rq.query_int(request, "limit", 10, 1, 1000)
+    after = rq.after(request, service.topic(call.namespace), _session(call))
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        if after is not None:
+            service.memories.expect(memory, after)
+        messages = await memory.search(query, limit or 10)
+    service.metrics.reads += 1
+    return _messages(call, messages)
+
+
+async def audit_session(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request)
+    report = await audit(
+        service.memories.config_for(call.namespace),
+        session_id=_session(call),
+        namespace=call.namespace,
+        as_of=request.query_params.get("as_of") or None,
+        offset=rq.query_int(request, "offset", None, 0),
+        view=request.query_params.get("view") or None,
+    )
+    return JSONResponse(report.to_json())
+
+
+async def forget_session(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request, admin=True)
+    body = await rq.read_json(request, service.options.max_body, optional=True) or {}
+    if not isinstance(body, dict) or set(body) - {"reason", "allow_unshreddable"}:
+        raise InvalidInput("body", 'give nothing, or {"reason": "...", "allow_unshreddable": false}')
+    allow = body.get("allow_unshreddable", False)
+    if not isinstance(allow, bool):
+        raise InvalidInput("allow_unshreddable", f"must be true or false, got {allow!r}")
+    result = await forget(
+        service.memories.config_for(call.namespace),
+        session_id=_session(call),
+        namespace=call.namespace,
+        reason=body.get("reason"),
+        allow_unshreddable=allow,
+    )
+    return JSONResponse(result.to_json())
+
+
+async def sessions(request: Request) -> Response:
+    service = _service(request)
+    call = service.call(request)
+    found = await list_sessions(service.memories.config_for(call.namespace), call.namespace)
+    return JSONResponse({"namespace": call.namespace, "sessions": found})
+
+
+# -- operations ------------------------------------------------------------------------------------
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"}, headers=NO_STORE)
+
+
+async def readyz(request: Request) -> Response:
+    ready, report = await _service(request).readiness.check()
+    return JSONResponse({"ready": ready, **report}, 200 if ready else 503, headers=NO_STORE)
+
+
+async def metrics(request: Request) -> Response:
+    service = _service(request)
+    try:
+        lag = await service.readiness.lag()
+    except Exception as exc:  # the lag gauge is left out; the rest still answers
+        log.warning("projector lag unavailable for /metrics: %s", exc)
+        lag = None
+    text = service.metrics.render(sessions=service.memories.open_sessions(), lag=lag)
+    return Response(text, media_type=CONTENT_TYPE, headers=NO_STORE)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(document(_service(request).session_header))
+
+
+def routes(console: Path) -> list[BaseRoute]:
+    session = "/v1/{namespace}/sessions/{session_id}"
+    return [
+        Route(f"{session}/messages", add, methods=["POST"]),
+        Route(f"{session}/messages", get, methods=["GET"]),
+        Route(f"{session}/messages", clear, methods=["DELETE"]),
+        Route(f"{session}/search", search, methods=["GET"]),
+        Route(f"{session}/audit", audit_session, methods=["GET"]),
+        Route(f"{session}/forget", forget_session, methods=["POST"]),
+        Route("/v1/{namespace}/sessions", sessions, methods=["GET"]),
+        Route("/v1/{namespace}/messages", add, methods=["POST"]),
+        Route("/v1/{namespace}/messages", get, methods=["GET"]),
+        Route("/v1/{namespace}/messages", clear, methods=["DELETE"]),
+        Route("/v1/{namespace}/search", search, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Mount("/ui", StaticFiles(directory=console, html=True, check_dir=False), name="ui"),
+    ]
+
+
+def build_app(config: Config, keys: Keys, options: Options | None = None, *, lag: LagFn | None = None) -> Starlette:
+    """The service's ASGI app; its lifespan closes every memory and store when the server stops."""
+    options = options or Options()
+    service = Service(config, keys, options, lag)
+    json_lines_to_stderr()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(service.sweep_forever())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await service.close()
+
+    app = Starlette(
+        routes=routes(options.console),
+        middleware=[Middleware(Access, metrics=service.metrics)],
+        exception_handlers=HANDLERS,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    return app
