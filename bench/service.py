@@ -101,6 +101,8 @@ class RawConnection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, body: bytes | None = None, headers: str = "") -> bytes:
+        if self.reader is not None and self.reader.at_eof():
+            await self.close()  # the server closed it while idle (its keep-alive timeout): not a failure
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
