@@ -12,15 +12,18 @@ since one process holds an embedded log file at a time).
 
 Each session's turn is an add, then a get that must return that add (read-your-writes). Per
 round, `--sessions` sessions run their `--turns` turns at once, `--pause` seconds of think time
-between turns (an agent's pace, jittered +-50%), over HTTP and then in process (the order swaps
+between turns (an agent's pace, jittered +-50%; each session starts at a random point of a
+pause), over HTTP and then in process (the order swaps
 every round, so drift hits both). Figures: add and get p50/p99 and turns/s of each, and the
 ratio HTTP p50 / in-process p50 (target: within 2x, no errors). The sessions are warmed by one
 uncounted turn each (their memories open, the connections are up).
 
 The HTTP client (`--client`): `raw`, the default, is one keep-alive HTTP/1.1 connection per
 session over asyncio streams (a request, then its response; no parsing beyond the status line,
-Content-Length and chunked bodies), so the figure is the server's cost, not the client's;
-`httpx` is httpx.AsyncClient with a pool of as many keep-alive connections as sessions.
+Content-Length and chunked bodies; reopened when idle over 4 s, under uvicorn's 5 s keep-alive),
+so the figure is the server's cost, not the client's (about 0.13 ms of CPU a request here);
+`httpx` is httpx.AsyncClient with a pool of as many keep-alive connections as sessions (several
+times slower on this machine: its own overhead dominated the figure).
 
 `--soak SECONDS` ends the run with every session adding (and getting) for that long over HTTP,
 each add with an Idempotency-Key; then the log is read back once: every accepted add must be on
@@ -66,6 +69,7 @@ from helix_es.model.events import MessageAdded  # noqa: E402
 from helix_es.projection.factory import open_log  # noqa: E402
 
 WINDOW = 30
+KEEP_ALIVE = 4.0  # seconds a client connection is reused after its last response (the server's: 5)
 WORDS = "words of a typical chat message " * 3
 
 
@@ -99,10 +103,13 @@ class RawConnection:
         self.head = f"Host: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.used = 0.0  # time.monotonic() of the last response
 
     async def request(self, method: str, path: str, body: bytes | None = None, headers: str = "") -> bytes:
-        if self.reader is not None and self.reader.at_eof():
-            await self.close()  # the server closed it while idle (its keep-alive timeout): not a failure
+        # Idle longer than the server keeps it (uvicorn: 5 s), it may be closing as the request goes
+        # out: reopen it first, as clients with a shorter keep-alive than the server's do.
+        if self.reader is not None and (self.reader.at_eof() or time.monotonic() - self.used > KEEP_ALIVE):
+            await self.close()
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
@@ -132,6 +139,7 @@ class RawConnection:
         except BaseException:
             await self.close()  # a half-read response: the next request needs a fresh connection
             raise
+        self.used = time.monotonic()
         if close:
             await self.close()
         if status >= 300:
@@ -219,6 +227,8 @@ class Tally:
     get: list[float] = field(default_factory=list)
     turns: int = 0
     errors: int = 0
+    cpu_here: float = 0.0  # CPU seconds of this process (the client side) during the round
+    cpu_server: float = 0.0  # CPU seconds of the helix-es serve process during the round
     reasons: dict[str, int] = field(default_factory=dict)
 
     def error(self, exc: BaseException | str) -> None:
@@ -264,6 +274,8 @@ async def turn(mem: HttpMemory | LocalMemory, sid: str, i: int, tally: Tally, co
 async def session_loop(
     one: Callable[[int, Tally, bool], Awaitable[None]], first: int, turns: int, pause: float, tally: Tally
 ) -> None:
+    if pause:  # agents are not in step: each session's first turn comes at a random point of a pause
+        await asyncio.sleep(random.uniform(0, pause))
     for i in range(first, first + turns):
         try:
             await one(i, tally, True)
@@ -397,6 +409,16 @@ class Setup:
         self.server = start(cmd, self.tmp / "server.log")
         took = await ready(self.server, self.port, self.tmp / "server.log")
         say(f"helix-es serve ready on 127.0.0.1:{self.port} after {took:.1f} s")
+
+    def server_cpu(self) -> float:
+        """CPU seconds the server process has used (user + system; Linux /proc), 0 where unknown."""
+        if self.server is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self.server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop_server(self) -> None:
         stop(self.server)
@@ -593,6 +615,12 @@ def figures(tallies: list[tuple[Tally, float]]) -> dict[str, Any]:
         "turns_per_s": [t.turns / wall for t, wall in tallies],
         "turns_per_s_median": statistics.median(t.turns / wall for t, wall in tallies),
         "errors": sum(t.errors for t, _ in tallies),
+        # where the CPU goes, per turn (an add and a get): this process (the client, or the whole
+        # in-process memory) and the server process
+        "cpu_ms_per_turn": {
+            "this_process": sum(t.cpu_here for t, _ in tallies) / max(1, sum(t.turns for t, _ in tallies)) * 1000,
+            "server": sum(t.cpu_server for t, _ in tallies) / max(1, sum(t.turns for t, _ in tallies)) * 1000,
+        },
         "error_reasons": reasons,
     }
 
@@ -636,7 +664,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.rounds):
             order = list(systems) if r % 2 == 0 else list(systems)[::-1]
             for name in order:
+                here, server = time.process_time(), setup.server_cpu()
                 tally, wall = await run_round(f"round {r + 1} {name}", systems[name], 1 + r * args.turns, args)
+                tally.cpu_here, tally.cpu_server = time.process_time() - here, setup.server_cpu() - server
                 results[name].append((tally, wall))
                 say(
                     f"round {r + 1}/{args.rounds} {name}: {tally.turns:,} turns in {wall:.1f} s "
@@ -680,6 +710,9 @@ def report(out: dict[str, Any]) -> str:
         "",
         f"HTTP p50 / in-process p50: add {r['add']:.2f}x, get {r['get']:.2f}x (target <= 2x, no errors); "
         f"turns/s {out['ratio_turns_per_s']:.2f}x",
+        f"CPU per turn (add + get): HTTP {out['http']['cpu_ms_per_turn']['this_process']:.2f} ms in the client + "
+        f"{out['http']['cpu_ms_per_turn']['server']:.2f} ms in the server; in process "
+        f"{out['in_process']['cpu_ms_per_turn']['this_process']:.2f} ms",
     ]
     for f in (out["http"], out["in_process"]):
         for why, n in f["error_reasons"].items():
