@@ -19,7 +19,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_help_and_version() -> None:
     out = run("--help")
     assert out.returncode == 0
-    for command in ("demo", "project", "lag", "audit", "history", "forget", "mcp"):
+    for command in ("demo", "project", "lag", "audit", "history", "forget", "mcp", "serve"):
         assert command in out.stdout
     assert run("--version").stdout.startswith("helix-es ")
     assert run("no-such-command").returncode == 2

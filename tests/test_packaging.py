@@ -24,3 +24,5 @@ def test_wheel_has_every_module_and_schema(tmp_path: Path) -> None:
             assert str(source.relative_to(ROOT)) in names, f"{source.relative_to(ROOT)} is missing from the wheel"
     for schema in (ROOT / "schemas").glob("*.avsc"):
         assert f"helix_es/schemas/{schema.name}" in names
+    for asset in (ROOT / "helix_es" / "service" / "console").glob("*"):  # the web console helix-es serve mounts at /ui/
+        assert f"helix_es/service/console/{asset.name}" in names, f"console/{asset.name} is missing from the wheel"
