@@ -21,6 +21,11 @@ with `--quick`, so a smoke run never overwrites the real figures). Progress goes
 
 The scale sections run a standalone script each, in its own process, and read its `--json`:
 
+- service: `bench/service.py` (200 sessions x 10 turns x 3 rounds): a real `helix-es serve` over
+  HTTP (Kafka log, sliding window in Redis, a projector folding it), each turn an add then a
+  read-your-writes get, add and get p50/p99 and turns/s next to the in-process
+  SessionMemoryManager doing the same turns on the same log and store (target: HTTP p50 <= 2x
+  the in-process p50, no errors).
 - redis-cluster: `bench/redis_cluster.py` (a projector's fold into Redis, events/s, and the guarded
   session read of `get`, p50/p99): a 3-master Redis Cluster next to one Redis server, rounds
   interleaved. Needs HELIX_REDIS_CLUSTER_URL (`scripts/services redis-cluster up`); no target.
@@ -35,7 +40,7 @@ The scale sections run a standalone script each, in its own process, and read it
   At 1M the graph is about 2 GB: its p50 depends on Postgres' shared_buffers (noted in the results;
   HELIX_POSTGRES_SHARED_BUFFERS for a server `scripts/services up` starts).
 
-Duration, on 2 cores: the first five sections about 3 minutes; redis-cluster about a minute;
+Duration, on 2 cores: the first five sections about 3 minutes; service about 2; redis-cluster about a minute;
 tenants about 5; trgm about 10 (at 1M: the COPY and index build 3-4 min, then 120 plain scans of
 about a second or more each); pgvector 20-40 (at 1M: fill, then an HNSW build of 15-35 min). The
 whole default run: about an hour. `--quick`: a few minutes.
@@ -83,7 +88,18 @@ from helix_es.log.codec import Codec  # noqa: E402
 from helix_es.model import names  # noqa: E402
 from helix_es.model.events import Event, MessageAdded  # noqa: E402
 
-SECTIONS = ("spine", "throughput", "long-term", "vector", "rebuild", "redis-cluster", "tenants", "trgm", "pgvector")
+SECTIONS = (
+    "spine",
+    "throughput",
+    "long-term",
+    "vector",
+    "rebuild",
+    "service",
+    "redis-cluster",
+    "tenants",
+    "trgm",
+    "pgvector",
+)
 WINDOW = spine.WINDOW
 
 
@@ -108,6 +124,7 @@ class Size:
     trgm_queries: int  # rare-term queries per size (the plain scan is the slow part)
     pgvector_rows: tuple[int, ...]
     tenants: tuple[int, int, float, int]  # namespaces, partitions each, seconds of churn, sessions
+    service: tuple[int, int, int]  # sessions, turns, rounds
 
 
 FULL = Size(
@@ -126,6 +143,7 @@ FULL = Size(
     trgm_queries=100,
     pgvector_rows=(100_000, 1_000_000),
     tenants=(1_000, 6, 60.0, 20),
+    service=(200, 10, 3),
 )
 QUICK = Size(
     300,
@@ -143,6 +161,7 @@ QUICK = Size(
     trgm_queries=30,
     pgvector_rows=(5_000, 10_000),
     tenants=(50, 2, 10.0, 5),
+    service=(50, 5, 2),
 )
 
 
@@ -891,6 +910,45 @@ async def run_redis_cluster(run: Run) -> None:
     )
 
 
+async def run_service(run: Run) -> None:
+    sessions, turns, rounds = run.size.service
+    r = await script_json(
+        run, "service.py", "--sessions", str(sessions), "--turns", str(turns), "--rounds", str(rounds)
+    )
+    http, local = r["http"], r["in_process"]
+    where = f"{sessions} concurrent sessions, add then get per turn"
+    for op in ("add", "get"):
+        for q in ("p50", "p99"):
+            ratio = http[op][f"{q}_ms"] / local[op][f"{q}_ms"]
+            run.rows.append(
+                Row(
+                    f"Service: {op} over HTTP {q} ({where})",
+                    http[op][f"{q}_ms"],
+                    "ms",
+                    f"the in-process client (SessionMemoryManager), same turns, same log and store, {q}",
+                    local[op][f"{q}_ms"],
+                    "<= 2x anchor, no errors" if q == "p50" else "",
+                    ratio <= 2 and not http["errors"] if q == "p50" else None,
+                )
+            )
+    run.rows.append(
+        Row(
+            f"Service: turns/s over HTTP ({where}; median of {rounds} rounds)",
+            http["turns_per_s_median"],
+            "/s",
+            "the in-process client, same turns",
+            local["turns_per_s_median"],
+        )
+    )
+    run.details.append(
+        f"Service: `{r['_command']}`: a `helix-es serve` process (Kafka log, sliding window of {r['window']} "
+        f"in Redis, a `helix-es project` folding it), client {r['client']} (one keep-alive HTTP/1.1 connection "
+        f"per session); turns/s by round {', '.join(f'{x:,.0f}' for x in http['turns_per_s'])} over HTTP, "
+        f"{', '.join(f'{x:,.0f}' for x in local['turns_per_s'])} in process; errors {http['errors']} over HTTP, "
+        f"{local['errors']} in process."
+    )
+
+
 async def run_tenants(run: Run) -> None:
     namespaces, partitions, seconds, sessions = run.size.tenants
     r = await script_json(
@@ -1363,6 +1421,7 @@ async def main(args: argparse.Namespace) -> int:
         "long-term": run_long_term,
         "vector": run_vector,
         "rebuild": run_rebuild,
+        "service": run_service,
         "redis-cluster": run_redis_cluster,
         "tenants": run_tenants,
         "trgm": run_trgm,

@@ -67,13 +67,20 @@ def start_projector(cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
     return projector
 
 
-def stop_projector(projector: subprocess.Popen[bytes]) -> None:
-    projector.send_signal(signal.SIGTERM)
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (its own cleanup runs), SIGKILL after 30 s; nothing if it has exited."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
     try:
-        projector.wait(30)
+        proc.wait(30)
     except subprocess.TimeoutExpired:
-        projector.kill()
-        projector.wait(10)
+        proc.kill()
+        proc.wait(10)
+
+
+def stop_projector(projector: subprocess.Popen[bytes]) -> None:
+    stop_process(projector)
     os.unlink(projector.config_path)  # type: ignore[attr-defined]
 
 

@@ -1,5 +1,6 @@
-# helix-es projector: folds the Kafka event log into Redis/Postgres views.
-# Built by docker-compose.yml (service `projector`); context = repo root.
+# helix-es projector and memory service: `helix-es project` folds the Kafka event log into
+# Redis/Postgres views, `helix-es serve` answers HTTP (the `service` extra).
+# Built by docker-compose.yml (services `projector` and `server`); context = repo root.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,7 +13,7 @@ COPY pyproject.toml README.md ./
 COPY helix_es ./helix_es
 COPY projectors ./projectors
 COPY schemas ./schemas
-RUN pip install . \
+RUN pip install '.[service]' \
  && useradd --system --uid 10001 --no-create-home helix \
  && rm -rf /src
 

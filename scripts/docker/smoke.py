@@ -2,10 +2,13 @@
 
     python scripts/docker/smoke.py demo --config DIR/helix.yaml     # the demo, through the projector service
     python scripts/docker/smoke.py resume --config DIR/helix.yaml   # after `docker-compose restart projector`
+    python scripts/docker/smoke.py server --config DIR/helix.yaml --url http://127.0.0.1:PORT --key KEY
 
 The config is the one the composed projector reads (HELIX_CONFIG_DIR): a composite of a
 sliding window in Redis and long-term memory in PostgreSQL. Service addresses come from
 HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN (the ports compose published).
+`server` talks to the composed `helix-es serve` over HTTP only: /readyz, a message added and
+read back, and a request without the key refused.
 Exits 1 with a reason when anything is off.
 """
 
@@ -18,6 +21,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 
 
@@ -120,12 +125,71 @@ def resume(config: str) -> None:
     print(f"smoke: resume ok: the restarted projector served {got} messages; lag 0")
 
 
+def _http(url: str, key: str | None = None, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            status, text = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read()
+    try:
+        parsed = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        parsed = {"text": text[:500].decode(errors="replace")}
+    return status, parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
+def server(config: str, url: str, key: str) -> None:
+    from helix_es import load_config
+
+    namespace = load_config(config).memory.namespace
+    deadline = time.monotonic() + 90
+    while True:  # the container's health check and /readyz: up, and its log and views reachable
+        try:
+            status, body = _http(f"{url}/readyz")
+        except OSError as exc:
+            status, body = 0, {"error": repr(exc)}
+        if status == 200:
+            break
+        if time.monotonic() > deadline:
+            fail(f"the server's /readyz did not answer 200 within 90 s: {status} {body}")
+        time.sleep(1)
+    status, body = _http(f"{url}/healthz")
+    if status != 200:
+        fail(f"/healthz answered {status}: {body}")
+    sid = f"over-http-{uuid.uuid4().hex[:6]}"
+    messages = f"{url}/v1/{namespace}/sessions/{sid}/messages"
+    text = f"added through the server's HTTP port ({sid})"
+    status, body = _http(messages, None, {"role": "user", "content": "not without a key"})
+    if status != 401:
+        fail(f"an add without a key answered {status}, not 401: {body}")
+    status, body = _http(messages, key, {"role": "user", "content": text})
+    if status not in (200, 201, 202):
+        fail(f"POST {messages} answered {status}: {body}")
+    status, body = _http(messages, key)  # read-your-writes: the server waits for the projector's fold
+    got = [m.get("content") for m in body.get("messages", [])] if isinstance(body.get("messages"), list) else []
+    if status != 200 or text not in got:
+        fail(f"GET {messages} answered {status} without the message just added: {body}")
+    print(f"smoke: server ok: /readyz, /healthz; a message added and read back over HTTP ({sid}), 401 without a key")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["demo", "resume"])
+    p.add_argument("step", choices=["demo", "resume", "server"])
     p.add_argument("--config", required=True)
+    p.add_argument("--url", help="server: the composed server's base URL")
+    p.add_argument("--key", help="server: an API key of its keys file")
     args = p.parse_args()
-    (demo if args.step == "demo" else resume)(args.config)
+    if args.step == "server":
+        if not args.url or not args.key:
+            p.error("server needs --url and --key")
+        server(args.config, args.url.rstrip("/"), args.key)
+    else:
+        (demo if args.step == "demo" else resume)(args.config)
 
 
 if __name__ == "__main__":
