@@ -526,6 +526,7 @@ async def test_a_real_server_finishes_in_flight_requests_on_sigterm_and_exits_0(
     stderr = next(tmp_path.glob("srv-*.err")).read_text()
     assert code == 0, stderr
     assert "Application shutdown complete" in stderr
+    assert "uvloop loop" in stderr  # the service extra's loop, when installed
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert lines[0]["route"] == "/healthz"  # the start-up probe
     lines = [line for line in lines if line["route"] != "/healthz"]

@@ -44,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     try:
-        code: int = asyncio.run(args.run(args))
+        # A command may pick its event loop (serve: uvloop when installed).
+        with asyncio.Runner(loop_factory=getattr(args, "loop_factory", None)) as runner:
+            code: int = runner.run(args.run(args))
         return code
     except (ConfigError, InvalidInput) as exc:
         print(f"helix-es: {exc}", file=sys.stderr)

@@ -3,34 +3,42 @@ metrics, and one JSON access log line on stderr.
 
 The line names the route template (`/v1/{namespace}/sessions/{session_id}/messages`), never the raw
 path or query (a console link may carry a key), nor any header: method, route, status, ms, namespace.
+Lines are buffered and written a batch at a time (`AccessLog.flush`, a few times a second and at
+shutdown): a write and a flush per request cost a tenth of the server's time under load.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from helix_es.service.metrics import Metrics
 
-access_log = logging.getLogger("helix_es.service.access")
-
 CONSOLE_POLICY = "default-src 'self'"
 
 
-def json_lines_to_stderr() -> None:
-    """The access log as bare JSON lines on stderr, whatever the root logger's format."""
-    if not access_log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        access_log.addHandler(handler)
-        access_log.propagate = False
-        access_log.setLevel(logging.INFO)
+class AccessLog:
+    """JSON lines kept until `flush` writes them to `stream` (stderr) in one write."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._lines: list[str] = []
+
+    def add(self, line: dict[str, Any]) -> None:
+        self._lines.append(json.dumps(line, ensure_ascii=False))
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        text, self._lines = "\n".join(self._lines) + "\n", []
+        stream = self._stream or sys.stderr
+        stream.write(text)
+        stream.flush()
 
 
 def _extra_headers(path: str) -> list[tuple[bytes, bytes]]:
@@ -44,9 +52,10 @@ def _extra_headers(path: str) -> list[tuple[bytes, bytes]]:
 class Access:
     """ASGI middleware: headers, metrics and the access log of each HTTP request."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, log: AccessLog | None) -> None:
         self.app = app
         self.metrics = metrics
+        self.log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,12 +83,15 @@ class Access:
         template = getattr(route, "path", None) or "unmatched"
         method = scope["method"]
         self.metrics.observe(template, method, status, seconds)
-        line: dict[str, Any] = {
-            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "method": method,
-            "route": template,
-            "status": status,
-            "ms": round(seconds * 1000, 2),
-            "namespace": scope.get("path_params", {}).get("namespace"),
-        }
-        access_log.info(json.dumps(line, ensure_ascii=False))
+        if self.log is None:
+            return
+        self.log.add(
+            {
+                "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "method": method,
+                "route": template,
+                "status": status,
+                "ms": round(seconds * 1000, 2),
+                "namespace": scope.get("path_params", {}).get("namespace"),
+            }
+        )

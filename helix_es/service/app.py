@@ -34,10 +34,10 @@ from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
 from helix_es.service import requests as rq
-from helix_es.service.access import Access, json_lines_to_stderr
+from helix_es.service.access import Access, AccessLog
 from helix_es.service.errors import HANDLERS, NO_STORE
 from helix_es.service.keys import Keys
-from helix_es.service.messages import message_json
+from helix_es.service.messages import messages_body
 from helix_es.service.metrics import CONTENT_TYPE, Metrics
 from helix_es.service.openapi import document
 from helix_es.service.pool import Memories
@@ -54,6 +54,7 @@ class Options:
     max_body: int = 1_048_576  # bytes of one request body
     session_idle: float = 600.0  # a session's memory is closed after this long unused
     lag_bound: int | None = None  # /readyz fails while a view lags more records than this
+    access_log: bool = True  # a JSON line per request on stderr
     console: Path = CONSOLE
 
 
@@ -66,6 +67,7 @@ class Service:
         self.memories = Memories(config, session_idle=options.session_idle)
         self.metrics = Metrics()
         self.readiness = Readiness(config, lag, options.lag_bound)
+        self.access_log = AccessLog() if options.access_log else None
 
     def call(self, request: Request, *, header: bool = False, admin: bool = False) -> rq.Call:
         return rq.call(
@@ -85,7 +87,14 @@ class Service:
             await asyncio.sleep(pause)
             await self.memories.sweep()
 
+    async def flush_forever(self) -> None:
+        while self.access_log is not None:
+            await asyncio.sleep(0.25)
+            self.access_log.flush()
+
     async def close(self) -> None:
+        if self.access_log is not None:
+            self.access_log.flush()
         await self.memories.close()
         await self.readiness.close()
         await close_shared_keys()
@@ -107,8 +116,7 @@ def _written(service: Service, call: rq.Call, positions: list[Position], status:
 
 
 def _messages(call: rq.Call, messages: list[Any]) -> Response:
-    body = {"namespace": call.namespace, "session_id": call.session_id, "messages": [message_json(m) for m in messages]}
-    return JSONResponse(body)
+    return Response(messages_body(call.namespace, call.session_id, messages), media_type="application/json")
 
 
 # -- /v1 -------------------------------------------------------------------------------------------
@@ -263,22 +271,22 @@ def build_app(config: Config, keys: Keys, options: Options | None = None, *, lag
     """The service's ASGI app; its lifespan closes every memory and store when the server stops."""
     options = options or Options()
     service = Service(config, keys, options, lag)
-    json_lines_to_stderr()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        sweeper = asyncio.create_task(service.sweep_forever())
+        tasks = [asyncio.create_task(service.sweep_forever()), asyncio.create_task(service.flush_forever())]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await service.close()
 
     app = Starlette(
         routes=routes(options.console),
-        middleware=[Middleware(Access, metrics=service.metrics)],
+        middleware=[Middleware(Access, metrics=service.metrics, log=service.access_log)],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
     )

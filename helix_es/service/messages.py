@@ -8,7 +8,7 @@ and the MCP server build messages here, so both refuse the same input with the s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from helix_es.model.errors import InvalidInput
@@ -50,3 +50,10 @@ def message_json(message: Message) -> dict[str, Any]:
     """The JSON object of a message (empty optional fields left out)."""
     out: dict[str, Any] = json.loads(message.to_json())
     return out
+
+
+def messages_body(namespace: str, session_id: str | None, messages: Sequence[Message]) -> bytes:
+    """`{"namespace", "session_id", "messages": [...]}` as JSON bytes, each message's own `to_json`
+    text spliced in (not decoded and encoded again: the most-called answer of the REST service)."""
+    head = json.dumps({"namespace": namespace, "session_id": session_id}, ensure_ascii=False, separators=(",", ":"))
+    return f'{head[:-1]},"messages":[{",".join(m.to_json() for m in messages)}]}}'.encode()
