@@ -540,6 +540,30 @@ async def test_a_real_server_finishes_in_flight_requests_on_sigterm_and_exits_0(
     assert A_KEY not in stderr and sid not in stderr  # never the key; the path is a template
 
 
+async def test_sighup_reads_the_keys_file_again_and_a_bad_file_keeps_the_old_keys(tmp_path: Path) -> None:
+    ns, sid, new_key = unique("ta"), unique("s"), "key-rotated-in-0123456789"
+    path = f"/v1/{ns}/sessions/{sid}/messages"
+    with serve(tmp_path, embedded(tmp_path)) as (proc, url):
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            assert (await http.get(path, headers=auth(new_key))).status_code == 401
+
+            async def after_sighup(keys_text: str, said: str) -> None:
+                (tmp_path / "keys.json").write_text(keys_text)
+                proc.send_signal(signal.SIGHUP)
+                err = next(tmp_path.glob("srv-*.err"))
+                deadline = time.monotonic() + 10
+                while said not in err.read_text():
+                    assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+                    await asyncio.sleep(0.05)
+
+            await after_sighup(json.dumps({new_key: [ns]}), "1 key(s) read")
+            assert (await http.get(path, headers=auth(new_key))).status_code == 200
+            assert (await http.get(path, headers=A)).status_code == 401  # the old key is gone
+            await after_sighup("{not json", "kept the previous keys")
+            assert (await http.get(path, headers=auth(new_key))).status_code == 200
+            assert proc.poll() is None
+
+
 async def test_two_servers_on_one_kafka_log_read_each_others_writes_by_token(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str, procs: list[Any]
 ) -> None:

@@ -33,6 +33,19 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def _reload_keys(app: Any, path: Path) -> None:
+    """SIGHUP: read the keys file again (rotate a key without a restart); a bad file keeps the old keys."""
+    from helix_es.service.keys import load_keys
+
+    try:
+        keys = load_keys(path)
+    except ConfigError as exc:
+        print(f"helix-es serve: SIGHUP: kept the previous keys: {exc}", file=sys.stderr, flush=True)
+        return
+    app.state.service.keys = keys
+    print(f"helix-es serve: SIGHUP: {len(keys)} key(s) read from {path}", file=sys.stderr, flush=True)
+
+
 def _loop_name() -> str:
     return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
 
@@ -89,6 +102,7 @@ async def _run(args: argparse.Namespace) -> int:
     # closed), then raises the signal again: this handler takes it, so the command exits 0.
     stopped: list[int] = []
     signal.signal(signal.SIGTERM, lambda sig, frame: stopped.append(sig))
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_keys, app, args.keys)
     print(
         f"helix-es serve: {config.log.type} log, {len(keys)} key(s), {_loop_name()} loop, on "
         f"http://{args.host}:{args.port} (/openapi.json lists the routes)",
@@ -108,7 +122,7 @@ def add_command(subparsers: Any) -> None:
         "session's messages, its audit and erasure, a namespace's sessions, /healthz, /readyz, /metrics "
         "(Prometheus), /openapi.json and the web console at /ui/. Every /v1 request needs "
         "'Authorization: Bearer <key>' with a key the --keys file grants the namespace. SIGTERM stops it "
-        "gracefully (in-flight requests finish, exit 0).",
+        "gracefully (in-flight requests finish, exit 0); SIGHUP reads the keys file again.",
         epilog='keys file: {"<key>": ["ns1", "tenant-*"], "sha256:<hex>": ["*"], '
         '"<admin key>": {"namespaces": ["*"], "admin": true}}.  Example: helix-es serve --config helix.yaml '
         "--keys keys.json --port 8080; curl -H 'Authorization: Bearer <key>' "
