@@ -96,6 +96,7 @@ async def _run(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=args.grace,
             server_header=False,
             timeout_keep_alive=int(args.keep_alive),
+            proxy_headers=False,  # no address is logged or trusted: nothing to take from X-Forwarded-For
         )
     )
     # uvicorn stops on SIGTERM, lets in-flight requests finish, runs the lifespan's shutdown (memories

@@ -37,6 +37,7 @@ from helix_es.service import requests as rq
 from helix_es.service.access import Access, AccessLog
 from helix_es.service.errors import HANDLERS, NO_STORE
 from helix_es.service.keys import Keys
+from helix_es.service.lane import Lane
 from helix_es.service.messages import messages_body
 from helix_es.service.metrics import CONTENT_TYPE, Metrics
 from helix_es.service.openapi import document
@@ -267,7 +268,7 @@ def routes(console: Path) -> list[BaseRoute]:
     ]
 
 
-def build_app(config: Config, keys: Keys, options: Options | None = None, *, lag: LagFn | None = None) -> Starlette:
+def build_app(config: Config, keys: Keys, options: Options | None = None, *, lag: LagFn | None = None) -> Lane:
     """The service's ASGI app; its lifespan closes every memory and store when the server stops."""
     options = options or Options()
     service = Service(config, keys, options, lag)
@@ -284,11 +285,12 @@ def build_app(config: Config, keys: Keys, options: Options | None = None, *, lag
                     await task
             await service.close()
 
+    served = routes(options.console)
     app = Starlette(
-        routes=routes(options.console),
+        routes=served,
         middleware=[Middleware(Access, metrics=service.metrics, log=service.access_log)],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
     )
     app.state.service = service
-    return app
+    return Lane(app, served, HANDLERS, lambda inner: Access(inner, service.metrics, service.access_log))
