@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from helix_es.client.audit import audit
 from helix_es.config import load_config
 from helix_es.projection.factory import open_log
 from tests.conftest import ROOT, cli, require_module, start_projector, unique
+from tests.served import free_port
 
 require_module("starlette", "the REST service (helix_es.service.app)")
 require_module("uvicorn", "helix-es serve")
@@ -456,13 +456,6 @@ async def test_readyz_fails_while_the_projector_lags_past_the_bound(
 
 
 # -- real processes ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager
