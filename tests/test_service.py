@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -531,6 +532,28 @@ async def test_a_real_server_finishes_in_flight_requests_on_sigterm_and_exits_0(
     }.items() <= lines[0].items()
     assert lines[-1]["status"] == 504 and isinstance(lines[-1]["ms"], float)
     assert A_KEY not in stderr and sid not in stderr  # never the key; the path is a template
+
+
+async def test_a_real_servers_answer_leaves_in_one_write(tmp_path: Path) -> None:
+    # uvicorn alone writes the head and the body apart: two segments, and the client wakes twice.
+    ns, sid = unique("ta"), unique("s")
+    with serve(tmp_path, embedded(tmp_path)) as (_proc, url):
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            auth_line = f"Authorization: Bearer {A_KEY}\r\n"
+            for i in range(20):
+                body = json.dumps({"role": "user", "content": f"turn {i}"}).encode()
+                method = "POST" if i % 2 else "GET"
+                head = f"{method} /v1/{ns}/sessions/{sid}/messages HTTP/1.1\r\nHost: x\r\n{auth_line}"
+                extra = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if method == "POST" else ""
+                conn.sendall(f"{head}{extra}\r\n".encode() + (body if method == "POST" else b""))
+                first = conn.recv(1 << 20)  # what the first segment brought
+                top, _, rest = first.partition(b"\r\n\r\n")
+                length = int(
+                    next(v for k, _, v in (h.partition(b": ") for h in top.split(b"\r\n")) if k == b"content-length")
+                )
+                assert len(rest) == length, (method, first)
 
 
 async def test_sighup_reads_the_keys_file_again_and_a_bad_file_keeps_the_old_keys(tmp_path: Path) -> None:
