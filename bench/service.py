@@ -16,7 +16,9 @@ between turns (an agent's pace, jittered +-50%; each session starts at a random 
 pause), over HTTP and then in process (the order swaps
 every round, so drift hits both). Figures: add and get p50/p99 and turns/s of each, and the
 ratio HTTP p50 / in-process p50 (target: within 2x, no errors). The sessions are warmed by one
-uncounted turn each (their memories open, the connections are up).
+uncounted turn each (their memories open, the connections are up). One HTTP turn in five first
+sends a bare round trip, GET /healthz on the same connection: the anchor of what a hop to another
+process costs here, before any memory work.
 
 The HTTP client (`--client`): `raw`, the default, is one keep-alive HTTP/1.1 connection per
 session over asyncio streams (a request, then its response; no parsing beyond the status line,
@@ -71,6 +73,7 @@ from helix_es.projection.factory import open_log  # noqa: E402
 WINDOW = 30
 KEEP_ALIVE = 4.0  # seconds a client connection is reused after its last response (the server's: 5)
 WORDS = "words of a typical chat message " * 3
+HOP_EVERY = 5  # one HTTP turn in this many first times a bare round trip (GET /healthz): the anchor of a hop
 
 
 def say(text: str) -> None:
@@ -171,6 +174,10 @@ class HttpMemory:
         data = json.loads(await self.send("GET", self.path + "/messages"))
         return [m.get("content") for m in data["messages"]]
 
+    async def hop(self) -> None:
+        """The HTTP round trip alone: GET /healthz on the same connection (no key, no memory)."""
+        await self.send("GET", "/healthz")
+
     async def audit(self) -> dict[str, Any]:
         out: dict[str, Any] = json.loads(await self.send("GET", self.path + "/audit"))
         return out
@@ -225,6 +232,7 @@ class Clients:
 class Tally:
     add: list[float] = field(default_factory=list)
     get: list[float] = field(default_factory=list)
+    hop: list[float] = field(default_factory=list)  # GET /healthz, one HTTP turn in HOP_EVERY
     turns: int = 0
     errors: int = 0
     cpu_here: float = 0.0  # CPU seconds of this process (the client side) during the round
@@ -259,6 +267,10 @@ class LocalMemory:
 async def turn(mem: HttpMemory | LocalMemory, sid: str, i: int, tally: Tally, count: bool) -> None:
     """One turn: the add, then a get that must end with it (read-your-writes)."""
     role, content = content_of(sid, i)
+    if count and isinstance(mem, HttpMemory) and i % HOP_EVERY == 0:
+        t = time.perf_counter()
+        await mem.hop()
+        tally.hop.append(time.perf_counter() - t)
     t = time.perf_counter()
     await mem.add(role, content)
     t1 = time.perf_counter()
@@ -605,6 +617,7 @@ async def soak(setup: Setup, clients: Clients, args: argparse.Namespace) -> dict
 def figures(tallies: list[tuple[Tally, float]]) -> dict[str, Any]:
     adds = [x for t, _ in tallies for x in t.add]
     gets = [x for t, _ in tallies for x in t.get]
+    hops = [x for t, _ in tallies for x in t.hop]
     reasons: dict[str, int] = {}
     for t, _ in tallies:
         for k, v in t.reasons.items():
@@ -612,6 +625,7 @@ def figures(tallies: list[tuple[Tally, float]]) -> dict[str, Any]:
     return {
         "add": summary(adds),
         "get": summary(gets),
+        "hop": summary(hops),
         "turns_per_s": [t.turns / wall for t, wall in tallies],
         "turns_per_s_median": statistics.median(t.turns / wall for t, wall in tallies),
         "errors": sum(t.errors for t, _ in tallies),
@@ -679,6 +693,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         out["ratio_p50"] = {op: out["http"][op]["p50_ms"] / out["in_process"][op]["p50_ms"] for op in ("add", "get")}
         out["ratio_p99"] = {op: out["http"][op]["p99_ms"] / out["in_process"][op]["p99_ms"] for op in ("add", "get")}
         out["ratio_turns_per_s"] = out["http"]["turns_per_s_median"] / out["in_process"]["turns_per_s_median"]
+        # the add less one bare round trip, against the add in process: what the server adds besides the hop
+        past_hop = out["http"]["add"]["p50_ms"] - out["http"]["hop"]["p50_ms"]
+        out["ratio_add_past_hop"] = past_hop / out["in_process"]["add"]["p50_ms"]
         if args.soak:
             out["soak"] = await soak(setup, clients, args)
     finally:
@@ -710,6 +727,10 @@ def report(out: dict[str, Any]) -> str:
         "",
         f"HTTP p50 / in-process p50: add {r['add']:.2f}x, get {r['get']:.2f}x (target <= 2x, no errors); "
         f"turns/s {out['ratio_turns_per_s']:.2f}x",
+        f"a bare HTTP round trip (GET /healthz, one HTTP turn in {HOP_EVERY}): p50 "
+        f"{out['http']['hop']['p50_ms']:.2f} ms p99 {out['http']['hop']['p99_ms']:.2f}; HTTP add p50 less it / "
+        "in-process add p50: "
+        f"{out['ratio_add_past_hop']:.2f}x",
         f"CPU per turn (add + get): HTTP {out['http']['cpu_ms_per_turn']['this_process']:.2f} ms in the client + "
         f"{out['http']['cpu_ms_per_turn']['server']:.2f} ms in the server; in process "
         f"{out['in_process']['cpu_ms_per_turn']['this_process']:.2f} ms",
