@@ -686,3 +686,25 @@ async def test_an_idle_session_memory_is_closed_and_opens_again_on_demand(tmp_pa
             assert time.monotonic() < deadline, "the idle session was not closed"
             await asyncio.sleep(0.2)
         assert contents(await http.get(base, headers=A)) == ["kept"]  # the log is the truth: opened again
+
+
+async def test_a_write_not_yet_shown_is_waited_for_after_its_idle_memory_closes(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str, procs: list[Any]
+) -> None:
+    config = kafka(kafka_bootstrap, redis_url, unique("svc"), read_timeout=1)
+    ns, sid = unique("ta"), unique("s")
+    base = f"/v1/{ns}/sessions/{sid}/messages"
+    async with client(config, session_idle=0.2) as http:
+        assert (await http.post(base, json={"role": "user", "content": "kept"}, headers=A)).status_code == 201
+        deadline = time.monotonic() + 10
+        while "helix_memory_sessions_open 0\n" not in (await http.get("/metrics")).text:
+            assert time.monotonic() < deadline, "the idle session was not closed"
+            await asyncio.sleep(0.2)
+        # No projector yet: the view has not shown the write, so the new memory's read waits for it.
+        late = await http.get(base, headers=A)
+        assert late.status_code == 504 and "projector" in late.json()["error"], late.text
+        procs.append(start_projector(config, tmp_path))
+        deadline = time.monotonic() + 60
+        while (answer := await http.get(base, headers=A)).status_code == 504:
+            assert time.monotonic() < deadline, answer.text
+        assert contents(answer) == ["kept"]

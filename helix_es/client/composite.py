@@ -46,6 +46,9 @@ class CompositeMemory(EventWriter):
         for part in self.parts:
             part.wrote(position)
 
+    def pending(self) -> Position | None:
+        return next((p for p in (part.pending() for part in self.parts) if p is not None), None)
+
     async def get(self) -> list[Message]:
         return merge([await part.get() for part in self.parts])
 

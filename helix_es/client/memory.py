@@ -113,6 +113,11 @@ class EventWriter:
         """Reads from now on wait until the views have applied `position`."""
         raise NotImplementedError
 
+    def pending(self) -> Position | None:
+        """The last write reads must still wait for (None: the views were seen to cover every write),
+        for `wrote` on the memory that takes this one's place."""
+        raise NotImplementedError
+
 
 class ViewMemory(EventWriter):
     """One session's memory served from one projection, with read-your-writes by default."""
@@ -159,6 +164,9 @@ class ViewMemory(EventWriter):
             return  # an earlier offset (a retry's first send, another server's token): waiting for last covers it
         self.last_write = position
         self._seen_last_write = False
+
+    def pending(self) -> Position | None:
+        return None if self._seen_last_write else self.last_write
 
     async def get(self) -> list[Message]:
         return await self._read(lambda want: self.projection.get(self.key, want))
