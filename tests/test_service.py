@@ -534,7 +534,7 @@ async def test_a_real_server_finishes_in_flight_requests_on_sigterm_and_exits_0(
     assert A_KEY not in stderr and sid not in stderr  # never the key; the path is a template
 
 
-async def test_a_real_servers_answer_leaves_in_one_write(tmp_path: Path) -> None:
+async def test_a_real_servers_answer_leaves_in_one_write_and_pipelined_answers_keep_order(tmp_path: Path) -> None:
     # uvicorn alone writes the head and the body apart: two segments, and the client wakes twice.
     ns, sid = unique("ta"), unique("s")
     with serve(tmp_path, embedded(tmp_path)) as (_proc, url):
@@ -554,6 +554,20 @@ async def test_a_real_servers_answer_leaves_in_one_write(tmp_path: Path) -> None
                     next(v for k, _, v in (h.partition(b": ") for h in top.split(b"\r\n")) if k == b"content-length")
                 )
                 assert len(rest) == length, (method, first)
+            # Pipelined: three requests in one segment get three whole answers, in order.
+            one = f"GET /v1/{ns}/sessions/{sid}/messages HTTP/1.1\r\nHost: x\r\n{auth_line}\r\n".encode()
+            conn.sendall(one + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + one)
+            data = b""
+            while data.count(b"HTTP/1.1 200") < 3 or not data.endswith(b"]}"):
+                chunk = conn.recv(1 << 20)
+                assert chunk, data
+                data += chunk
+            answers = data.split(b"HTTP/1.1 ")[1:]
+            assert [a[:3] for a in answers] == [b"200"] * 3
+            assert b'"status":"ok"' in answers[1] and answers[0].endswith(b"]}") and answers[2].endswith(b"]}")
+            assert [
+                json.loads(a.partition(b"\r\n\r\n")[2])["messages"][-1]["content"] for a in (answers[0], answers[2])
+            ] == ["turn 19"] * 2
 
 
 async def test_sighup_reads_the_keys_file_again_and_a_bad_file_keeps_the_old_keys(tmp_path: Path) -> None:
