@@ -940,6 +940,15 @@ async def run_service(run: Run) -> None:
             local["turns_per_s_median"],
         )
     )
+    run.rows.append(
+        Row(
+            f"Service: a bare HTTP round trip p50, no memory work (GET /healthz; {where})",
+            http["hop"]["p50_ms"],
+            "ms",
+            "the in-process add, p50",
+            local["add"]["p50_ms"],
+        )
+    )
     run.details.append(
         f"Service: `{r['_command']}`: a `helix-es serve` process (Kafka log, sliding window of {r['window']} "
         f"in Redis, a `helix-es project` folding it), client {r['client']} (one keep-alive HTTP/1.1 connection "
