@@ -689,16 +689,21 @@ async def test_the_readme_example_runs_as_printed(tmp_path: Path) -> None:
     assert out.stdout == printed
 
 
+async def idle_closed(http: httpx.AsyncClient) -> None:
+    """Until the server's idle sweep has closed every session's memory."""
+    deadline = time.monotonic() + 10
+    while "helix_memory_sessions_open 0\n" not in (await http.get("/metrics")).text:
+        assert time.monotonic() < deadline, "the idle session was not closed"
+        await asyncio.sleep(0.2)
+
+
 async def test_an_idle_session_memory_is_closed_and_opens_again_on_demand(tmp_path: Path) -> None:
     ns, sid = unique("ta"), unique("s")
     base = f"/v1/{ns}/sessions/{sid}/messages"
     async with client(embedded(tmp_path), session_idle=0.2) as http:
         assert (await http.post(base, json={"role": "user", "content": "kept"}, headers=A)).status_code == 201
         assert "helix_memory_sessions_open 1\n" in (await http.get("/metrics")).text
-        deadline = time.monotonic() + 10
-        while "helix_memory_sessions_open 0\n" not in (await http.get("/metrics")).text:
-            assert time.monotonic() < deadline, "the idle session was not closed"
-            await asyncio.sleep(0.2)
+        await idle_closed(http)
         assert contents(await http.get(base, headers=A)) == ["kept"]  # the log is the truth: opened again
 
 
@@ -710,10 +715,7 @@ async def test_a_write_not_yet_shown_is_waited_for_after_its_idle_memory_closes(
     base = f"/v1/{ns}/sessions/{sid}/messages"
     async with client(config, session_idle=0.2) as http:
         assert (await http.post(base, json={"role": "user", "content": "kept"}, headers=A)).status_code == 201
-        deadline = time.monotonic() + 10
-        while "helix_memory_sessions_open 0\n" not in (await http.get("/metrics")).text:
-            assert time.monotonic() < deadline, "the idle session was not closed"
-            await asyncio.sleep(0.2)
+        await idle_closed(http)
         # No projector yet: the view has not shown the write, so the new memory's read waits for it.
         late = await http.get(base, headers=A)
         assert late.status_code == 504 and "projector" in late.json()["error"], late.text

@@ -18,7 +18,16 @@ from typing import Any
 
 import pytest
 
-from helix_es import ConfigError, InvalidInput, Memory, MemoryHolder, Message, SessionMemoryManager, open_memory
+from helix_es import (
+    ConfigError,
+    ConsistencyTimeout,
+    InvalidInput,
+    Memory,
+    MemoryHolder,
+    Message,
+    SessionMemoryManager,
+    open_memory,
+)
 from helix_es.client.sessions import MissingSessionHeader, NoMemory, SessionsClosed
 from helix_es.config import load_config
 from tests.conftest import unique
@@ -99,6 +108,19 @@ async def test_an_async_factory_is_called_once_per_session_too() -> None:
     assert got[0].closed and not got[1].closed  # got[i] is session s{i % 7}
     await manager.close()
     assert all(m.closed for m in got)
+
+
+async def test_a_closed_memorys_unshown_write_is_waited_for_by_the_sessions_next_memory(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 1, "topic_prefix": unique("sessc")}
+    memory = {"type": "conversation", "store": "redis", "redis_url": redis_url, "namespace": unique("sess")}
+    # No projector folds this log: the add is never shown, so a read that waits for it times out.
+    async with SessionMemoryManager.from_config({"log": log, "memory": {**memory, "read_timeout": 0.5}}) as manager:
+        await (await manager.get("s")).add(Message("user", "kept"))
+        assert await manager.close_session("s") is True
+        with pytest.raises(ConsistencyTimeout):
+            await (await manager.get("s")).get()  # not [] from a memory that forgot the write
 
 
 async def test_a_failed_open_fails_its_waiters_and_is_retried() -> None:

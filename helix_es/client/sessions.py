@@ -1,9 +1,11 @@
 """One memory per session for an agent serving many users, and an atomic holder for the current one.
 
 `SessionMemoryManager` opens a session's memory on first use (once, however many requests
-race for it) and closes them all at the end. `MemoryHolder` is the seed's
-`Agent.SetMemory`: a swap is atomic, and an agent that reads the holder once per request
-uses one memory for the whole request even while another request swaps it.
+race for it) and closes them all at the end. A session's memory closed with a write its views
+had not yet shown hands that write to the session's next memory, whose reads wait for it too.
+`MemoryHolder` is the seed's `Agent.SetMemory`: a swap is atomic, and an agent that reads the
+holder once per request uses one memory for the whole request even while another request swaps
+it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from helix_es.client.protocol import Memory
 from helix_es.config import Config, load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
+from helix_es.model.events import Position
 
 # `session_id -> Memory` (async), or `session_id -> async context manager of a Memory` (open_memory).
 MemoryFactory = Callable[[str], Awaitable[Memory] | AbstractAsyncContextManager[Memory]]
@@ -63,6 +66,7 @@ class SessionMemoryManager:
         self.factory = factory
         self.session_id_header = session_id_header
         self._sessions: dict[str, _Session] = {}
+        self._carried: dict[str, Position] = {}  # a closed memory's write its views had not shown
         self._closed = False
 
     @classmethod
@@ -107,14 +111,19 @@ class SessionMemoryManager:
             if inspect.isawaitable(made):
                 made = await made
             if isinstance(made, AbstractAsyncContextManager):  # any object with __aenter__/__aexit__
-                return await stack.enter_async_context(made)
-            closer = getattr(made, "aclose", None)
-            if callable(closer):
-                stack.push_async_callback(closer)
-            return made  # type: ignore[no-any-return]
+                memory: Memory = await stack.enter_async_context(made)
+            else:
+                closer = getattr(made, "aclose", None)
+                if callable(closer):
+                    stack.push_async_callback(closer)
+                memory = made
         except BaseException:
             await stack.aclose()
             raise
+        carried = self._carried.pop(session_id, None)
+        if carried is not None:
+            expect(memory, carried)
+        return memory
 
     def _check_open(self) -> None:
         if self._closed:
@@ -134,12 +143,18 @@ class SessionMemoryManager:
         entry = self._sessions.pop(session_id, None)
         if entry is None:
             return False
+        opened = entry.opening.done() and not entry.opening.cancelled() and entry.opening.exception() is None
+        pending = getattr(entry.opening.result(), "pending", None) if opened else None  # under middleware too
+        position = pending() if callable(pending) else None
+        if position is not None:
+            self._carried[session_id] = position
         await _finish(entry)
         return True
 
     async def close(self) -> None:
         """Close every memory, in reverse order of opening; errors are raised after all are closed."""
         self._closed = True
+        self._carried.clear()
         errors: list[Exception] = []
         while self._sessions:
             _, entry = self._sessions.popitem()
@@ -190,6 +205,14 @@ class SessionMemoryManager:
     async def for_headers(self, headers: Headers) -> Memory:
         """The memory of the session named by the request's `session_id_header`."""
         return await self.get(self.session_id_from_headers(headers))
+
+
+def expect(memory: Memory, position: Position) -> None:
+    """`memory`'s next reads wait until its views have applied `position` too, as they wait for its
+    own writes (a write of the session's earlier memory, or another server's: its consistency token)."""
+    wrote = getattr(memory, "wrote", None)  # the writer under middleware and composites
+    if callable(wrote):
+        wrote(position)
 
 
 async def _finish(entry: _Session) -> None:

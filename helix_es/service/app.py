@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from helix_es.client.audit import audit
 from helix_es.client.erasure import forget
 from helix_es.client.keys import close_shared_keys
+from helix_es.client.sessions import expect
 from helix_es.config import Config
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
@@ -149,7 +150,7 @@ async def get(request: Request) -> Response:
     after = rq.after(request, service.topic(call.namespace), _session(call))
     async with service.memories.using(call.namespace, _session(call)) as memory:
         if after is not None:
-            service.memories.expect(memory, after)
+            expect(memory, after)
         messages = await memory.get()
     service.metrics.reads += 1
     return _messages(call, messages)
@@ -165,7 +166,7 @@ async def search(request: Request) -> Response:
     after = rq.after(request, service.topic(call.namespace), _session(call))
     async with service.memories.using(call.namespace, _session(call)) as memory:
         if after is not None:
-            service.memories.expect(memory, after)
+            expect(memory, after)
         messages = await memory.search(query, limit or 10)
     service.metrics.reads += 1
     return _messages(call, messages)

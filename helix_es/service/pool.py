@@ -2,8 +2,8 @@
 
 One `SessionMemoryManager` per namespace, opened on first use; each (namespace, session) is one
 memory kept while the server runs (or until it has been idle `session_idle` seconds), so a read
-waits for the server's own earlier writes (read-your-writes, the client's own); a write the views had
-not shown when its memory was closed is waited for by the memory opened after it. `check_namespace`
+waits for the server's own earlier writes (read-your-writes, the client's own; the manager hands a
+closed memory's unshown write to the next). `check_namespace`
 and `check_session` are the checks both servers make before anything is read or written.
 """
 
@@ -19,7 +19,6 @@ from helix_es.client.protocol import Memory
 from helix_es.client.sessions import SessionMemoryManager
 from helix_es.config import Composite, Config, MemoryConfig
 from helix_es.model import names
-from helix_es.model.events import Position
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +53,6 @@ class Memories:
         self._managers: dict[str, SessionMemoryManager] = {}
         self._used: dict[tuple[str, str], float] = {}  # (namespace, session) -> last use (monotonic)
         self._busy: dict[tuple[str, str], int] = {}  # requests using the memory now: never closed under them
-        # A closed memory's write its views had not yet shown: its next memory's reads wait for it too.
-        self._pending: dict[tuple[str, str], Position] = {}
 
     def config_for(self, namespace: str) -> Config:
         if namespace == self.config.memory.namespace:
@@ -69,11 +66,7 @@ class Memories:
         if manager is None:
             manager = self._managers[namespace] = SessionMemoryManager.from_config(self.config_for(namespace))
         self._used[(namespace, session_id)] = time.monotonic()
-        memory = await manager.get(session_id)
-        carried = self._pending.pop((namespace, session_id), None)
-        if carried is not None:
-            self.expect(memory, carried)
-        return memory
+        return await manager.get(session_id)
 
     @asynccontextmanager
     async def using(self, namespace: str, session_id: str) -> AsyncIterator[Memory]:
@@ -87,14 +80,6 @@ class Memories:
             if not self._busy[where]:
                 del self._busy[where]
             self._used[where] = time.monotonic()
-
-    @staticmethod
-    def expect(memory: Memory, position: Position) -> None:
-        """The memory's next reads wait until its views have applied `position` too (a write another
-        server made: its consistency token), as they wait for the memory's own writes."""
-        wrote = getattr(memory, "wrote", None)  # the writer under middleware and composites
-        if callable(wrote):
-            wrote(position)
 
     def open_sessions(self) -> int:
         return sum(len(m) for m in self._managers.values())
@@ -110,19 +95,10 @@ class Memories:
             manager = self._managers.get(namespace)
             if manager is not None:
                 try:
-                    await self._keep_pending(manager, namespace, session_id)
                     await manager.close_session(session_id)
                 except Exception:
                     log.exception("closing the idle memory of %s/%s failed", namespace, session_id)
         return len(idle)
-
-    async def _keep_pending(self, manager: SessionMemoryManager, namespace: str, session_id: str) -> None:
-        if session_id not in manager:
-            return
-        pending = getattr(await manager.get(session_id), "pending", None)  # under middleware and composites
-        position = pending() if callable(pending) else None
-        if position is not None:
-            self._pending[(namespace, session_id)] = position
 
     async def close(self) -> None:
         managers, self._managers = list(self._managers.values()), {}
