@@ -366,8 +366,8 @@ async def produce(
 # --- the tests ---
 
 
-async def test_projector_sigkilled_at_20_random_points_of_a_100k_event_stream(private: Private, tmp_path: Path) -> None:
-    """A 100K-event stream goes on the log in 20 slices. After each slice the projector (four views,
+async def test_projector_sigkilled_at_10_random_points_of_a_50k_event_stream(private: Private, tmp_path: Path) -> None:
+    """A 50K-event stream goes on the log in 10 slices. After each slice the projector (four views,
     Redis and PostgreSQL) is started and SIGKILLed at a random point of what it had not folded yet
     (when the sliding window's checkpoints reach a random offset in it). Then it is left to finish,
     and every view equals a clean fold of the log."""
@@ -376,7 +376,7 @@ async def test_projector_sigkilled_at_20_random_points_of_a_100k_event_stream(pr
     prefix, ns = unique("fk"), unique("ns")
     redis, postgres = redis_views(private), postgres_views(private)
     cfg = agents(private, prefix, ns, [redis[0], redis[1], *postgres])
-    stream = events(rng, ns, [f"s{i}" for i in range(400)], 100_000, "k")
+    stream = events(rng, ns, [f"s{i}" for i in range(400)], 50_000, "k")
     slices = [stream[i : i + 5000] for i in range(0, len(stream), 5000)]
     started = time.monotonic()
     projector = Projector(cfg, tmp_path)
