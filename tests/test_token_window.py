@@ -120,7 +120,7 @@ def test_the_first_system_message_stays_and_does_not_count() -> None:
 
 def test_the_newest_message_stays_even_alone_over_the_budget() -> None:
     view = TokenWindow(10)
-    small, huge, next_small = sized("user", 5, "s"), sized("tool", 80, "huge", tool_call_id="c1"), sized("user", 5, "n")
+    small, huge, next_small = sized("user", 5, "s"), sized("assistant", 80, "huge"), sized("user", 5, "n")
     assert fold_all(view, [small, huge]) == (huge,)
     assert fold_all(view, [small, huge, next_small]) == (next_small,)
     system = sized("system", 5, "rules")

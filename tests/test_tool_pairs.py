@@ -181,7 +181,9 @@ def test_the_newest_exchange_stays_even_over_the_size() -> None:
 def test_an_orphan_result_never_leads_the_window() -> None:
     orphan = Message("tool", "who asked?", tool_call_id="gone")
     got = fold(SlidingWindow(2), [Message("system", "s"), Message("user", "u"), orphan, Message("user", "v")])
-    assert [m.content for m in got] == ["s", "v"]  # the orphan went with the message before it
+    assert [m.content for m in got] == ["s", "u", "v"]  # no call before it: the orphan never entered
+    held = (Message("system", "s"), orphan, Message("user", "v"))  # one folded before orphans stayed out
+    assert [m.content for m in SlidingWindow(1).added(held, Message("user", "w"))] == ["s", "w"]
     split = fold(SlidingWindow(2, tool_pairs="split"), [Message("system", "s"), Message("user", "u"), orphan])
     assert [m.content for m in split] == ["s", "u", "who asked?"]  # nothing evicted: nothing changes
 

@@ -9,8 +9,8 @@ uncapped conversation exactly the state before that message's add. A view that e
 caps, smart, summary) cannot bring an evicted message back: after a retraction it holds one
 message fewer, and once retractions reach past what it holds they change nothing in it (it never
 takes back its pinned system message, since messages added after that one may be the evicted
-ones); later adds refill it. Tool results added again after their call was evicted are orphans
-in such a view. A retraction depends on the state, so it is never one of `restarts`.
+ones); later adds refill it. A tool result added again after its call was evicted is not kept
+(`units.orphan`). A retraction depends on the state, so it is never one of `restarts`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
 from helix_es.views.sliding_window import cap_length, check_max_length, max_length_suffix, retract_unpinned
-from helix_es.views.units import WHOLE, check_tool_pairs, pairs_suffix
+from helix_es.views.units import WHOLE, check_tool_pairs, orphan, pairs_suffix
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class Conversation(View):
         return "" if self.max_length is None else self.name
 
     def added(self, state: State, message: Message) -> State:
+        if self.max_length is not None and self.tool_pairs == WHOLE and orphan(state, message):
+            return state  # its call was evicted: uncapped, the conversation holds all it was given
         return cap_length((*state, message), self.max_length, self.tool_pairs)
 
     def retracted(self, state: State) -> State:

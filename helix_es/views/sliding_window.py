@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
-from helix_es.views.units import SPLIT, WHOLE, check_tool_pairs, front_cut, newest_unit, pairs_suffix
+from helix_es.views.units import SPLIT, WHOLE, check_tool_pairs, front_cut, newest_unit, orphan, pairs_suffix
 
 
 def pinned_index(state: State) -> int | None:
@@ -97,6 +97,8 @@ class SlidingWindow(View):
         return f"{self.kind}-{self.window_size}{view_suffix(self.max_length, self.tool_pairs)}"
 
     def added(self, state: State, message: Message) -> State:
+        if self.tool_pairs == WHOLE and orphan(state, message):
+            return state
         new = (*state, message)
         pin = pinned_index(new)
         new = drop_units(new, len(new) - (pin is not None) - self.window_size, pin, self.tool_pairs)

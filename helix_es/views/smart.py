@@ -32,7 +32,7 @@ from helix_es.model.tokenizers import ESTIMATE
 from helix_es.model.tokens import message_tokens
 from helix_es.views.base import State, View
 from helix_es.views.token_window import check_exact, tokenizer_suffix
-from helix_es.views.units import units
+from helix_es.views.units import orphan, units
 
 DEFAULT_TOKENS = 100_000
 ROLE = "helix.smart"
@@ -129,6 +129,8 @@ class Smart(View):
 
     def added(self, state: State, message: Message) -> State:
         parts = split(state)
+        if orphan(parts.items, message):
+            return state  # its call was compressed away
         if message.role == "system" and parts.pinned is None and not parts.items:
             return join(Parts(message, parts.files, ()))
         files = dict(parts.files)

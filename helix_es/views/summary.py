@@ -19,7 +19,7 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, SessionErased, SummaryRecorded
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
-from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, pairs_suffix
+from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, orphan, pairs_suffix
 
 EPOCH = "helix.summary.epoch"  # event id of the session's last clear (or erasure): older summaries are void
 COVERS = "helix.summary.covers"  # messages since that clear the summary stands for
@@ -70,6 +70,8 @@ class Summary(View):
             # An erasure opens a new epoch as a clear does: summaries asked for before it are void.
             return (Header(epoch=str(event.event_id)).message(),)
         if isinstance(payload, MessageAdded):
+            if self.tool_pairs == WHOLE and orphan(recent, payload.message):
+                return state  # its call is in the summary now
             return (header.message(), *recent, payload.message)
         if isinstance(payload, MessageRetracted):
             return (header.message(), *recent[:-1]) if recent else state

@@ -26,7 +26,7 @@ from helix_es.views.sliding_window import (
     retract_unpinned,
     view_suffix,
 )
-from helix_es.views.units import WHOLE, check_tool_pairs, front_cut
+from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, orphan
 
 SUFFIXES = {"cl100k_base": "-cl100k", "o200k_base": "-o200k"}
 
@@ -69,6 +69,8 @@ class TokenWindow(View):
         return f"{self.kind}-{self.max_tokens}{options}"
 
     def added(self, state: State, message: Message) -> State:
+        if self.tool_pairs == WHOLE and orphan(state, message):
+            return state
         new = (*state, message)
         pin = pinned_index(new)
         newest = len(new) - 1 if pin != len(new) - 1 else len(new) - 2

@@ -65,6 +65,25 @@ def newest_unit(items: Sequence[Message]) -> int:
     return j if answered else last  # a result of another call after them is an orphan
 
 
+def orphan(held: Sequence[Message], message: Message) -> bool:
+    """Whether `message` is a tool result whose call is not among the newest calls of `held`.
+
+    A view that evicts can lose a call that the log still holds: retractions that reach past the
+    window, then the results added again. Such a result is not kept, since nothing before it could
+    be sent with it (the uncapped conversation holds every call, and `split` keeps the seed's cut).
+    The newest calls are the trailing run of calls and results, so the Agents SDK's parallel
+    calls (each call its own message, then the results) still find theirs.
+    """
+    if message.role != "tool":
+        return False
+    calls: set[str] = set()
+    j = len(held)
+    while j > 0 and (held[j - 1].role == "tool" or held[j - 1].tool_calls):
+        j -= 1
+        calls.update(c.id for c in held[j].tool_calls)
+    return message.tool_call_id not in calls
+
+
 def check_tool_pairs(value: object) -> None:
     if value not in TOOL_PAIRS:
         raise ConfigError("tool_pairs", f"must be one of {', '.join(TOOL_PAIRS)}, got {value!r}")
