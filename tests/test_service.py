@@ -724,3 +724,36 @@ async def test_a_write_not_yet_shown_is_waited_for_after_its_idle_memory_closes(
         while (answer := await http.get(base, headers=A)).status_code == 504:
             assert time.monotonic() < deadline, answer.text
         assert contents(answer) == ["kept"]
+
+
+async def test_the_sessions_listing_reads_only_what_the_log_got_since_the_last_call(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    """A server keeps each namespace's listing and the offsets after what it read: a second call
+    that read everything again would count each earlier event twice."""
+    ns, prefix = unique("ta-list"), unique("list")
+    config = kafka(kafka_bootstrap, redis_url, prefix)
+    sent: dict[str, int] = {}
+
+    async def add(http: httpx.AsyncClient, sid: str, n: int) -> None:
+        batch = {"messages": [{"role": "user", "content": f"{sid} {i}"} for i in range(n)]}
+        assert (await http.post(f"/v1/{ns}/sessions/{sid}/messages", json=batch, headers=A)).status_code == 201
+        sent[sid] = sent.get(sid, 0) + n
+
+    async def listed(http: httpx.AsyncClient) -> dict[str, int]:
+        found = (await http.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"]
+        return {s["session_id"]: s["events"] for s in found}
+
+    async with client(config) as http:
+        assert await listed(http) == {}  # no log yet: nothing listed, nothing kept
+        for i, sid in enumerate(["s-a", "s-b", "s-c", "s-d"]):
+            await add(http, sid, i + 1)
+        assert await listed(http) == sent
+        await add(http, "s-a", 3)
+        await add(http, "s-e", 2)
+        assert await listed(http) == sent == {"s-a": 4, "s-b": 2, "s-c": 3, "s-d": 4, "s-e": 2}
+        assert await listed(http) == sent  # nothing new: nothing changes
+        mine = (await http.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"]
+        assert mine[0]["session_id"] == "s-e"  # newest first
+    async with client(config) as fresh:  # another server reads the whole log once
+        assert (await fresh.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"] == mine

@@ -121,6 +121,14 @@ async def test_a_closed_memorys_unshown_write_is_waited_for_by_the_sessions_next
         assert await manager.close_session("s") is True
         with pytest.raises(ConsistencyTimeout):
             await (await manager.get("s")).get()  # not [] from a memory that forgot the write
+        # Bounded: past `carry_limit` closed sessions, the oldest one's write is no longer waited for.
+        manager.carry_limit = 1
+        for sid in ("old", "new"):
+            await (await manager.get(sid)).add(Message("user", sid))
+            await manager.close_session(sid)
+        with pytest.raises(ConsistencyTimeout):
+            await (await manager.get("new")).get()
+        assert await (await manager.get("old")).get() == []
 
 
 async def test_a_failed_open_fails_its_waiters_and_is_retried() -> None:

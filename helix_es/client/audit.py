@@ -294,15 +294,18 @@ def _open_log(config: LogConfig) -> EventLog:
     return open_log(config, AuditCodec())  # shows unknown events instead of refusing them
 
 
-async def read_records(config: LogConfig, namespace: str, session_id: str | None) -> tuple[list[Record], list[Skipped]]:
-    """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped."""
+async def read_records(
+    config: LogConfig, namespace: str, session_id: str | None, *, start: Mapping[int, int] | None = None
+) -> tuple[list[Record], list[Skipped]]:
+    """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped;
+    from `start`'s offsets (`EventLog.read`)."""
     log = _open_log(config)
     bad: list[Skipped] = []
     try:
         # Asked first so that auditing a namespace never creates its embedded log file.
         if namespace not in await log.namespaces():
             return [], bad
-        return [r async for r in log.read(namespace, session_id=session_id, on_bad=bad.append)], bad
+        return [r async for r in log.read(namespace, session_id=session_id, on_bad=bad.append, start=start)], bad
     except KafkaError as exc:
         raise KafkaUnavailable(
             f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "

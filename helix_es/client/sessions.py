@@ -58,6 +58,10 @@ class SessionMemoryManager:
     memory it opened; a memory closed under a request still using it fails that request.
     """
 
+    # Closed sessions whose last write the views had not shown, carried to their next memory; past
+    # this many the oldest is dropped, so a projector down for good cannot grow it without end.
+    carry_limit: int = 100_000
+
     def __init__(self, factory: MemoryFactory, *, session_id_header: str | None = None) -> None:
         if not callable(factory):
             raise InvalidInput("factory", f"must be callable (session_id -> Memory), got {type(factory).__name__}")
@@ -148,6 +152,8 @@ class SessionMemoryManager:
         position = pending() if callable(pending) else None
         if position is not None:
             self._carried[session_id] = position
+            while len(self._carried) > self.carry_limit:
+                del self._carried[next(iter(self._carried))]
         await _finish(entry)
         return True
 

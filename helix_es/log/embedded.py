@@ -12,7 +12,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import helix_es.log.frames as frames
@@ -177,20 +177,26 @@ class EmbeddedLog:
         return Position(names.topic(event.namespace, self.topic_prefix), 0, offset)
 
     async def read(
-        self, namespace: str, *, session_id: str | None = None, start: int = 0, on_bad: OnBad | None = None
+        self,
+        namespace: str,
+        *,
+        session_id: str | None = None,
+        on_bad: OnBad | None = None,
+        start: Mapping[int, int] | None = None,
     ) -> AsyncIterator[Record]:
         """A damaged frame is `LogCorrupted` (on open); with `on_bad`, a whole frame that `Checker`
-        refuses is reported to it and passed over (see `EventLog.read`)."""
+        refuses is reported to it and passed over (see `EventLog.read`). One partition: 0."""
         topic = names.topic(namespace, self.topic_prefix)
+        first = 0 if start is None else max(0, start.get(0, 0))
         if on_bad is None:
-            for offset, data in self._file(namespace).frames(start):
+            for offset, data in self._file(namespace).frames(first):
                 event = self.codec.decode(data)
                 if session_id is None or event.session_id == session_id:
                     yield Record(event, Position(topic, 0, offset))
             return
         check = Checker(self.topic_prefix)
         want = None if session_id is None else session_id.encode()
-        for offset, data in self._file(namespace).frames(start):
+        for offset, data in self._file(namespace).frames(first):
             if want is not None:
                 peek = claimed(data)
                 if peek is not None and peek != want:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -238,7 +238,12 @@ class KafkaLog:
         )
 
     async def read(
-        self, namespace: str, *, session_id: str | None = None, on_bad: OnBad | None = None
+        self,
+        namespace: str,
+        *,
+        session_id: str | None = None,
+        on_bad: OnBad | None = None,
+        start: Mapping[int, int] | None = None,
     ) -> AsyncIterator[Record]:
         """Everything on the topic up to its end when the read starts, partition by partition.
 
@@ -257,10 +262,14 @@ class KafkaLog:
             tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
             ends = await consumer.end_offsets(tps)
             for tp in tps:
-                if ends[tp] == 0:
+                first = 0 if start is None else max(0, start.get(tp.partition, 0))
+                if ends[tp] <= first:
                     continue
                 consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
+                if first:
+                    consumer.seek(tp, first)
+                else:
+                    await consumer.seek_to_beginning(tp)
                 done = False
                 while not done:
                     batch = await consumer.getmany(tp, timeout_ms=1000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from helix_es.log.check import OnBad
@@ -23,9 +23,18 @@ class EventLog(Protocol):
         ...
 
     def read(
-        self, namespace: str, *, session_id: str | None = None, on_bad: OnBad | None = None
+        self,
+        namespace: str,
+        *,
+        session_id: str | None = None,
+        on_bad: OnBad | None = None,
+        start: Mapping[int, int] | None = None,
     ) -> AsyncIterator[Record]:
         """Every event of a namespace (optionally one session) from the start, in log order.
+
+        `start` names, per partition, the first offset to read (a partition it does not name is read
+        from its beginning): a reader that kept the offsets after its last records reads only what
+        came since.
 
         A record that does not decode raises, unless `on_bad` is given: then every record is judged
         by `helix_es.log.check.Checker`, and one it refuses goes to `on_bad` instead (with a session,

@@ -44,7 +44,7 @@ from helix_es.service.metrics import CONTENT_TYPE, Metrics
 from helix_es.service.openapi import document
 from helix_es.service.pool import Memories
 from helix_es.service.ready import LagFn, Readiness
-from helix_es.service.sessions import list_namespaces, list_sessions
+from helix_es.service.sessions import SessionLists, list_namespaces
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Service:
         self.metrics = Metrics()
         self.readiness = Readiness(config, lag, options.lag_bound)
         self.access_log = AccessLog() if options.access_log else None
+        self.session_lists = SessionLists()
 
     def call(self, request: Request, *, header: bool = False, admin: bool = False) -> rq.Call:
         return rq.call(
@@ -208,7 +209,7 @@ async def forget_session(request: Request) -> Response:
 async def sessions(request: Request) -> Response:
     service = _service(request)
     call = service.call(request)
-    found = await list_sessions(service.memories.config_for(call.namespace), call.namespace)
+    found = await service.session_lists.sessions(service.memories.config_for(call.namespace), call.namespace)
     return JSONResponse({"namespace": call.namespace, "sessions": found})
 
 

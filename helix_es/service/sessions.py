@@ -3,11 +3,15 @@ what the web console lists.
 
 Every session that has an event on the log, with its event count and the times of its first and
 last events, ordered by last activity (newest first). Records the projector dead-letters are left
-out, as in the audit. The whole namespace is read each time: this serves people browsing, not agents.
+out, as in the audit. `SessionLists` keeps each namespace's listing with the offsets after the
+records it has read, so a call reads only what the log got since the one before.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from helix_es.client.audit import read_records
@@ -17,21 +21,48 @@ from helix_es.model.times import iso, utc
 from helix_es.projection.factory import open_log
 
 
-async def list_sessions(config: Config, namespace: str) -> list[dict[str, Any]]:
-    records, _skipped = await read_records(config.log, namespace, None)
-    found: dict[str, dict[str, Any]] = {}
-    for record in records:
-        event = record.event
-        at = utc(event.timestamp)
-        entry = found.get(event.session_id)
-        if entry is None:
-            found[event.session_id] = {"session_id": event.session_id, "events": 1, "first_time": at, "last_time": at}
-        else:
-            entry["events"] += 1
-            entry["first_time"] = min(entry["first_time"], at)
-            entry["last_time"] = max(entry["last_time"], at)
-    ordered = sorted(found.values(), key=lambda e: (e["last_time"], e["session_id"]), reverse=True)
-    return [{**e, "first_time": iso(e["first_time"]), "last_time": iso(e["last_time"])} for e in ordered]
+@dataclass
+class _Session:
+    events: int
+    first: datetime
+    last: datetime
+
+
+@dataclass
+class _Listing:
+    sessions: dict[str, _Session] = field(default_factory=dict)
+    start: dict[int, int] = field(default_factory=dict)  # per partition, the offset after the last record read
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SessionLists:
+    """Each namespace's sessions, kept up to date from the log one call at a time."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, _Listing] = {}
+
+    async def sessions(self, config: Config, namespace: str) -> list[dict[str, Any]]:
+        listing = self._kept.get(namespace) or _Listing()
+        async with listing.lock:  # two calls at once read the news once
+            records, skipped = await read_records(config.log, namespace, None, start=listing.start)
+            for position in [*(r.position for r in records), *(s.position for s in skipped)]:
+                listing.start[position.partition] = max(listing.start.get(position.partition, 0), position.offset + 1)
+            for record in records:
+                event = record.event
+                at = utc(event.timestamp)
+                seen = listing.sessions.get(event.session_id)
+                if seen is None:
+                    listing.sessions[event.session_id] = _Session(1, at, at)
+                else:
+                    seen.events += 1
+                    seen.first, seen.last = min(seen.first, at), max(seen.last, at)
+            if listing.sessions:  # kept once it lists something: a name with no log costs nothing
+                self._kept[namespace] = listing
+            ordered = sorted(listing.sessions.items(), key=lambda kv: (kv[1].last, kv[0]), reverse=True)
+        return [
+            {"session_id": sid, "events": s.events, "first_time": iso(s.first), "last_time": iso(s.last)}
+            for sid, s in ordered
+        ]
 
 
 async def list_namespaces(config: Config) -> list[str]:

@@ -92,6 +92,28 @@ class EventLogContract:
             assert [r.position for r in mine] == [p for _, p in sent[s]]
         assert await read_all(log, ns, session_id="nobody") == []
 
+    async def test_a_read_from_kept_offsets_gives_only_what_came_since(self, log: EventLog) -> None:
+        ns = unique("log")
+        sessions = ["alice", "bob", "carol", "dave"]
+        first = [await log.append(event(ns, s, i)) for i in range(3) for s in sessions]
+        everything = [r async for r in log.read(ns)]
+        after = {r.position.partition: r.position.offset + 1 for r in everything}  # what a reader keeps
+        assert [r async for r in log.read(ns, start=after)] == []
+        later = [event(ns, s, 9) for s in sessions]
+        positions = [await log.append(e) for e in later]
+        since = [r async for r in log.read(ns, start=after)]
+        assert sorted(str(r.event.event_id) for r in since) == sorted(str(e.event_id) for e in later)
+        assert {r.position for r in since} == set(positions)
+        # A partition it does not name is read from its beginning; one session's read starts there too.
+        one = first[0].partition
+        assert [r.position for r in await read_all(log, ns) if r.position.partition == one] == [
+            r.position
+            async for r in log.read(ns, start={p: o for p, o in after.items() if p != one})
+            if r.position.partition == one
+        ]
+        mine = [r.event async for r in log.read(ns, session_id="alice", start=after)]
+        assert mine == [later[0]]
+
     async def test_an_append_cancelled_and_retried_is_written_once(self, log: EventLog) -> None:
         """A timeout cancels the caller's wait, not the write under way: the same event again waits
         for that write (or writes it, if it never started) instead of writing it twice."""
