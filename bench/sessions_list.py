@@ -1,12 +1,14 @@
-"""The console's sessions listing (`GET /v1/{namespace}/sessions`) on a big namespace: the first
-call reads the whole log; later calls read only what came since (`helix_es.service.sessions`).
+"""The console's sessions listing (`GET /v1/{namespace}/sessions`) and a session's audit (asked
+again at every cut the console moves to) on a big namespace: the first call reads the log; later
+calls read only what came since (`helix_es.service.sessions`, `helix_es.service.histories`).
 
     python bench/sessions_list.py [--events 100000] [--sessions 1000] [--partitions 3] [--calls 20] [--json]
 
 Needs HELIX_KAFKA_BOOTSTRAP (eval "$(scripts/services up)"). Figures, in one run: the first
-listing; a later listing after one new add (p50 over `--calls`); and the anchor, raw aiokafka
-reading the same topic from its beginning to its end without decoding anything. The topic is
-deleted at the end.
+listing; a later listing after one new add (p50 over `--calls`); one session's audit, asked
+first, then again after one new add (p50), and the same without keeping what was read; and the
+anchor, raw aiokafka reading the same topic from its beginning to its end without decoding
+anything. The topic is deleted at the end.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from helix_es import Event, Message, MessageAdded
+from helix_es.client.audit import audit
 from helix_es.config import load_config
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
+from helix_es.service.histories import SessionHistories
 from helix_es.service.sessions import SessionLists
 
 
@@ -86,6 +90,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             started = time.perf_counter()
             listed = await lists.sessions(config, ns)
             later.append(time.perf_counter() - started)
+        histories = SessionHistories()
+        started = time.perf_counter()
+        await audit(config, session_id="s1", namespace=ns, reader=histories.read)
+        audit_first_s = time.perf_counter() - started
+        audit_later: list[float] = []
+        audit_plain: list[float] = []
+        for i in range(args.calls):
+            await log.append(Event(ns, "s1", MessageAdded(Message("user", f"audited {i}"))))
+            started = time.perf_counter()
+            kept = await audit(config, session_id="s1", namespace=ns, reader=histories.read)
+            audit_later.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            plain = await audit(config, session_id="s1", namespace=ns)
+            audit_plain.append(time.perf_counter() - started)
+            assert kept.to_json() == plain.to_json()
         assert raw == args.events and len(first) == min(args.sessions, args.events)
         assert sum(s["events"] for s in listed) == args.events + args.calls  # nothing counted twice
     finally:
@@ -106,6 +125,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "raw_aiokafka_full_read_ms": round(raw_s * 1000, 1),
         "first_over_raw": round(first_s / raw_s, 2),
         "later_over_first": round(later_p50 / first_s, 4),
+        "audit_first_ms": round(audit_first_s * 1000, 1),
+        "audit_later_p50_ms": round(statistics.median(audit_later) * 1000, 2),
+        "audit_unkept_p50_ms": round(statistics.median(audit_plain) * 1000, 1),
     }
 
 
@@ -126,6 +148,9 @@ def cli() -> None:
     print(f"  later listing, one new event, p50   {result['later_listing_p50_ms']:>10.2f} ms")
     print(f"  anchor: raw aiokafka full read      {result['raw_aiokafka_full_read_ms']:>10.1f} ms")
     print(f"  first / anchor {result['first_over_raw']}x; later / first {result['later_over_first']}x")
+    print(f"  one session's audit, first ask       {result['audit_first_ms']:>10.1f} ms")
+    print(f"  asked again, one new event, p50     {result['audit_later_p50_ms']:>10.2f} ms")
+    print(f"  the same, nothing kept, p50         {result['audit_unkept_p50_ms']:>10.1f} ms")
 
 
 if __name__ == "__main__":

@@ -757,3 +757,43 @@ async def test_the_sessions_listing_reads_only_what_the_log_got_since_the_last_c
         assert mine[0]["session_id"] == "s-e"  # newest first
     async with client(config) as fresh:  # another server reads the whole log once
         assert (await fresh.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"] == mine
+
+
+async def test_a_sessions_audit_asked_again_reads_only_what_came_since_and_stays_bounded(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    """The console asks the audit at every cut: a server keeps what it read of the session. A
+    second ask that read everything again would show each earlier event twice."""
+    ns, prefix = unique("ta-hist"), unique("hist")
+    config = kafka(kafka_bootstrap, redis_url, prefix)
+    base = f"/v1/{ns}/sessions"
+
+    async def say(http: httpx.AsyncClient, sid: str, text: str) -> None:
+        added = await http.post(f"{base}/{sid}/messages", json={"role": "user", "content": text}, headers=A)
+        assert added.status_code == 201, added.text
+
+    async def events(http: httpx.AsyncClient, sid: str, **params: str) -> list[int]:
+        report = await http.get(f"{base}/{sid}/audit", params=params, headers=A)
+        assert report.status_code == 200, report.text
+        return [e["offset"] for e in report.json()["events"]]
+
+    async with client(config) as http:
+        for i in range(3):
+            await say(http, "s-1", f"one {i}")
+            await say(http, "s-2", f"two {i}")
+        first = await events(http, "s-1")
+        assert len(first) == 3
+        await say(http, "s-1", "one more")
+        await say(http, "s-2", "two more")
+        again = await events(http, "s-1")
+        assert len(again) == 4 and again[:3] == first
+        assert await events(http, "s-1", offset=str(first[1])) == first[:2]  # a cut, from what is kept
+        assert len(await events(http, "s-2")) == 4
+        histories = http._transport.app.state.service.histories  # type: ignore[attr-defined]
+        histories.max_records = 5  # s-2 was asked last: s-1 goes
+        assert len(await events(http, "s-2")) == 4
+        assert [sid for _, sid in histories._kept] == ["s-2"]
+        assert await events(http, "s-1") == again  # read whole again, then kept in s-2's place
+        assert [sid for _, sid in histories._kept] == ["s-1"]
+    async with client(config) as fresh:
+        assert await events(fresh, "s-1") == again

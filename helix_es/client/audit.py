@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -40,7 +40,7 @@ from helix_es.client.reveal import Opener, opener
 from helix_es.config import Config, LogConfig, MemoryConfig, load_config
 from helix_es.log.check import Skipped
 from helix_es.log.kafka import KafkaUnavailable
-from helix_es.log.port import EventLog
+from helix_es.log.port import EventLog, OnEnd
 from helix_es.log.tolerant import AuditCodec, UnknownPayload, jsonable
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
@@ -72,6 +72,7 @@ __all__ = [
     "AuditError",
     "AuditReport",
     "AuditedEvent",
+    "RecordReader",
     "audit",
     "describe_message",
     "parse_time",
@@ -294,18 +295,27 @@ def _open_log(config: LogConfig) -> EventLog:
     return open_log(config, AuditCodec())  # shows unknown events instead of refusing them
 
 
+RecordReader = Callable[[LogConfig, str, str | None], Awaitable[tuple[list[Record], list[Skipped]]]]
+
+
 async def read_records(
-    config: LogConfig, namespace: str, session_id: str | None, *, start: Mapping[int, int] | None = None
+    config: LogConfig,
+    namespace: str,
+    session_id: str | None,
+    *,
+    start: Mapping[int, int] | None = None,
+    on_end: OnEnd | None = None,
 ) -> tuple[list[Record], list[Skipped]]:
     """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped;
-    from `start`'s offsets (`EventLog.read`)."""
+    from `start`'s offsets, telling `on_end` where the read ended (`EventLog.read`)."""
     log = _open_log(config)
     bad: list[Skipped] = []
     try:
         # Asked first so that auditing a namespace never creates its embedded log file.
         if namespace not in await log.namespaces():
             return [], bad
-        return [r async for r in log.read(namespace, session_id=session_id, on_bad=bad.append, start=start)], bad
+        read = log.read(namespace, session_id=session_id, on_bad=bad.append, start=start, on_end=on_end)
+        return [r async for r in read], bad
     except KafkaError as exc:
         raise KafkaUnavailable(
             f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
@@ -411,6 +421,7 @@ async def audit(
     offset: int | None = None,
     view: str | None = None,
     raw: bool = False,
+    reader: RecordReader = read_records,
 ) -> AuditReport:
     """A session's history from the log; with `as_of` or `offset`, also each view's `get()` at that cut.
 
@@ -418,7 +429,7 @@ async def audit(
     (naive means UTC) or text for `parse_time`; `offset` an offset in the session's partition; give
     at most one. `view` picks one part of a composite (or checks the one view) by name or type.
     With the encryption middleware configured and its key here, messages are shown opened; `raw`
-    shows them as stored.
+    shows them as stored. `reader` reads the log (a server passes one that keeps what it read).
     Raises `InvalidInput` (a `ValueError`) for bad arguments, `HelixError` when the log fails.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
@@ -439,7 +450,7 @@ async def audit(
     parts = _pick(cfg.memory, view) if has_cut else []
 
     wide = any(_needs_namespace(p) for p in parts)
-    records, bad = await read_records(cfg.log, ns, None if wide else session_id)
+    records, bad = await reader(cfg.log, ns, None if wide else session_id)
     # Retries are marked as a view marks them: against the keys of the session's earlier events.
     mine = list(
         await mark_duplicates(MemoryIdempotency(), "audit", [r for r in records if r.event.session_id == session_id])

@@ -19,7 +19,7 @@ import helix_es.log.frames as frames
 from helix_es.log.check import Checker, OnBad, claimed, skipped
 from helix_es.log.codec import Codec
 from helix_es.log.frames import FRAME, MAGIC
-from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
+from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Unclaimed
 from helix_es.model import names
 from helix_es.model.errors import EventTooLarge, HelixError, LogCorrupted
 from helix_es.model.events import Event, Position, Record
@@ -118,8 +118,8 @@ class LogFile:
             self.end = start + len(frame)
             return len(self.offsets) - 1
 
-    def frames(self, start: int = 0) -> Iterator[tuple[int, bytes]]:
-        for index in range(start, len(self.offsets)):
+    def frames(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+        for index in range(start, len(self.offsets) if end is None else min(end, len(self.offsets))):
             yield index, frames.read_at(self._fd, self.offsets[index])
 
     def close(self) -> None:
@@ -183,20 +183,25 @@ class EmbeddedLog:
         session_id: str | None = None,
         on_bad: OnBad | None = None,
         start: Mapping[int, int] | None = None,
+        on_end: OnEnd | None = None,
     ) -> AsyncIterator[Record]:
         """A damaged frame is `LogCorrupted` (on open); with `on_bad`, a whole frame that `Checker`
         refuses is reported to it and passed over (see `EventLog.read`). One partition: 0."""
         topic = names.topic(namespace, self.topic_prefix)
+        file = self._file(namespace)
         first = 0 if start is None else max(0, start.get(0, 0))
+        end = max(first, len(file.offsets))  # what is on the log when the read starts
         if on_bad is None:
-            for offset, data in self._file(namespace).frames(first):
+            for offset, data in file.frames(first, end):
                 event = self.codec.decode(data)
                 if session_id is None or event.session_id == session_id:
                     yield Record(event, Position(topic, 0, offset))
+            if on_end is not None:
+                on_end(0, end)
             return
         check = Checker(self.topic_prefix)
         want = None if session_id is None else session_id.encode()
-        for offset, data in self._file(namespace).frames(first):
+        for offset, data in file.frames(first, end):
             if want is not None:
                 peek = claimed(data)
                 if peek is not None and peek != want:
@@ -210,6 +215,8 @@ class EmbeddedLog:
                 continue
             if session_id is None or event.session_id == session_id:
                 yield Record(event, Position(topic, 0, offset))
+        if on_end is not None:
+            on_end(0, end)
 
     async def namespaces(self) -> list[str]:
         if not self.path.is_dir():

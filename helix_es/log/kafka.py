@@ -19,7 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from helix_es.log.check import Checker, OnBad, concerns, skipped
 from helix_es.log.codec import Codec
-from helix_es.log.port import MAX_EVENT_BYTES, Unclaimed
+from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Unclaimed
 from helix_es.model import names
 from helix_es.model.errors import EventTooLarge, HelixError
 from helix_es.model.events import Event, Position, Record
@@ -244,6 +244,7 @@ class KafkaLog:
         session_id: str | None = None,
         on_bad: OnBad | None = None,
         start: Mapping[int, int] | None = None,
+        on_end: OnEnd | None = None,
     ) -> AsyncIterator[Record]:
         """Everything on the topic up to its end when the read starts, partition by partition.
 
@@ -264,6 +265,8 @@ class KafkaLog:
             for tp in tps:
                 first = 0 if start is None else max(0, start.get(tp.partition, 0))
                 if ends[tp] <= first:
+                    if on_end is not None:
+                        on_end(tp.partition, first)
                     continue
                 consumer.assign([tp])
                 if first:
@@ -296,6 +299,8 @@ class KafkaLog:
                         yield Record(event, position)
                     if await consumer.position(tp) >= ends[tp]:
                         done = True
+                if on_end is not None:
+                    on_end(tp.partition, ends[tp])
         finally:
             await consumer.stop()
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from helix_es.log.check import OnBad
 from helix_es.model.events import Event, Position, Record
 
 MAX_EVENT_BYTES = 900_000  # below Kafka's default 1 MiB message limit, with room for headers
+
+OnEnd = Callable[[int, int], None]  # (partition, the offset after the last record the read covered)
 
 
 class EventLog(Protocol):
@@ -29,12 +31,14 @@ class EventLog(Protocol):
         session_id: str | None = None,
         on_bad: OnBad | None = None,
         start: Mapping[int, int] | None = None,
+        on_end: OnEnd | None = None,
     ) -> AsyncIterator[Record]:
         """Every event of a namespace (optionally one session) from the start, in log order.
 
         `start` names, per partition, the first offset to read (a partition it does not name is read
-        from its beginning): a reader that kept the offsets after its last records reads only what
-        came since.
+        from its beginning). Once a read has gone through a partition, `on_end` is told the offset
+        after what it covered there, records of other sessions and records it skipped included: a
+        reader that keeps those offsets and starts there next reads only what came since.
 
         A record that does not decode raises, unless `on_bad` is given: then every record is judged
         by `helix_es.log.check.Checker`, and one it refuses goes to `on_bad` instead (with a session,

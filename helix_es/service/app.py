@@ -37,6 +37,7 @@ from helix_es.model.events import Position
 from helix_es.service import requests as rq
 from helix_es.service.access import Access, AccessLog
 from helix_es.service.errors import HANDLERS, NO_STORE
+from helix_es.service.histories import SessionHistories
 from helix_es.service.keys import Keys
 from helix_es.service.lane import Lane
 from helix_es.service.messages import messages_body
@@ -71,6 +72,7 @@ class Service:
         self.readiness = Readiness(config, lag, options.lag_bound)
         self.access_log = AccessLog() if options.access_log else None
         self.session_lists = SessionLists()
+        self.histories = SessionHistories()
 
     def call(self, request: Request, *, header: bool = False, admin: bool = False) -> rq.Call:
         return rq.call(
@@ -183,6 +185,7 @@ async def audit_session(request: Request) -> Response:
         as_of=request.query_params.get("as_of") or None,
         offset=rq.query_int(request, "offset", None, 0),
         view=request.query_params.get("view") or None,
+        reader=service.histories.read,
     )
     return JSONResponse(report.to_json())
 

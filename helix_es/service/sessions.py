@@ -31,7 +31,7 @@ class _Session:
 @dataclass
 class _Listing:
     sessions: dict[str, _Session] = field(default_factory=dict)
-    start: dict[int, int] = field(default_factory=dict)  # per partition, the offset after the last record read
+    start: dict[int, int] = field(default_factory=dict)  # per partition, where the last read ended
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -44,9 +44,9 @@ class SessionLists:
     async def sessions(self, config: Config, namespace: str) -> list[dict[str, Any]]:
         listing = self._kept.get(namespace) or _Listing()
         async with listing.lock:  # two calls at once read the news once
-            records, skipped = await read_records(config.log, namespace, None, start=listing.start)
-            for position in [*(r.position for r in records), *(s.position for s in skipped)]:
-                listing.start[position.partition] = max(listing.start.get(position.partition, 0), position.offset + 1)
+            records, _skipped = await read_records(
+                config.log, namespace, None, start=listing.start, on_end=listing.start.__setitem__
+            )
             for record in records:
                 event = record.event
                 at = utc(event.timestamp)

@@ -96,8 +96,10 @@ class EventLogContract:
         ns = unique("log")
         sessions = ["alice", "bob", "carol", "dave"]
         first = [await log.append(event(ns, s, i)) for i in range(3) for s in sessions]
-        everything = [r async for r in log.read(ns)]
-        after = {r.position.partition: r.position.offset + 1 for r in everything}  # what a reader keeps
+        after: dict[int, int] = {}  # what a reader keeps
+        everything = [r async for r in log.read(ns, on_end=after.__setitem__)]
+        assert after == {p: max(r.position.offset for r in everything if r.position.partition == p) + 1 for p in after}
+        assert set(after) >= {p.partition for p in first}
         assert [r async for r in log.read(ns, start=after)] == []
         later = [event(ns, s, 9) for s in sessions]
         positions = [await log.append(e) for e in later]
@@ -113,6 +115,13 @@ class EventLogContract:
         ]
         mine = [r.event async for r in log.read(ns, session_id="alice", start=after)]
         assert mine == [later[0]]
+        # A session's read covers the other sessions' records too: its next read starts past them.
+        alice: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        assert len([r async for r in log.read(ns, session_id="alice", on_end=alice.__setitem__)]) == 4
+        total = len([r async for r in log.read(ns, on_end=ends.__setitem__)])
+        assert alice == ends and sum(ends.values()) == total == 16  # offsets from 0 in every partition
+        assert [r async for r in log.read(ns, session_id="alice", start=alice)] == []
 
     async def test_an_append_cancelled_and_retried_is_written_once(self, log: EventLog) -> None:
         """A timeout cancels the caller's wait, not the write under way: the same event again waits

@@ -1,0 +1,57 @@
+"""Recently audited sessions' records, kept with where each read of them ended.
+
+The console asks a session's audit again at every cut it moves to, and an audit reads the
+session's records from the log: on Kafka, every record of its partition. `SessionHistories` keeps
+what it read of a session and reads only what the log got since. Namespace-wide reads (a
+long-term view folded at a cut) are not kept. At most `max_records` records are kept in all; the
+sessions audited longest ago go first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from helix_es.client.audit import read_records
+from helix_es.config import LogConfig
+from helix_es.log.check import Skipped
+from helix_es.model.events import Record
+
+
+@dataclass
+class _History:
+    records: list[Record] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    start: dict[int, int] = field(default_factory=dict)  # per partition, where the last read ended
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SessionHistories:
+    """A `helix_es.client.audit.RecordReader` that keeps what it read, per session."""
+
+    def __init__(self, max_records: int = 50_000) -> None:
+        self.max_records = max_records
+        self._kept: dict[tuple[str, str], _History] = {}  # oldest use first
+
+    async def read(
+        self, config: LogConfig, namespace: str, session_id: str | None
+    ) -> tuple[list[Record], list[Skipped]]:
+        if session_id is None:
+            return await read_records(config, namespace, None)
+        key = (namespace, session_id)
+        history = self._kept.get(key) or _History()
+        async with history.lock:  # two asks at once read the news once
+            records, skipped = await read_records(
+                config, namespace, session_id, start=history.start, on_end=history.start.__setitem__
+            )
+            history.records += records
+            history.skipped += skipped
+            answer = list(history.records), list(history.skipped)
+        self._kept.pop(key, None)
+        if len(history.records) <= self.max_records:
+            self._kept[key] = history  # the newest use last
+        total = sum(len(h.records) for h in self._kept.values())
+        while total > self.max_records:
+            oldest = next(iter(self._kept))
+            total -= len(self._kept.pop(oldest).records)
+        return answer
