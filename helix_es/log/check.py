@@ -51,12 +51,15 @@ class Checker:
         if not checked and isinstance(event.payload, MessageAdded):
             event.payload.message.check()  # decoded without checks: apply Message()'s rules
 
-    def use(self, decode: Callable[[bytes], Event], value: bytes | None, topic: str, key: bytes | None) -> Event:
-        """The record's event, decoded and checked; raises for a record a projector dead-letters."""
+    def use(
+        self, read: Callable[[bytes], tuple[Event, bool]], value: bytes | None, topic: str, key: bytes | None
+    ) -> Event:
+        """The record's event, decoded (`Codec.read`) and checked; raises for a record a projector
+        dead-letters."""
         if value is None:
             raise InvalidInput("value", "the record has no value (a tombstone)")
-        event = decode(value)
-        self(event, topic, key)
+        event, checked = read(value)
+        self(event, topic, key, checked)
         return event
 
 

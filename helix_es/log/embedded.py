@@ -207,9 +207,9 @@ class EmbeddedLog:
                 if peek is not None and peek != want:
                     continue  # another session's: not even decoded
             try:
-                event = self.codec.decode(data)
+                event, checked = self.codec.read(data)
                 # No keys in the file: the envelope's session id is the key, so only the rest is checked.
-                check(event, topic, event.session_id.encode())
+                check(event, topic, event.session_id.encode(), checked)
             except Exception as exc:
                 on_bad(skipped(Position(topic, 0, offset), exc, data, None))
                 continue

@@ -291,7 +291,7 @@ class KafkaLog:
                             yield Record(self.codec.decode(msg.value), position)
                             continue
                         try:
-                            event = check.use(self.codec.decode, msg.value, topic, msg.key)
+                            event = check.use(self.codec.read, msg.value, topic, msg.key)
                         except Exception as exc:  # what the projector dead-letters, the reader skips
                             assert on_bad is not None
                             on_bad(skipped(position, exc, msg.value, msg.key))

@@ -89,11 +89,13 @@ class AuditCodec(Codec):
     folds pass over payload types they do not know.
     """
 
-    def decode(self, data: bytes) -> Event:
+    def read(self, data: bytes) -> tuple[Event, bool]:
         try:
-            return super().decode(data)  # the codec's fast paths: about 10x the checked one below
+            return super().read(data)  # the codec's fast paths: about 10x the checked one below
         except UnknownSchema:
-            pass
+            return self._tolerant(data), False
+
+    def _tolerant(self, data: bytes) -> Event:
         try:
             record = self.decode_record(data)
         except UnknownSchema:
