@@ -11,7 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,16 +24,18 @@ from helix_es.client.memory import ViewMemory
 from helix_es.config import load_config
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
+from helix_es.model.events import Position, SessionErased
 from helix_es.projection.factory import open_projection
 from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
 from helix_es.stores.redis.long_term import RedisLongTerm, prefix
 from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table, escape_like
 from projectors.runner import Projector
 from tests.conftest import RUN, copy_always, unique, wait_for
-from tests.contracts.long_term import T0, LongTermContract, cleared, contents, said
+from tests.contracts.long_term import T0, LongTermContract, cleared, contents, record, said, took
 
 STORES = ["memory", "redis", "postgres", "postgres-copy"]
 
@@ -304,6 +306,53 @@ async def test_redis_layout(redis_url: str) -> None:
             await r.aclose()
     finally:
         await projection.close()
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["by-session", "index-made-before"])
+async def test_redis_retractions_and_erasures_read_the_sessions_rows(redis_url: str, legacy: bool) -> None:
+    """A namespace begun by this version files rows by session too, so a retraction or an erasure
+    reads the session's rows; one whose index was made before (no `by-session`) scans it, as it did.
+    Both give the same rows, with a row a clear dropped still filed under its session."""
+    ns = unique("lt")
+    topic = names.topic(ns)
+    base = f"helix:memory:{ns}:long-term:"
+    t = [T0 + timedelta(seconds=i) for i in range(20)]
+    projection = RedisLongTerm(redis_url)
+    r = aioredis.Redis.from_url(redis_url)
+    try:
+        await projection.apply([said(ns, topic, 0, 0, "old", t[0], sid="a"), said(ns, topic, 0, 1, "b", t[1], sid="b")])
+        if legacy:  # as an index written before session sets existed
+            await r.delete(base + "by-session", base + "s:a", base + "s:b")
+        else:
+            assert await r.exists(base + "by-session") == 1
+            assert await r.zrange(base + "s:a", 0, -1, withscores=True) == [(member_of(ns, t[0], 0, 0).encode(), 0.0)]
+        await projection.apply(
+            [
+                cleared(ns, topic, 0, 2, t[2], sid="b"),  # drops both rows; "old" stays filed under a
+                said(ns, topic, 0, 3, "a1", t[3], sid="a"),
+                said(ns, topic, 0, 4, "c1", t[4], sid="c"),
+                said(ns, topic, 0, 5, "a2", t[5], sid="a"),
+                took(ns, topic, 0, 6, t[6], sid="a"),  # a2
+                took(ns, topic, 0, 7, t[7], sid="a"),  # a1, not c1
+                took(ns, topic, 0, 8, t[8], sid="a"),  # nothing of a is left ("old" was cleared)
+                said(ns, topic, 0, 9, "a3", t[9], sid="a"),
+                said(ns, topic, 0, 10, "c2", t[10], sid="c"),
+            ]
+        )
+        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["c1", "a3", "c2"]
+        erased = record(ns, "c", SessionErased(), t[11], Position(topic, 0, 11))
+        await projection.apply([erased, said(ns, topic, 0, 12, "c3", t[12], sid="c")])
+        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["a3", "c3"]
+        if not legacy:
+            assert await r.zcard(base + "s:a") == 1 and await r.zcard(base + "s:c") == 1  # what is left
+    finally:
+        await r.aclose()
+        await projection.close()
+
+
+def member_of(ns: str, at: datetime, partition: int, offset: int) -> str:
+    micros = int((at - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000
+    return f"{micros:020d},{names.topic(ns)},{partition:010d},{offset:020d}"
 
 
 # --- configuration -------------------------------------------------------------------------------

@@ -24,24 +24,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from typing import Any
-
-from aiokafka.errors import KafkaError
 
 from helix_es.client.audit_checkpoints import CHECKPOINT_EVENTS
 from helix_es.client.audit_checkpoints import describe as describe_checkpoint
 from helix_es.client.audit_checkpoints import payload_json as checkpoint_json
 from helix_es.client.describe import describe_message, quote
 from helix_es.client.erasure import Erasure, erased_by, erasure_of
+from helix_es.client.log_records import RecordReader, read_records
 from helix_es.client.reveal import Opener, opener
-from helix_es.config import Config, LogConfig, MemoryConfig, load_config
+from helix_es.config import Config, MemoryConfig, load_config
 from helix_es.log.check import Skipped
-from helix_es.log.kafka import KafkaUnavailable
-from helix_es.log.port import EventLog, OnEnd
-from helix_es.log.tolerant import AuditCodec, UnknownPayload, jsonable
+from helix_es.log.tolerant import UnknownPayload, jsonable
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 from helix_es.model.events import (
@@ -58,7 +55,7 @@ from helix_es.model.events import (
 from helix_es.model.message import Message
 from helix_es.model.times import iso, parse_time, utc
 from helix_es.projection.driver import Driver
-from helix_es.projection.factory import open_log, open_projection
+from helix_es.projection.factory import open_projection
 from helix_es.projection.idempotency import mark_duplicates
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.idempotency import MemoryIdempotency
@@ -286,43 +283,6 @@ def _opened(event: AuditedEvent, open_: Opener) -> AuditedEvent:
     if isinstance(p, MessageAdded) and not event.erased:
         return replace(event, payload=replace(p, message=open_(p.message)))
     return event
-
-
-# --- reading the log --------------------------------------------------------------------------------
-
-
-def _open_log(config: LogConfig) -> EventLog:
-    return open_log(config, AuditCodec())  # shows unknown events instead of refusing them
-
-
-RecordReader = Callable[[LogConfig, str, str | None], Awaitable[tuple[list[Record], list[Skipped]]]]
-
-
-async def read_records(
-    config: LogConfig,
-    namespace: str,
-    session_id: str | None,
-    *,
-    start: Mapping[int, int] | None = None,
-    on_end: OnEnd | None = None,
-) -> tuple[list[Record], list[Skipped]]:
-    """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped;
-    from `start`'s offsets, telling `on_end` where the read ended (`EventLog.read`)."""
-    log = _open_log(config)
-    bad: list[Skipped] = []
-    try:
-        # Asked first so that auditing a namespace never creates its embedded log file.
-        if namespace not in await log.namespaces():
-            return [], bad
-        read = log.read(namespace, session_id=session_id, on_bad=bad.append, start=start, on_end=on_end)
-        return [r async for r in read], bad
-    except KafkaError as exc:
-        raise KafkaUnavailable(
-            f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
-            "check the brokers (scripts/services status) or log.bootstrap_servers"
-        ) from exc
-    finally:
-        await log.close()
 
 
 def retractions(records: Sequence[Record]) -> dict[int, int]:

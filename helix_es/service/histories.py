@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from helix_es.client.audit import read_records
+from helix_es.client.log_records import read_records
 from helix_es.config import LogConfig
 from helix_es.log.check import Skipped
 from helix_es.model.events import Record
@@ -27,7 +27,7 @@ class _History:
 
 
 class SessionHistories:
-    """A `helix_es.client.audit.RecordReader` that keeps what it read, per session."""
+    """A `helix_es.client.log_records.RecordReader` that keeps what it read, per session."""
 
     def __init__(self, max_records: int = 50_000) -> None:
         self.max_records = max_records

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from helix_es.client.audit import read_records
+from helix_es.client.log_records import read_records
 from helix_es.config import Config
 from helix_es.log.tolerant import AuditCodec
 from helix_es.model.times import iso, utc

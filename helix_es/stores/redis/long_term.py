@@ -10,6 +10,13 @@ Layout, for view `<view>` (`long-term`) of namespace `<ns>`:
 - `helix:memory:<ns>:<view>:index`: a sorted set of those `<order>` members, all scored 0,
   so `ZRANGE` returns them in byte order and a clear finds its range with `ZRANGEBYLEX`.
 - `helix:memory:<ns>:<view>:cleared`: the `cleared_at` watermark, µs.
+- `helix:memory:<ns>:<view>:s:<session id>`: a sorted set of the session's `<order>` members,
+  scored by offset, so a retraction or an erasure reads the session's rows, not the namespace's.
+  Kept where `helix:memory:<ns>:<view>:by-session` exists: set when the namespace's first row is
+  written by this version (an index made before has no session sets, so its retractions and
+  erasures scan the index, as they did, until a rebuild or a clear empties it). A row a clear
+  dropped may stay in its session's set; it is passed over and forgotten when met.
+- `helix:memory:<ns>:<view>:retracted`: the retractions applied (`<topic>:<partition>:<offset>`).
 - `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
 
 On a Redis Cluster every key of a namespace carries its hash tag, `helix:memory:{<ns>}:<view>:...`
@@ -47,214 +54,10 @@ from helix_es.model.events import Position, Record, micros
 from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
 from helix_es.stores.redis.cluster import Script, replicated
+from helix_es.stores.redis.long_term_lua import APPLY, APPLY_NAMESPACE, ERASE, GET, PAGE, PAGE_READ
 from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
 from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
 from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
-
-_RETRACT = r"""
--- A retraction (op: [kind, offset, namespace, at, topic, session id, partition]): the session's newest
--- row on this partition before it (highest offset) goes, once: `retracted` remembers each retraction
--- applied, so a batch applied again (a cluster's checkpoint moves after the rows) takes back no more.
-local function retract(base, index, op)
-  if redis.call('HSETNX', base .. 'retracted', op[5] .. ':' .. op[7] .. ':' .. op[2], 1) == 0 then return end
-  local found = {}
-  local members = redis.call('ZRANGE', index, 0, -1)
-  for j = 1, #members do
-    local t, p, o = string.match(members[j], '^%d+,(.*),(%d+),(%d+)$')
-    if t == op[5] and tonumber(p) == tonumber(op[7]) and tonumber(o) < tonumber(op[2]) then
-      found[#found + 1] = {tonumber(o), members[j]}
-    end
-  end
-  table.sort(found, function(a, b) return a[1] > b[1] end)
-  for j = 1, #found do
-    local key = base .. 'm:' .. found[j][2]
-    local value = redis.call('GET', key)
-    if value and cjson.decode(value)['session_id'] == op[6] then
-      redis.call('DEL', key)
-      redis.call('ZREM', index, found[j][2])
-      return
-    end
-  end
-end
-"""
-
-_APPLY = (
-    _RETRACT
-    + r"""
-local field, view = ARGV[1], ARGV[2]
-local stored = redis.call('HGET', KEYS[1], field)
-if not stored and ARGV[3] == '1' then
-  return -1  -- the checkpoint this writer had seen is gone (FLUSHALL): so are the rows under it
-end
-local checkpoint = tonumber(stored or '-1')
-local marks, applied, last = {}, 0, nil
--- One JSON argument of [kind, offset, namespace, at, member, value] rows (numbers as text): one
--- argument to send, not six per event. A retraction's row is [kind, offset, namespace, at, topic,
--- session id, partition]; it scans the namespace's index, as retractions are rare.
-local ops = cjson.decode(ARGV[4])
-for n = 1, #ops do
-  local op = ops[n]
-  if tonumber(op[2]) > checkpoint then
-    applied = applied + 1
-    last = op[2]
-    local base = 'helix:memory:' .. op[3] .. ':' .. view .. ':'
-    local mark = marks[base]
-    if mark == nil then
-      mark = tonumber(redis.call('GET', base .. 'cleared') or '-1')
-    end
-    local at = tonumber(op[4])
-    if op[1] == 'a' and at > mark then
-      redis.call('SET', base .. 'm:' .. op[5], op[6])
-      redis.call('ZADD', base .. 'index', 0, op[5])
-    elseif op[1] == 'c' and at > mark then
-      mark = at
-      redis.call('SET', base .. 'cleared', op[4])
-      local index = base .. 'index'
-      while true do
-        local gone = redis.call('ZRANGEBYLEX', index, '-', op[5], 'LIMIT', 0, 500)
-        if #gone == 0 then break end
-        local keys = {}
-        for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
-        redis.call('DEL', unpack(keys))
-        redis.call('ZREM', index, unpack(gone))
-      end
-    elseif op[1] == 'r' then
-      retract(base, base .. 'index', op)
-    end
-    marks[base] = mark
-  end
-end
-if last then redis.call('HSET', KEYS[1], field, last) end
-return applied
-"""
-)
-
-# Both reads start so: {'wait', applied} while the checkpoint (KEYS[1], field ARGV[1]) is behind `want` (ARGV[2]).
-_BEHIND = r"""
-if ARGV[1] ~= '' then
-  local applied = redis.call('HGET', KEYS[1], ARGV[1])
-  if not applied or tonumber(applied) < tonumber(ARGV[2]) then return {'wait', applied or ''} end
-end
-"""
-
-# Returns {'wait', applied} while the view is behind `want`, else {'ok', values...}.
-_GET = (
-    _BEHIND
-    + r"""
-local out = {'ok'}
-local members = redis.call('ZRANGE', KEYS[2], 0, -1)
-for i = 1, #members, 500 do
-  local keys = {}
-  for j = i, math.min(i + 499, #members) do keys[#keys + 1] = ARGV[3] .. members[j] end
-  local values = redis.call('MGET', unpack(keys))
-  for k = 1, #values do
-    if values[k] then out[#out + 1] = values[k] end
-  end
-end
-return out
-"""
-)
-
-# One page of a search: {'wait', applied}, or {'ok', last member read, members read, candidate values...}.
-# KEYS[2]: the index; ARGV[3..]: from ('-' or '(' .. member), page size, needle, ascii, message key prefix.
-# A page reads at most `PAGE` rows, so a search over a big namespace never holds Redis up for long.
-_PAGE = (
-    _BEHIND
-    + r"""
-local needle, ascii = ARGV[5], ARGV[6] == '1'
-local members = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[3], '+', 'LIMIT', 0, tonumber(ARGV[4]))
-local out = {'ok', members[#members] or '', #members}
-if #members == 0 then return out end
-local keys = {}
-for j = 1, #members do keys[j] = ARGV[7] .. members[j] end
-local values = redis.call('MGET', unpack(keys))
--- A needle without characters JSON escapes shows verbatim in the stored JSON of an ASCII row that
--- holds it (no \u escapes either): a row without it is skipped undecoded (the common case, and
--- most of the cost).
-local plain = ascii and not string.find(needle, '["\\%c]')
-for k = 1, #values do
-  local value = values[k]
-  if value and plain and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
-      and not string.find(string.lower(value), needle, 1, true) then
-    value = nil
-  end
-  if value then
-    local content = cjson.decode(value)['message']['content']
-    local keep
-    if string.find(content, '[\128-\255]') then
-      keep = true  -- casefold of non-ASCII text is Python's to decide
-    else
-      keep = ascii and string.find(string.lower(content), needle, 1, true) ~= nil
-    end
-    if keep then out[#out + 1] = value end
-  end
-end
-return out
-"""
-)
-
-PAGE = 250  # rows a search reads per script call: a few ms of server time
-
-# A Redis Cluster: the ops of one namespace (all its keys share the hash tag {<ns>}) past the checkpoint
-# read before (ARGV[1]); KEYS[1]: the index; ARGV[2]: the key prefix, ARGV[3]: the ops. Applying an op
-# twice changes nothing (the same row key and value; a clear again finds nothing older than its mark), so
-# a checkpoint that lags or moves meanwhile only makes the count larger.
-_APPLY_NAMESPACE = (
-    _RETRACT
-    + r"""
-local checkpoint, base = tonumber(ARGV[1]), ARGV[2]
-local mark = tonumber(redis.call('GET', base .. 'cleared') or '-1')
-local ops = cjson.decode(ARGV[3])
-local applied = 0
-for n = 1, #ops do
-  local op = ops[n]
-  if tonumber(op[2]) > checkpoint then
-    applied = applied + 1
-    local at = tonumber(op[4])
-    if op[1] == 'a' and at > mark then
-      redis.call('SET', base .. 'm:' .. op[5], op[6])
-      redis.call('ZADD', KEYS[1], 0, op[5])
-    elseif op[1] == 'c' and at > mark then
-      mark = at
-      redis.call('SET', base .. 'cleared', op[4])
-      while true do
-        local gone = redis.call('ZRANGEBYLEX', KEYS[1], '-', op[5], 'LIMIT', 0, 500)
-        if #gone == 0 then break end
-        local keys = {}
-        for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
-        redis.call('DEL', unpack(keys))
-        redis.call('ZREM', KEYS[1], unpack(gone))
-      end
-    elseif op[1] == 'r' then
-      retract(base, KEYS[1], op)
-    end
-  end
-end
-return applied
-"""
-)
-
-
-# A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
-# KEYS: index; ARGV: message key prefix, session id, topic, partition, offset. A scan of the namespace's
-# index, as erasures are rare; it runs before the batch's apply script moves the checkpoint.
-_ERASE = r"""
-local members = redis.call('ZRANGE', KEYS[1], 0, -1)
-local gone = 0
-for i = 1, #members do
-  local m = members[i]
-  local value = redis.call('GET', ARGV[1] .. m)
-  if value and cjson.decode(value)['session_id'] == ARGV[2] then
-    local t, p, o = string.match(m, '^%d+,(.*),(%d+),(%d+)$')
-    if not (t == ARGV[3] and tonumber(p) == tonumber(ARGV[4]) and tonumber(o) > tonumber(ARGV[5])) then
-      redis.call('DEL', ARGV[1] .. m)
-      redis.call('ZREM', KEYS[1], m)
-      gone = gone + 1
-    end
-  end
-end
-return gone
-"""
 
 
 def member(order: OrderKey) -> str:
@@ -321,7 +124,7 @@ class RedisLongTerm:
         client = await self._client()
         if not self._scripts:
             self._cluster = is_cluster(client)
-            for key, script in (("apply", _APPLY), ("get", _GET), ("page", _PAGE), ("erase", _ERASE)):
+            for key, script in (("apply", APPLY), ("get", GET), ("page", PAGE_READ), ("erase", ERASE)):
                 self._scripts[key] = client.register_script(script)
         return client
 
@@ -340,7 +143,7 @@ class RedisLongTerm:
         erasures = [op for op in batch if op.erased]
         for e in erasures:  # first: a crash before the apply script re-delivers the erasure with the batch
             base = self._prefix(e.namespace)
-            await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset])
+            await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset, base])
         field = f"{topic}:{partition}"
         # A message no newer than a clear of its namespace in this batch is gone once the batch is applied,
         # wherever it stands in the batch (a clear drops the rows up to its time, and no row up to the
@@ -358,7 +161,8 @@ class RedisLongTerm:
                 and at > cleared.get(op.namespace, -1)
                 and not any(e.erases(op.session_id, topic, partition, op.offset) for e in erasures)
             ):
-                rows.append(["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at)])
+                row = ["a", offset, op.namespace, str(at), member(op.order), _value(op, op.message, at), op.session_id]
+                rows.append(row)
             elif op.clear:
                 rows.append(["c", offset, op.namespace, str(at), f"({at + 1:020d}", ""])  # members with time <= at
             elif op.retract:
@@ -391,7 +195,7 @@ class RedisLongTerm:
         for ns, ns_rows in by_namespace.items():
             base = self._prefix(ns)
             ops_json = json.dumps(ns_rows, ensure_ascii=False, separators=(",", ":"))
-            scripts.append((_APPLY_NAMESPACE, [base + "index"], [int(current or -1), base, ops_json]))
+            scripts.append((APPLY_NAMESPACE, [base + "index"], [int(current or -1), base, ops_json]))
         replies = await replicated(client, self.name, scripts)
         applied: int = sum(int(n) for n in replies)
         moved = await client.eval(ADVANCE, 1, checkpoint, field, last, seen)  # forward only, as on one server

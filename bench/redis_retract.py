@@ -1,0 +1,129 @@
+"""A retraction and an erasure in a big Redis long-term namespace: the session's own rows read
+(a namespace begun by this version) against the index scan (an index made before, which has no
+session sets), in the same run.
+
+    python bench/redis_retract.py [--rows 100000] [--sessions 1000] [--times 20] [--json]
+
+Needs HELIX_REDIS_URL (eval "$(scripts/services up)"). Each mode writes `--rows` rows of
+`--sessions` sessions into a namespace of its own; then `--times` times: one add and one
+retraction of one session (the retraction's apply is timed), and at the end one erasure of a
+session. Anchor: a raw redis-py PING round trip. Every key it made is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from helix_es import Event, Message, MessageAdded
+from helix_es.model import names
+from helix_es.model.events import MessageRetracted, Position, Record, SessionErased
+from helix_es.stores.redis.long_term import RedisLongTerm
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def record(ns: str, sid: str, payload: Any, offset: int) -> Record:
+    at = T0 + timedelta(milliseconds=offset)
+    return Record(Event(ns, sid, payload, timestamp=at), Position(names.topic(ns), 0, offset))
+
+
+async def mode(url: str, args: argparse.Namespace, legacy: bool) -> dict[str, float]:
+    ns = f"bench-rt-{uuid.uuid4().hex[:8]}"
+    store = RedisLongTerm(url)
+    client = aioredis.Redis.from_url(url)
+    base = f"helix:memory:{ns}:long-term:"
+    try:
+        offset = 0
+        for start in range(0, args.rows, 5000):
+            batch = []
+            for i in range(start, min(start + 5000, args.rows)):
+                message = MessageAdded(Message("user", f"row {i} of the namespace"))
+                batch.append(record(ns, f"s{i % args.sessions}", message, offset))
+                offset += 1
+            await store.apply(batch)
+        if legacy:  # as if the index had been made before session sets existed
+            await client.delete(base + "by-session")
+            async for key in client.scan_iter(match=base + "s:*", count=1000):
+                await client.delete(key)
+        retract: list[float] = []
+        for i in range(args.times):
+            sid = f"s{i}"
+            await store.apply([record(ns, sid, MessageAdded(Message("user", f"to take back {i}")), offset)])
+            offset += 1
+            took = record(ns, sid, MessageRetracted(), offset)
+            offset += 1
+            started = time.perf_counter()
+            await store.apply([took])
+            retract.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await store.apply([record(ns, "s999999", SessionErased(), offset)])  # a session of none
+        await store.apply([record(ns, f"s{args.times}", SessionErased(), offset + 1)])
+        erase = time.perf_counter() - started
+        return {"retract_p50_ms": statistics.median(retract) * 1000, "erase_two_ms": erase * 1000}
+    finally:
+        async for key in client.scan_iter(match=f"helix:memory:{ns}:*", count=1000):
+            await client.delete(key)
+        await client.hdel(names.checkpoint_key("long-term"), f"{names.topic(ns)}:0")
+        await client.aclose()
+        await store.close()
+
+
+async def ping_p50(url: str, n: int = 200) -> float:
+    client = aioredis.Redis.from_url(url)
+    try:
+        took = []
+        for _ in range(n):
+            started = time.perf_counter()
+            await client.ping()
+            took.append(time.perf_counter() - started)
+        return statistics.median(took) * 1000
+    finally:
+        await client.aclose()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    url = os.environ.get("HELIX_REDIS_URL")
+    if not url:
+        raise SystemExit('redis_retract: set HELIX_REDIS_URL (eval "$(bash scripts/services up)")')
+    by_session = await mode(url, args, legacy=False)
+    scanned = await mode(url, args, legacy=True)
+    ping = await ping_p50(url)
+    return {
+        "rows": args.rows,
+        "sessions": args.sessions,
+        "ping_p50_ms": round(ping, 3),
+        "by_session": {k: round(v, 2) for k, v in by_session.items()},
+        "index_scan": {k: round(v, 2) for k, v in scanned.items()},
+    }
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--times", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = asyncio.run(main(args))
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{args.rows:,} rows of {args.sessions:,} sessions in one namespace; raw PING p50 {result['ping_p50_ms']} ms")
+    for name in ("by_session", "index_scan"):
+        r = result[name]
+        retract, erase = r["retract_p50_ms"], r["erase_two_ms"]
+        print(f"  {name:<11} retraction apply p50 {retract:>9.2f} ms; two erasures {erase:>9.2f} ms")
+
+
+if __name__ == "__main__":
+    cli()

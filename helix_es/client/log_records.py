@@ -1,0 +1,49 @@
+"""Reading a namespace's or a session's records as audits do: events this version cannot interpret
+are shown (`AuditCodec`), records the projector would dead-letter are passed over and reported.
+
+`read_records` is a `RecordReader`; `helix_es.client.audit.audit` takes another (a server passes
+one that keeps what it read, `helix_es.service.histories`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from aiokafka.errors import KafkaError
+
+from helix_es.config import LogConfig
+from helix_es.log.check import Skipped
+from helix_es.log.kafka import KafkaUnavailable
+from helix_es.log.port import OnEnd
+from helix_es.log.tolerant import AuditCodec
+from helix_es.model.events import Record
+from helix_es.projection.factory import open_log
+
+RecordReader = Callable[[LogConfig, str, str | None], Awaitable[tuple[list[Record], list[Skipped]]]]
+
+
+async def read_records(
+    config: LogConfig,
+    namespace: str,
+    session_id: str | None,
+    *,
+    start: Mapping[int, int] | None = None,
+    on_end: OnEnd | None = None,
+) -> tuple[list[Record], list[Skipped]]:
+    """The records the projector folds, and those it dead-letters (`helix_es.log.check`), skipped;
+    from `start`'s offsets, telling `on_end` where the read ended (`EventLog.read`)."""
+    log = open_log(config, AuditCodec())  # shows unknown events instead of refusing them
+    bad: list[Skipped] = []
+    try:
+        # Asked first so that auditing a namespace never creates its embedded log file.
+        if namespace not in await log.namespaces():
+            return [], bad
+        read = log.read(namespace, session_id=session_id, on_bad=bad.append, start=start, on_end=on_end)
+        return [r async for r in read], bad
+    except KafkaError as exc:
+        raise KafkaUnavailable(
+            f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
+            "check the brokers (scripts/services status) or log.bootstrap_servers"
+        ) from exc
+    finally:
+        await log.close()
