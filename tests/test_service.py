@@ -795,5 +795,9 @@ async def test_a_sessions_audit_asked_again_reads_only_what_came_since_and_stays
         assert [sid for _, sid in histories._kept] == ["s-2"]
         assert await events(http, "s-1") == again  # read whole again, then kept in s-2's place
         assert [sid for _, sid in histories._kept] == ["s-1"]
+        histories.max_records, histories.max_sessions = 50_000, 2
+        for sid in ("nobody-1", "nobody-2", "nobody-3"):  # sessions without an event are counted too
+            assert await events(http, sid) == []
+        assert [sid for _, sid in histories._kept] == ["nobody-2", "nobody-3"]
     async with client(config) as fresh:
         assert await events(fresh, "s-1") == again

@@ -3,8 +3,8 @@
 The console asks a session's audit again at every cut it moves to, and an audit reads the
 session's records from the log: on Kafka, every record of its partition. `SessionHistories` keeps
 what it read of a session and reads only what the log got since. Namespace-wide reads (a
-long-term view folded at a cut) are not kept. At most `max_records` records are kept in all; the
-sessions audited longest ago go first.
+long-term view folded at a cut) are not kept. At most `max_records` records and `max_sessions`
+sessions are kept in all; the sessions audited longest ago go first.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ class _History:
 class SessionHistories:
     """A `helix_es.client.log_records.RecordReader` that keeps what it read, per session."""
 
-    def __init__(self, max_records: int = 50_000) -> None:
+    def __init__(self, max_records: int = 50_000, max_sessions: int = 1000) -> None:
         self.max_records = max_records
+        self.max_sessions = max_sessions
         self._kept: dict[tuple[str, str], _History] = {}  # oldest use first
 
     async def read(
@@ -51,7 +52,7 @@ class SessionHistories:
         if len(history.records) <= self.max_records:
             self._kept[key] = history  # the newest use last
         total = sum(len(h.records) for h in self._kept.values())
-        while total > self.max_records:
+        while total > self.max_records or len(self._kept) > self.max_sessions:
             oldest = next(iter(self._kept))
             total -= len(self._kept.pop(oldest).records)
         return answer

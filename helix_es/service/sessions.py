@@ -3,8 +3,8 @@ what the web console lists.
 
 Every session that has an event on the log, with its event count and the times of its first and
 last events, ordered by last activity (newest first). Records the projector dead-letters are left
-out, as in the audit. `SessionLists` keeps each namespace's listing with the offsets after the
-records it has read, so a call reads only what the log got since the one before.
+out, as in the audit. `SessionLists` keeps each namespace's listing with where its last read
+ended in each partition, so a call reads only what the log got since the one before.
 """
 
 from __future__ import annotations
