@@ -7,7 +7,9 @@ one that keeps what it read, `helix_es.service.histories`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 from aiokafka.errors import KafkaError
 
@@ -35,8 +37,9 @@ async def read_records(
     log = open_log(config, AuditCodec())  # shows unknown events instead of refusing them
     bad: list[Skipped] = []
     try:
-        # Asked first so that auditing a namespace never creates its embedded log file.
-        if namespace not in await log.namespaces():
+        # Asked first so that auditing a namespace never creates its embedded log file (a read from
+        # kept offsets has found it before).
+        if not start and namespace not in await log.namespaces():
             return [], bad
         read = log.read(namespace, session_id=session_id, on_bad=bad.append, start=start, on_end=on_end)
         return [r async for r in read], bad
@@ -47,3 +50,17 @@ async def read_records(
         ) from exc
     finally:
         await log.close()
+
+
+@dataclass
+class LogTail:
+    """Where the reads of one namespace (or session) ended: `news` reads only what came since."""
+
+    start: dict[int, int] = field(default_factory=dict)  # per partition
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # two reads at once read the news once
+
+    async def news(
+        self, config: LogConfig, namespace: str, session_id: str | None
+    ) -> tuple[list[Record], list[Skipped]]:
+        """`read_records` from where the last read ended; hold `lock` around it and what it updates."""
+        return await read_records(config, namespace, session_id, start=self.start, on_end=self.start.__setitem__)

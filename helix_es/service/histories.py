@@ -9,10 +9,9 @@ sessions are kept in all; the sessions audited longest ago go first.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
-from helix_es.client.log_records import read_records
+from helix_es.client.log_records import LogTail, read_records
 from helix_es.config import LogConfig
 from helix_es.log.check import Skipped
 from helix_es.model.events import Record
@@ -22,8 +21,7 @@ from helix_es.model.events import Record
 class _History:
     records: list[Record] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
-    start: dict[int, int] = field(default_factory=dict)  # per partition, where the last read ended
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tail: LogTail = field(default_factory=LogTail)
 
 
 class SessionHistories:
@@ -41,10 +39,8 @@ class SessionHistories:
             return await read_records(config, namespace, None)
         key = (namespace, session_id)
         history = self._kept.get(key) or _History()
-        async with history.lock:  # two asks at once read the news once
-            records, skipped = await read_records(
-                config, namespace, session_id, start=history.start, on_end=history.start.__setitem__
-            )
+        async with history.tail.lock:
+            records, skipped = await history.tail.news(config, namespace, session_id)
             history.records += records
             history.skipped += skipped
             answer = list(history.records), list(history.skipped)

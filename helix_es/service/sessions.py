@@ -9,12 +9,11 @@ ended in each partition, so a call reads only what the log got since the one bef
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from helix_es.client.log_records import read_records
+from helix_es.client.log_records import LogTail
 from helix_es.config import Config
 from helix_es.log.tolerant import AuditCodec
 from helix_es.model.times import iso, utc
@@ -31,8 +30,7 @@ class _Session:
 @dataclass
 class _Listing:
     sessions: dict[str, _Session] = field(default_factory=dict)
-    start: dict[int, int] = field(default_factory=dict)  # per partition, where the last read ended
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tail: LogTail = field(default_factory=LogTail)
 
 
 class SessionLists:
@@ -43,10 +41,8 @@ class SessionLists:
 
     async def sessions(self, config: Config, namespace: str) -> list[dict[str, Any]]:
         listing = self._kept.get(namespace) or _Listing()
-        async with listing.lock:  # two calls at once read the news once
-            records, _skipped = await read_records(
-                config.log, namespace, None, start=listing.start, on_end=listing.start.__setitem__
-            )
+        async with listing.tail.lock:
+            records, _skipped = await listing.tail.news(config.log, namespace, None)
             for record in records:
                 event = record.event
                 at = utc(event.timestamp)
