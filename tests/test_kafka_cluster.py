@@ -79,14 +79,23 @@ async def describe(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 
 
 async def topic_config(bootstrap: str, topic: str, name: str) -> str:
+    """One config value of the topic. Like `describe`, a broker that has not got the new topic yet
+    answers with an error and no entries, so ask again for a few seconds."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            (resource,) = response.to_object()["resources"]
+            values = [e["config_value"] for e in resource["config_entries"] if e["config_names"] == name]
+            if values or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
-    (resource,) = response.to_object()["resources"]
-    return str(next(e["config_value"] for e in resource["config_entries"] if e["config_names"] == name))
+    assert values, resource
+    return str(values[0])
 
 
 async def leader_of(bootstrap: str, topic: str, partition: int) -> int:
