@@ -8,6 +8,7 @@ apache/kafka:3.9.1, redis:7, pgvector/pgvector:pg15; `scripts/images build` make
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -456,3 +457,23 @@ async def members(kafka: str, group: str, topic: str, partitions: int) -> dict[s
         return out
     finally:
         await admin.close()
+
+
+@pytest.fixture
+def master() -> bytes:
+    """A fresh master key for the encryption middleware."""
+    return os.urandom(32)
+
+
+@pytest.fixture
+async def key_env(monkeypatch: pytest.MonkeyPatch, master: bytes) -> AsyncIterator[bytes]:
+    """The master in the environment; each test picks its store. Shared providers are closed after."""
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(master).decode())
+    monkeypatch.delenv("HELIX_ENCRYPTION_OLD_KEYS", raising=False)
+    monkeypatch.delenv("HELIX_KEY_STORE", raising=False)
+    monkeypatch.delenv("HELIX_KEY_STORE_URL", raising=False)
+    monkeypatch.delenv("HELIX_KEY_CACHE_TTL", raising=False)
+    yield master
+    from helix_es.client.keys import close_shared_keys
+
+    await close_shared_keys()

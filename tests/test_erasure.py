@@ -7,7 +7,6 @@ forgotten session's content any more. Real services from tests/conftest.py, neve
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import subprocess
@@ -33,7 +32,7 @@ from helix_es.client.encryption import (
     envelope_key_ids,
 )
 from helix_es.client.erasure import NotShreddable, erased_by, erasure_of, forget, is_erased
-from helix_es.client.keys import StoredSessionKeys, close_shared_keys, shreddable
+from helix_es.client.keys import StoredSessionKeys, shreddable
 from helix_es.log.codec import Codec, load_schemas
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
@@ -69,23 +68,6 @@ BOB = [Message("user", "Bob here, likes green tea"), Message("assistant", "Noted
 def contents(messages: list[Message] | None) -> list[str]:
     assert messages is not None
     return [m.content for m in messages]
-
-
-@pytest.fixture
-def master() -> bytes:
-    return os.urandom(32)
-
-
-@pytest.fixture
-async def key_env(monkeypatch: pytest.MonkeyPatch, master: bytes) -> AsyncIterator[bytes]:
-    """The master in the environment; each test picks its store. Shared providers are closed after."""
-    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(master).decode())
-    monkeypatch.delenv("HELIX_ENCRYPTION_OLD_KEYS", raising=False)
-    monkeypatch.delenv("HELIX_KEY_STORE", raising=False)
-    monkeypatch.delenv("HELIX_KEY_STORE_URL", raising=False)
-    monkeypatch.delenv("HELIX_KEY_CACHE_TTL", raising=False)
-    yield master
-    await close_shared_keys()
 
 
 def use_file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:

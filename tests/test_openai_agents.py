@@ -25,9 +25,13 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 
 from helix_es import Message, open_memory
 from helix_es.client.audit import audit
+from helix_es.client.encryption import envelope_key_id, sealable
+from helix_es.client.erasure import forget
 from helix_es.integrations.openai_agents import ITEM, KIND, HelixSession, SessionClosed
 from helix_es.model.errors import ConfigError, InvalidInput
+from helix_es.model.events import MessageAdded
 from tests.conftest import start_projector, stop, unique
+from tests.test_erasure import raw_session, use_file_keys
 from tests.test_idempotency import store_config
 
 set_tracing_disabled(True)  # no OpenAI key here: nothing to export traces to
@@ -182,15 +186,48 @@ async def test_bad_items_write_nothing_and_a_closed_session_refuses(tmp_path: Pa
         await session.add_items([])
 
 
-@pytest.mark.parametrize("middleware", ["encryption", "redaction"])
-async def test_middleware_that_would_leave_the_item_in_clear_is_refused(middleware: str, tmp_path: Path) -> None:
-    cfg = {**embedded(tmp_path), "memory_middleware": ["logging", middleware]}
+async def test_redaction_which_would_leave_the_item_in_clear_is_refused(tmp_path: Path) -> None:
+    cfg = {**embedded(tmp_path), "memory_middleware": ["logging", "redaction"]}
     session = HelixSession("s", cfg)
     with pytest.raises(ConfigError, match=r"memory_middleware\[1\].*metadata"):
         await session.add_items([{"role": "user", "content": "my card is 4111 1111 1111 1111"}])
     await session.aclose()
     async with HelixSession("s", {**cfg, "memory_middleware": ["logging"]}) as plain:
         assert await plain.get_items() == []  # nothing was written
+
+
+@pytest.mark.usefixtures("key_env")
+@pytest.mark.parametrize("store", ["memory", "redis", "postgres"])
+async def test_an_encrypted_session_seals_each_item_whole_and_forget_erases_it(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The item sits in metadata, which encryption seals too: nothing of it reaches the log in clear,
+    it reads back exactly, and `forget` shreds all of it (no value stays readable)."""
+    use_file_keys(monkeypatch, tmp_path)
+    cfg = {**embedded(tmp_path, {"type": "conversation", **store_config(store, request)})}
+    cfg["memory_middleware"] = ["encryption"]
+    ns, items = cfg["memory"]["namespace"], items_of_every_kind(1)
+    async with HelixSession("s", cfg) as session:
+        await session.add_items(copy.deepcopy(items))
+        assert await session.get_items() == items
+        assert await session.pop_item() == items[-1]
+        assert await session.get_items() == items[:-1]
+    async with HelixSession("s", cfg) as again:  # another process: opened from the log's views
+        assert await again.get_items() == items[:-1]
+    records = await raw_session(tmp_path, ns, "s")
+    added = [r.event.payload.message for r in records if isinstance(r.event.payload, MessageAdded)]
+    assert len(added) == len(items) and all(m.metadata.keys() == {ITEM, KIND} for m in added)
+    assert all(envelope_key_id(v) for m in added for v in sealable(m))  # tool arguments: a JSON string of one
+    on_disk = b"".join(f.read_bytes() for f in (tmp_path / "log").rglob("*") if f.is_file())
+    # Tool names stay clear (views pair calls by them), the rest of the item is sealed.
+    # Long needles only: a short one turns up in base64 ciphertext by chance.
+    needles = ("sunny, 21.5", "hologram_call", "the user wants the weather", "function_call_output", "in this image")
+    for clear in needles:
+        assert clear.encode() not in on_disk, clear
+    result = await forget(cfg, session_id="s")
+    assert result.erased_keys and result.unshreddable == 0 and result.messages == len(items)
+    async with HelixSession("s", cfg) as erased:
+        assert await erased.get_items() == []
 
 
 async def test_session_settings_limit_as_the_sdk(tmp_path: Path) -> None:

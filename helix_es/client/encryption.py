@@ -1,9 +1,11 @@
 """Encryption middleware: message text is sealed with AES-GCM before the event is written.
 
-What is encrypted: `content` and every tool call's `arguments`. What stays clear: role,
-name, tool call ids and names, `tool_call_id`, metadata, and the event envelope (namespace,
-session id, time), because views, consumer groups and audits route and order by them.
-AES-GCM hides the text but not its length.
+What is encrypted: `content`, every tool call's `arguments` and every metadata value (the
+OpenAI Agents SDK session keeps each item whole in one). What stays clear: role, name, tool
+call ids and names, `tool_call_id`, metadata keys, and the event envelope (namespace, session
+id, time), because views, consumer groups and audits route and order by them. AES-GCM hides
+the text but not its length. Metadata values of events sealed before metadata was (plaintext
+values) are read as they are.
 
 An encrypted field is `helix-enc:v1:<key_id>:<base64(nonce | ciphertext+tag)>`; tool
 arguments hold it as a JSON string literal so they stay JSON text. The AAD binds it to
@@ -191,9 +193,14 @@ def envelope_key_id(value: str) -> str | None:
     return key_id if KEY_ID_RE.fullmatch(key_id) else None
 
 
+def sealable(message: Message) -> tuple[str, ...]:
+    """The fields encryption seals, as stored: content, each tool call's arguments, each metadata value."""
+    return (message.content, *(c.arguments for c in message.tool_calls), *message.metadata.values())
+
+
 def envelope_key_ids(message: Message) -> set[str]:
-    """The key ids named by a stored message's envelopes (content and tool arguments)."""
-    ids = (envelope_key_id(v) for v in (message.content, *(c.arguments for c in message.tool_calls)))
+    """The key ids named by a stored message's envelopes."""
+    ids = (envelope_key_id(v) for v in sealable(message))
     return {i for i in ids if i is not None}
 
 
@@ -256,7 +263,7 @@ class EncryptedMemory:
         return f"{PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
 
     def encrypt(self, message: Message) -> Message:
-        """The message as it goes on the log: content and tool arguments sealed, the rest clear."""
+        """The message as it goes on the log: content, tool arguments and metadata values sealed, the rest clear."""
         key_id, key = self.keys.current_key(self.namespace, self.session_id)
         if not isinstance(key_id, str) or not KEY_ID_RE.fullmatch(key_id):
             raise EncryptionError(f"key provider gave key id {key_id!r}; key ids must match {KEY_ID_RE.pattern}")
@@ -266,7 +273,8 @@ class EncryptedMemory:
             ToolCall(c.id, c.name, json.dumps(self._seal(key_id, cipher, c.arguments, message.role, _arg_field(c))))
             for c in message.tool_calls
         )
-        return replace(message, content=content, tool_calls=calls)
+        meta = {k: self._seal(key_id, cipher, v, message.role, _meta_field(k)) for k, v in message.metadata.items()}
+        return replace(message, content=content, tool_calls=calls, metadata=meta)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -285,10 +293,10 @@ class EncryptedMemory:
                 self._ciphers[key_id] = cipher
         return cipher
 
-    def _open(self, value: str, role: str, field: str) -> str:
+    def _open(self, value: str, role: str, field: str, *, plain: bool = False) -> str:
         where = f"{field} of a {role} message in {self.namespace}/{self.session_id}"
         if not value.startswith(PREFIX):
-            if self.accept_plaintext:
+            if self.accept_plaintext or plain:
                 return value
             raise DecryptionError(
                 f"{where} is not encrypted (no {PREFIX} envelope): it was written without the encryption "
@@ -337,6 +345,10 @@ class EncryptedMemory:
         record = message.to_record()
         record["content"] = content
         record["tool_calls"] = calls
+        # Plaintext values: events sealed before metadata was.
+        record["metadata"] = {
+            k: self._open(v, message.role, _meta_field(k), plain=True) for k, v in message.metadata.items()
+        }
         return Message.from_record(record)  # trusted: it authenticated, and it was validated before sealing
 
     # -- Memory ----------------------------------------------------------------------------
@@ -385,6 +397,11 @@ class EncryptedMemory:
 def _arg_field(call: ToolCall) -> str:
     # Bound to the call's clear id and name: sealed arguments cannot be moved onto another tool.
     return f"tool_calls[{json.dumps([call.id, call.name], ensure_ascii=False)}].arguments"
+
+
+def _meta_field(key: str) -> str:
+    # Bound to the key: a sealed value cannot be moved under another metadata key.
+    return f"metadata[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def encryption_middleware(keys: KeyProvider, *, accept_plaintext: bool = False) -> Middleware:

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from helix_es.client import backend as backends
-from helix_es.client.encryption import KeyProvider, envelope_key_id
+from helix_es.client.encryption import KeyProvider, envelope_key_id, sealable
 from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
 from helix_es.client.memory import JsonExport
 from helix_es.client.open import open_memory
@@ -98,8 +98,8 @@ class ForgetResult:
 
 def _sealed_by(message: Message, key_ids: set[str]) -> bool:
     """Every field that holds text is an envelope sealed by one of `key_ids`."""
-    values = (message.content, *(c.arguments for c in message.tool_calls))
-    return all(not value or envelope_key_id(value) in key_ids for value in values)  # "" holds nothing to erase
+    # "" holds nothing to erase
+    return all(not value or envelope_key_id(value) in key_ids for value in sealable(message))
 
 
 def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:

@@ -27,7 +27,8 @@ token-window, smart, summary, a capped conversation) `get_items` returns only wh
 holds, `pop_item` returns None once the window is empty even if older items are on the log, and
 smart and summary views show their own system messages as `system` items. A composite merges
 its parts' answers and drops repeats of the same role and text, so equal items would be lost.
-The encryption and redaction middleware are refused (`ConfigError`): they seal or rewrite a
+With the encryption middleware the item is sealed with the rest (it seals metadata values), so
+`helix-es forget` shreds it. The redaction middleware is refused (`ConfigError`): it rewrites a
 message's text but not its metadata, which holds the item whole.
 """
 
@@ -57,8 +58,8 @@ ITEM = "helix.openai_agents.item"  # Message.metadata key: the SDK item, exactly
 KIND = "helix.openai_agents.type"  # Message.metadata key: the item's type ("message" for role items)
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_KEYS = ("text", "refusal")  # where a content part keeps its text (input_text, output_text, refusal)
-# Middleware that change or seal a message's text: they leave metadata, and so the item, as it is.
-_TEXT_MIDDLEWARE = ("encryption", "redaction")
+# Middleware that rewrite a message's text but leave metadata, and so the item, as it is.
+_TEXT_MIDDLEWARE = ("redaction",)
 
 
 class SessionClosed(HelixError, RuntimeError):
