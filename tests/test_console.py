@@ -10,6 +10,7 @@ from tests/browser.py; without one the browser tests skip, or fail under HELIX_R
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -20,6 +21,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ import pytest
 
 from helix_es import Message
 from helix_es.client.memory import retract
+from helix_es.log.embedded import EmbeddedLog
+from helix_es.model.events import Event, MessageAdded
 from helix_es.sync import open_memory
 from tests.browser import Browser, BrowserError, Page, chromium_path
 from tests.conftest import REQUIRE, start_projector, unique
@@ -120,6 +124,38 @@ def seed_embedded(config: dict[str, Any], session_id: str) -> None:
         mem.add(Message("user", "hello"))
         mem.clear()
         mem.add(Message("user", MARKUP))
+
+
+def test_console_lists_many_sessions_a_page_at_a_time_and_filters_on_the_server(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """203 sessions: the first 200 newest first, "Show more" the rest; the filter asks the server."""
+    ns = unique("console")
+    config = {"log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False}, "memory": {"namespace": ns}}
+
+    async def write() -> None:
+        log = EmbeddedLog(tmp_path / "log", fsync=False)
+        try:
+            for i in range(203):
+                at = datetime(2031, 1, 1, tzinfo=UTC) + timedelta(seconds=i)
+                await log.append(Event(ns, f"s-{i:03}", MessageAdded(Message("user", "hi")), timestamp=at))
+        finally:
+            await log.close()
+
+    asyncio.run(write())
+    with serve(config, ns, tmp_path) as base, page(browser) as tab:
+        tab.goto(f"{base}/ui/?namespace={ns}&key={KEY}")
+        tab.wait_for("document.querySelectorAll('#sessions a.session').length === 200", what="the first page")
+        assert tab.text("#sessions-count") == "203" and "3 more" in tab.text("#sessions-more")
+        assert tab.texts("#sessions .sid")[:2] == ["s-202", "s-201"]  # newest first
+        tab.click("#sessions-more")
+        tab.wait_for("document.querySelectorAll('#sessions a.session').length === 203", what="the second page")
+        assert tab.texts("#sessions .sid")[-1] == "s-000" and tab.evaluate("!document.querySelector('#sessions-more')")
+        tab.type("#session-filter", "S-07")
+        tab.wait_for("document.querySelectorAll('#sessions a.session').length === 10", what="the filtered list")
+        assert tab.texts("#sessions .sid") == [f"s-07{i}" for i in reversed(range(10))]
+        assert tab.text("#sessions-count") == "10"
+        assert real_problems(tab) == []
 
 
 def test_console_on_the_embedded_log(browser: Browser, tmp_path: Path) -> None:

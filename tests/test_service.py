@@ -759,6 +759,43 @@ async def test_the_sessions_listing_reads_only_what_the_log_got_since_the_last_c
         assert (await fresh.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"] == mine
 
 
+async def test_the_sessions_listing_comes_in_pages_and_filters_by_id(tmp_path: Path) -> None:
+    """`limit` and `after` walk every session once, newest first; `q` keeps ids holding it; `total`
+    counts what matches. A cursor the listing did not give is a 422 naming `after`."""
+    ns = unique("ta-page")
+    async with client(embedded(tmp_path)) as http:
+        for i in range(7):
+            await asyncio.sleep(0.002)  # apart in time: the order is the adds' order
+            sid = f"{'Red' if i % 2 else 'blue'}-{i}"
+            ok = await http.post(f"/v1/{ns}/sessions/{sid}/messages", json={"role": "user", "content": "x"}, headers=A)
+            assert ok.status_code == 201
+        whole = (await http.get(f"/v1/{ns}/sessions", headers=A)).json()
+        assert whole["total"] == 7 and whole["next"] is None
+        newest_first = [s["session_id"] for s in whole["sessions"]]
+        assert newest_first == [f"{'Red' if i % 2 else 'blue'}-{i}" for i in reversed(range(7))]
+        walked, after, pages = [], None, 0
+        while True:
+            params = {"limit": "3", **({"after": after} if after else {})}
+            page = (await http.get(f"/v1/{ns}/sessions", params=params, headers=A)).json()
+            assert page["total"] == 7 and len(page["sessions"]) <= 3
+            walked += [s["session_id"] for s in page["sessions"]]
+            pages, after = pages + 1, page["next"]
+            if after is None:
+                break
+        assert walked == newest_first and pages == 3
+        red = (await http.get(f"/v1/{ns}/sessions", params={"q": "red", "limit": "2"}, headers=A)).json()
+        assert [s["session_id"] for s in red["sessions"]] == ["Red-5", "Red-3"] and red["total"] == 3
+        rest = await http.get(f"/v1/{ns}/sessions", params={"q": "red", "after": red["next"]}, headers=A)
+        assert [s["session_id"] for s in rest.json()["sessions"]] == ["Red-1"] and rest.json()["next"] is None
+        for params, field in (
+            ({"after": "not-a-cursor"}, "after"),
+            ({"limit": "0"}, "limit"),
+            ({"limit": "1001"}, "limit"),
+        ):
+            bad = await http.get(f"/v1/{ns}/sessions", params=params, headers=A)
+            assert bad.status_code == 422 and bad.json()["field"] == field, bad.text
+
+
 async def test_a_sessions_audit_asked_again_reads_only_what_came_since_and_stays_bounded(
     kafka_bootstrap: str, redis_url: str
 ) -> None:

@@ -45,7 +45,7 @@ from helix_es.service.metrics import CONTENT_TYPE, Metrics
 from helix_es.service.openapi import document
 from helix_es.service.pool import Memories
 from helix_es.service.ready import LagFn, Readiness
-from helix_es.service.sessions import SessionLists, list_namespaces
+from helix_es.service.sessions import MAX_PAGE, PAGE, SessionLists, list_namespaces
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +212,14 @@ async def forget_session(request: Request) -> Response:
 async def sessions(request: Request) -> Response:
     service = _service(request)
     call = service.call(request)
-    found = await service.session_lists.sessions(service.memories.config_for(call.namespace), call.namespace)
-    return JSONResponse({"namespace": call.namespace, "sessions": found})
+    page = await service.session_lists.sessions(
+        service.memories.config_for(call.namespace),
+        call.namespace,
+        limit=rq.query_int(request, "limit", PAGE, 1, MAX_PAGE) or PAGE,
+        after=request.query_params.get("after") or None,
+        query=request.query_params.get("q", ""),
+    )
+    return JSONResponse({"namespace": call.namespace, **page})
 
 
 async def namespaces(request: Request) -> Response:

@@ -130,7 +130,30 @@ def document(session_header: str) -> dict[str, Any]:
         requestBody={"required": False, "content": {"application/json": {"schema": _ref("Forget")}}},
     )
     forget["responses"]["409"] = _json(_ref("Error"), "the session cannot be shredded; nothing changed")
-    sessions = _op("the namespace's sessions, from the log", [NS], ("200", _json(_ref("Sessions"), "the sessions")))
+    sessions = _op(
+        "the namespace's sessions from the log, newest activity first, a page at a time",
+        [
+            NS,
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+            },
+            {
+                "name": "after",
+                "in": "query",
+                "schema": {"type": "string"},
+                "description": "the `next` of the page before",
+            },
+            {
+                "name": "q",
+                "in": "query",
+                "schema": {"type": "string"},
+                "description": "only sessions whose id holds this text (any case)",
+            },
+        ],
+        ("200", _json(_ref("Sessions"), "a page of sessions")),
+    )
     namespaces = _op("the namespaces on the log that this key may use", [], ("200", _json(_ref("Namespaces"), "them")))
     return {
         "openapi": "3.1.0",
@@ -219,6 +242,8 @@ SCHEMAS: dict[str, Any] = {
                     },
                 },
             },
+            "total": {"type": "integer", "description": "sessions that match q, on every page"},
+            "next": {"type": ["string", "null"], "description": "pass as after= for the next page"},
         },
     },
     "Namespaces": {"type": "object", "properties": {"namespaces": {"type": "array", "items": _TEXT}}},

@@ -15,7 +15,10 @@ const state = {
   key: null,
   namespace: null,
   session: null,
-  sessions: [],
+  sessions: [], // the pages read so far, newest activity first
+  sessionsNext: null, // the cursor of the next page, or null
+  sessionsTotal: 0, // sessions that match the filter, on every page
+  sessionsFiltered: false, // the pages shown are those of a filter
   events: [], // the session's whole history, oldest first
   cut: null, // {offset} or {as_of}: point A
   compare: null, // {offset}: point B, or null
@@ -207,38 +210,53 @@ function openNamespace(namespace) {
   route();
 }
 
-async function loadSessions() {
+const PAGE = 200; // sessions asked at a time: "Show more" asks the next page
+const FILTER_MS = 250; // the filter asks the server once typing pauses
+let filterTimer = 0;
+
+async function loadSessions(more = false) {
   const ns = state.namespace;
-  clear($("sessions"), el("li", { class: "muted pad", text: "Loading sessions…" }));
-  $("sessions-count").textContent = "";
+  const q = $("session-filter").value.trim();
+  if (!more) {
+    clear($("sessions"), el("li", { class: "muted pad", text: "Loading sessions…" }));
+    $("sessions-count").textContent = "";
+  }
   try {
-    const body = await api(state.key, `${enc(ns)}/sessions`);
-    if (ns !== state.namespace) return;
+    const query = { limit: PAGE, q: q || null, after: more ? state.sessionsNext : null };
+    const body = await api(state.key, `${enc(ns)}/sessions`, query);
+    if (ns !== state.namespace || q !== $("session-filter").value.trim()) return; // a newer ask wins
     remember(ns);
     renderNamespaces();
-    state.sessions = [...body.sessions].sort((a, b) => String(b.last_time).localeCompare(String(a.last_time)));
+    state.sessions = more ? [...state.sessions, ...body.sessions] : body.sessions;
+    state.sessionsNext = body.next;
+    state.sessionsTotal = body.total;
+    state.sessionsFiltered = Boolean(q);
     renderSessions();
   } catch (err) {
     if (ns !== state.namespace) return;
     state.sessions = [];
+    state.sessionsNext = null;
     clear($("sessions"), el("li", { class: "muted pad", text: "No sessions shown." }));
     if (!state.session) clear($("views"), el("p", { class: "empty", text: "Nothing to show: see the message above." }));
     explain(err, `the sessions of ${ns}`);
   }
 }
 
+function filterSessions() {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(() => loadSessions(), FILTER_MS);
+}
+
 function renderSessions() {
-  const filter = $("session-filter").value.trim().toLowerCase();
-  const shown = state.sessions.filter((s) => !filter || s.session_id.toLowerCase().includes(filter));
-  $("session-filter").hidden = state.sessions.length < 8;
-  $("sessions-count").textContent = state.sessions.length ? String(state.sessions.length) : "";
-  if (!state.sessions.length) {
-    clear($("sessions"), el("li", { class: "muted pad", text: `No sessions in ${state.namespace} yet.` }));
+  const shown = state.sessions;
+  $("session-filter").hidden = !state.sessionsFiltered && state.sessionsTotal < 8;
+  $("sessions-count").textContent = state.sessionsTotal ? String(state.sessionsTotal) : "";
+  if (!shown.length) {
+    const none = state.sessionsFiltered ? "No session id holds that text." : `No sessions in ${state.namespace} yet.`;
+    clear($("sessions"), el("li", { class: "muted pad", text: none }));
     return;
   }
-  clear(
-    $("sessions"),
-    shown.map((s) =>
+  const items = shown.map((s) =>
       el(
         "li",
         {},
@@ -263,8 +281,18 @@ function renderSessions() {
           ),
         ),
       ),
-    ),
-  );
+    );
+  if (state.sessionsNext) {
+    const left = state.sessionsTotal - shown.length;
+    const more = el("button", { id: "sessions-more", type: "button", text: `Show more (${left} more)` });
+    more.addEventListener("click", () => {
+      more.disabled = true;
+      more.textContent = "Loading…";
+      loadSessions(true);
+    });
+    items.push(el("li", { class: "pad" }, more));
+  }
+  clear($("sessions"), items);
 }
 
 function openSession(sid) {
@@ -544,6 +572,7 @@ function route() {
     $("sessions-count").textContent = "";
   } else if (state.namespace !== shownNamespace) {
     shownNamespace = state.namespace;
+    $("session-filter").value = ""; // a filter belongs to the namespace it was typed for
     loadSessions();
   } else {
     renderSessions();
@@ -607,7 +636,7 @@ function wire() {
     const ns = $("ns-input").value.trim();
     if (ns) openNamespace(ns);
   });
-  $("session-filter").addEventListener("input", renderSessions);
+  $("session-filter").addEventListener("input", filterSessions);
   $("cut-range").addEventListener("input", (e) => pick(Number(e.target.value), false, SETTLE_MS));
   $("cut-prev").addEventListener("click", () => move(-1));
   $("cut-next").addEventListener("click", () => move(1));
