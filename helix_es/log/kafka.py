@@ -261,6 +261,7 @@ class KafkaLog:
         await consumer.start()
         try:
             tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
+            await track(consumer, {topic})  # else end_offsets waits a retry backoff (100 ms) for metadata
             ends = await consumer.end_offsets(tps)
             for tp in tps:
                 first = 0 if start is None else max(0, start.get(tp.partition, 0))
