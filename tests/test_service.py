@@ -570,6 +570,23 @@ async def test_a_real_servers_answer_leaves_in_one_write_and_pipelined_answers_k
             ] == ["turn 19"] * 2
 
 
+def test_without_uvicorns_httptools_protocol_serve_lets_uvicorn_choose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The joined-writes protocol builds on a part of uvicorn that is not its API: where a uvicorn
+    lacks it, `helix-es serve` still starts, on uvicorn's own protocol."""
+    import importlib
+
+    from helix_es.service import wire
+
+    assert isinstance(wire.http_protocol(), type)
+    monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)  # import fails
+    try:
+        assert importlib.reload(wire).http_protocol() == "auto"
+    finally:
+        monkeypatch.undo()
+        importlib.reload(wire)
+    assert isinstance(wire.http_protocol(), type)
+
+
 async def test_sighup_reads_the_keys_file_again_and_a_bad_file_keeps_the_old_keys(tmp_path: Path) -> None:
     ns, sid, new_key = unique("ta"), unique("s"), "key-rotated-in-0123456789"
     path = f"/v1/{ns}/sessions/{sid}/messages"

@@ -69,7 +69,7 @@ async def _run(args: argparse.Namespace) -> int:
 
         from helix_es.service.app import Options, build_app
         from helix_es.service.keys import load_keys
-        from helix_es.service.wire import Protocol
+        from helix_es.service.wire import http_protocol
     except ImportError as exc:
         print(f"helix-es serve: needs starlette and uvicorn (pip install 'helix-es[service]'): {exc}", file=sys.stderr)
         return 1
@@ -94,7 +94,7 @@ async def _run(args: argparse.Namespace) -> int:
             log_config=None,  # the command's logging: stderr
             access_log=False,  # ours is JSON, and names routes, never paths or keys
             lifespan="on",
-            http=Protocol,
+            http=http_protocol(),
             ws="none",
             timeout_graceful_shutdown=args.grace,
             server_header=False,

@@ -4,6 +4,9 @@ uvicorn writes a response's status line and headers, then its body, each straigh
 two system calls and two TCP segments, so the client wakes twice for one answer. Here the
 connection's writes of one step of the event loop go out together at the end of it (one call,
 one segment): the same bytes, in the same order, a few microseconds later.
+
+uvicorn's httptools protocol is not its public API: where it is not there (another uvicorn, or no
+httptools), `http_protocol()` leaves the choice to uvicorn, and responses go as uvicorn writes them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover - the uvicorn and httptools the service extra pins have it
+    HttpToolsProtocol = None  # type: ignore[misc,assignment]
 
 
 class _Joined(asyncio.Transport):
@@ -76,8 +82,15 @@ class _Joined(asyncio.Transport):
         self._transport.write_eof()
 
 
-class Protocol(HttpToolsProtocol):
-    """uvicorn's httptools HTTP/1.1 protocol over a `_Joined` transport."""
+def http_protocol() -> Any:
+    """uvicorn's `http` option: the protocol that joins a response's writes, else "auto"."""
+    if HttpToolsProtocol is None:
+        return "auto"
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(_Joined(transport, self.loop))
+    class Protocol(HttpToolsProtocol):
+        """uvicorn's httptools HTTP/1.1 protocol over a `_Joined` transport."""
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(_Joined(transport, self.loop))
+
+    return Protocol
