@@ -6,8 +6,9 @@ session sets), in the same run.
 
 Needs HELIX_REDIS_URL (eval "$(scripts/services up)"). Each mode writes `--rows` rows of
 `--sessions` sessions into a namespace of its own; then `--times` times: one add and one
-retraction of one session (the retraction's apply is timed), and at the end one erasure of a
-session. Anchor: a raw redis-py PING round trip. Every key it made is deleted at the end.
+retraction of one session (the retraction's apply is timed), then one erasure of a session, and
+at the end a clear of the whole namespace (which, with session sets, takes the rows it drops out
+of them too). Anchor: a raw redis-py PING round trip. Every key it made is deleted at the end.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import redis.asyncio as aioredis
 
 from helix_es import Event, Message, MessageAdded
 from helix_es.model import names
-from helix_es.model.events import MessageRetracted, Position, Record, SessionErased
+from helix_es.model.events import MemoryCleared, MessageRetracted, Position, Record, SessionErased
 from helix_es.stores.redis.long_term import RedisLongTerm
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -69,7 +70,15 @@ async def mode(url: str, args: argparse.Namespace, legacy: bool) -> dict[str, fl
         await store.apply([record(ns, "s999999", SessionErased(), offset)])  # a session of none
         await store.apply([record(ns, f"s{args.times}", SessionErased(), offset + 1)])
         erase = time.perf_counter() - started
-        return {"retract_p50_ms": statistics.median(retract) * 1000, "erase_two_ms": erase * 1000}
+        started = time.perf_counter()
+        await store.apply([record(ns, "s0", MemoryCleared(), offset + 2)])
+        clear = time.perf_counter() - started
+        assert await client.zcard(base + "index") == 0 and await client.exists(base + "s:s1") == 0
+        return {
+            "retract_p50_ms": statistics.median(retract) * 1000,
+            "erase_two_ms": erase * 1000,
+            "clear_ms": clear * 1000,
+        }
     finally:
         async for key in client.scan_iter(match=f"helix:memory:{ns}:*", count=1000):
             await client.delete(key)
@@ -121,8 +130,11 @@ def cli() -> None:
     print(f"{args.rows:,} rows of {args.sessions:,} sessions in one namespace; raw PING p50 {result['ping_p50_ms']} ms")
     for name in ("by_session", "index_scan"):
         r = result[name]
-        retract, erase = r["retract_p50_ms"], r["erase_two_ms"]
-        print(f"  {name:<11} retraction apply p50 {retract:>9.2f} ms; two erasures {erase:>9.2f} ms")
+        retract, erase, clear = r["retract_p50_ms"], r["erase_two_ms"], r["clear_ms"]
+        print(
+            f"  {name:<11} retraction apply p50 {retract:>9.2f} ms; two erasures {erase:>9.2f} ms; "
+            f"the clear {clear:>9.2f} ms"
+        )
 
 
 if __name__ == "__main__":

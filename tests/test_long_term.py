@@ -302,6 +302,7 @@ async def test_redis_layout(redis_url: str) -> None:
             await projection.apply([cleared(ns, topic, 2, 8, T0)])
             assert await r.get(base + "cleared") == str(micros).encode()
             assert await r.exists(base + "index", base + "m:" + member) == 0
+            assert await r.exists(base + "s:s-1", base + "sessions") == 0  # the clear took all: its sets go whole
         finally:
             await r.aclose()
     finally:
@@ -312,7 +313,7 @@ async def test_redis_layout(redis_url: str) -> None:
 async def test_redis_retractions_and_erasures_read_the_sessions_rows(redis_url: str, legacy: bool) -> None:
     """A namespace begun by this version files rows by session too, so a retraction or an erasure
     reads the session's rows; one whose index was made before (no `by-session`) scans it, as it did.
-    Both give the same rows, with a row a clear dropped still filed under its session."""
+    Both give the same rows. A clear takes the rows it drops out of their sessions' sets."""
     ns = unique("lt")
     topic = names.topic(ns)
     base = f"helix:memory:{ns}:long-term:"
@@ -320,15 +321,18 @@ async def test_redis_retractions_and_erasures_read_the_sessions_rows(redis_url: 
     projection = RedisLongTerm(redis_url)
     r = aioredis.Redis.from_url(redis_url)
     try:
-        await projection.apply([said(ns, topic, 0, 0, "old", t[0], sid="a"), said(ns, topic, 0, 1, "b", t[1], sid="b")])
+        first = [said(ns, topic, 0, 0, "old", t[0], sid="a"), said(ns, topic, 0, 1, "b", t[1], sid="b")]
+        late = said(ns, topic, 1, 0, "z-late", t[15], sid="z")  # newer than the clear, on another partition
+        await projection.apply(first)
+        await projection.apply([late])  # a batch holds one partition
         if legacy:  # as an index written before session sets existed
-            await r.delete(base + "by-session", base + "s:a", base + "s:b")
+            await r.delete(base + "by-session", base + "s:a", base + "s:b", base + "s:z", base + "sessions")
         else:
             assert await r.exists(base + "by-session") == 1
             assert await r.zrange(base + "s:a", 0, -1, withscores=True) == [(member_of(ns, t[0], 0, 0).encode(), 0.0)]
         await projection.apply(
             [
-                cleared(ns, topic, 0, 2, t[2], sid="b"),  # drops both rows; "old" stays filed under a
+                cleared(ns, topic, 0, 2, t[2], sid="b"),  # drops both rows, and their sessions' sets
                 said(ns, topic, 0, 3, "a1", t[3], sid="a"),
                 said(ns, topic, 0, 4, "c1", t[4], sid="c"),
                 said(ns, topic, 0, 5, "a2", t[5], sid="a"),
@@ -339,10 +343,13 @@ async def test_redis_retractions_and_erasures_read_the_sessions_rows(redis_url: 
                 said(ns, topic, 0, 10, "c2", t[10], sid="c"),
             ]
         )
-        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["c1", "a3", "c2"]
+        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["c1", "a3", "c2", "z-late"]
+        if not legacy:  # the clear emptied b's set and a's ("old"), and left z's; a3 came after it
+            assert await r.exists(base + "s:b") == 0 and await r.zcard(base + "s:a") == 1
+            assert await r.zcard(base + "s:z") == 1 and await r.smembers(base + "sessions") == {b"a", b"c", b"z"}
         erased = record(ns, "c", SessionErased(), t[11], Position(topic, 0, 11))
         await projection.apply([erased, said(ns, topic, 0, 12, "c3", t[12], sid="c")])
-        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["a3", "c3"]
+        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["a3", "c3", "z-late"]
         if not legacy:
             assert await r.zcard(base + "s:a") == 1 and await r.zcard(base + "s:c") == 1  # what is left
     finally:

@@ -14,8 +14,9 @@ Layout, for view `<view>` (`long-term`) of namespace `<ns>`:
   scored by offset, so a retraction or an erasure reads the session's rows, not the namespace's.
   Kept where `helix:memory:<ns>:<view>:by-session` exists: set when the namespace's first row is
   written by this version (an index made before has no session sets, so its retractions and
-  erasures scan the index, as they did, until a rebuild or a clear empties it). A row a clear
-  dropped may stay in its session's set; it is passed over and forgotten when met.
+  erasures scan the index, as they did, until a rebuild or a clear empties it).
+- `helix:memory:<ns>:<view>:sessions`: the sessions with a set there, so a clear takes the rows it
+  drops out of their sets too (and a set it empties out of `sessions`).
 - `helix:memory:<ns>:<view>:retracted`: the retractions applied (`<topic>:<partition>:<offset>`).
 - `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
 

@@ -1,11 +1,12 @@
 """The Lua scripts of the Redis long-term store (`helix_es.stores.redis.long_term`, which owns the keys
 and documents them): apply on one server and per namespace on a cluster, get, a search page, erase."""
 
-_RETRACT = r"""
+_ROWS = r"""
 -- A namespace whose index began under this version (`by-session` set) also files each row in its
 -- session's sorted set, `s:<session id>`, scored by offset: a retraction or an erasure then reads the
--- session's rows, not the namespace's index. A row a clear dropped may stay there; it is passed
--- over (and forgotten) when met. Older namespaces scan, as before, until a rebuild.
+-- session's rows, not the namespace's index. `sessions` names the sessions filed, so a clear takes
+-- the rows it dropped out of their sessions' sets too (a row dropped otherwise is passed over, and
+-- forgotten, when met). Older namespaces scan, as before, until a rebuild.
 local function add(base, index, op)
   if redis.call('EXISTS', base .. 'by-session') == 0 and redis.call('EXISTS', index) == 0 then
     redis.call('SET', base .. 'by-session', 1)
@@ -14,6 +15,43 @@ local function add(base, index, op)
   redis.call('ZADD', index, 0, op[5])
   if redis.call('EXISTS', base .. 'by-session') == 1 then
     redis.call('ZADD', base .. 's:' .. op[7], tonumber(op[2]), op[5])
+    redis.call('SADD', base .. 'sessions', op[7])
+  end
+end
+
+-- A clear (op: [kind, offset, namespace, at, bound]): its mark, then every row up to `bound` goes from
+-- the index and from the sessions' sets. Its cost follows the rows the namespace holds.
+local function clear(base, index, op)
+  redis.call('SET', base .. 'cleared', op[4])
+  while true do
+    local gone = redis.call('ZRANGEBYLEX', index, '-', op[5], 'LIMIT', 0, 500)
+    if #gone == 0 then break end
+    local keys = {}
+    for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
+    redis.call('DEL', unpack(keys))
+    redis.call('ZREM', index, unpack(gone))
+  end
+  local sessions = redis.call('SMEMBERS', base .. 'sessions')
+  if redis.call('EXISTS', index) == 0 then  -- the clear took every row: every set goes whole
+    for i = 1, #sessions do redis.call('DEL', base .. 's:' .. sessions[i]) end
+    redis.call('DEL', base .. 'sessions')
+    return
+  end
+  -- A member sorts below the bound's digits exactly when its time is up to the clear's.
+  local limit = string.sub(op[5], 2)
+  for i = 1, #sessions do
+    local rows = base .. 's:' .. sessions[i]
+    local members = redis.call('ZRANGE', rows, 0, -1)
+    local stale = {}
+    for j = 1, #members do
+      if members[j] < limit then stale[#stale + 1] = members[j] end
+    end
+    if #stale == #members then
+      redis.call('DEL', rows)
+      redis.call('SREM', base .. 'sessions', sessions[i])
+    else
+      for j = 1, #stale, 500 do redis.call('ZREM', rows, unpack(stale, j, math.min(j + 499, #stale))) end
+    end
   end
 end
 
@@ -59,7 +97,7 @@ end
 """
 
 APPLY = (
-    _RETRACT
+    _ROWS
     + r"""
 local field, view = ARGV[1], ARGV[2]
 local stored = redis.call('HGET', KEYS[1], field)
@@ -87,16 +125,7 @@ for n = 1, #ops do
       add(base, base .. 'index', op)
     elseif op[1] == 'c' and at > mark then
       mark = at
-      redis.call('SET', base .. 'cleared', op[4])
-      local index = base .. 'index'
-      while true do
-        local gone = redis.call('ZRANGEBYLEX', index, '-', op[5], 'LIMIT', 0, 500)
-        if #gone == 0 then break end
-        local keys = {}
-        for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
-        redis.call('DEL', unpack(keys))
-        redis.call('ZREM', index, unpack(gone))
-      end
+      clear(base, base .. 'index', op)
     elseif op[1] == 'r' then
       retract(base, base .. 'index', op)
     end
@@ -179,7 +208,7 @@ PAGE = 250  # rows a search reads per script call: a few ms of server time
 # twice changes nothing (the same row key and value; a clear again finds nothing older than its mark), so
 # a checkpoint that lags or moves meanwhile only makes the count larger.
 APPLY_NAMESPACE = (
-    _RETRACT
+    _ROWS
     + r"""
 local checkpoint, base = tonumber(ARGV[1]), ARGV[2]
 local mark = tonumber(redis.call('GET', base .. 'cleared') or '-1')
@@ -194,15 +223,7 @@ for n = 1, #ops do
       add(base, KEYS[1], op)
     elseif op[1] == 'c' and at > mark then
       mark = at
-      redis.call('SET', base .. 'cleared', op[4])
-      while true do
-        local gone = redis.call('ZRANGEBYLEX', KEYS[1], '-', op[5], 'LIMIT', 0, 500)
-        if #gone == 0 then break end
-        local keys = {}
-        for j = 1, #gone do keys[j] = base .. 'm:' .. gone[j] end
-        redis.call('DEL', unpack(keys))
-        redis.call('ZREM', KEYS[1], unpack(gone))
-      end
+      clear(base, KEYS[1], op)
     elseif op[1] == 'r' then
       retract(base, KEYS[1], op)
     end
@@ -215,7 +236,7 @@ return applied
 
 # A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
 # KEYS: index; ARGV: message key prefix, session id, topic, partition, offset, key prefix. The session's
-# own rows where the namespace files them by session (see `_RETRACT`), else a scan of its index; it
+# own rows where the namespace files them by session (see `_ROWS`), else a scan of its index; it
 # runs before the batch's apply script moves the checkpoint.
 ERASE = r"""
 -- Whether the erasure takes row `m` of the session: all but those after it on its partition.
