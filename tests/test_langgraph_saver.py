@@ -8,15 +8,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from tests.conftest import ROOT, require_module, start_projector
 
 require_module("langgraph", "LangGraph")
 
 import pytest  # noqa: E402
+from langgraph.channels.delta import DeltaChannel  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 from helix_es import Message, open_memory  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
@@ -104,6 +106,49 @@ async def test_bad_input_writes_nothing(tmp_path: Path, namespace: str) -> None:
         assert [r async for r in log.read(namespace)] == []
     finally:
         await log.close()
+
+
+def extend(state: list[Any] | None, writes: Any) -> list[Any]:
+    return [*(state or []), *(x for w in writes for x in w)]
+
+
+def delta_graph(snapshot_frequency: int) -> Any:
+    """A graph whose state is one DeltaChannel: each run adds its input and the length it saw."""
+    channel = DeltaChannel(extend, list, snapshot_frequency=snapshot_frequency)
+    State = TypedDict("State", {"items": Annotated[list[Any], channel]})  # noqa: UP013  # the channel is built here
+
+    def node(state: Any) -> dict[str, Any]:
+        return {"items": [len(state.get("items") or [])]}
+
+    graph = StateGraph(State)
+    graph.add_node("n", node)
+    graph.add_edge(START, "n")
+    graph.add_edge("n", END)
+    return graph
+
+
+@pytest.mark.parametrize("frequency", [100, 1], ids=["rebuilt-from-ancestors", "snapshot-every-update"])
+def test_prune_keep_latest_never_empties_a_delta_channel(
+    tmp_path: Path, namespace: str, frequency: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DeltaChannel's value is rebuilt from its ancestors' writes back to its last snapshot, so
+    keep_latest passes over a thread whose latest checkpoint needs them (with a warning); where the
+    latest checkpoint holds a snapshot, it prunes as ever."""
+    config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
+    thread = {"configurable": {"thread_id": "t"}}
+    with HelixSaver.from_config(config) as saver:
+        app = delta_graph(frequency).compile(checkpointer=saver)
+        for i in range(4):
+            app.invoke({"items": [f"in{i}"]}, thread)
+        before, steps = app.get_state(thread).values, len(list(saver.list(thread)))
+        assert before == {"items": ["in0", 1, "in1", 3, "in2", 5, "in3", 7]}
+        saver.prune(["t"], strategy="keep_latest")
+        assert app.get_state(thread).values == before
+        kept = len(list(saver.list(thread)))
+    if frequency == 100:
+        assert kept == steps and "DeltaChannel" in caplog.text
+    else:
+        assert kept == 1 and "DeltaChannel" not in caplog.text
 
 
 async def test_one_projector_service_for_memories_and_checkpoints(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
@@ -56,6 +57,8 @@ from helix_es.sync import run as run_sync
 from helix_es.views.checkpoints import EMPTY, Saved
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+DELTA_COUNTERS = "counters_since_delta_snapshot"  # a checkpoint's metadata: DeltaChannels not snapshotted since
 
 __all__ = ["HelixSaver", "HelixStore"]
 
@@ -320,11 +323,31 @@ class HelixSaver(BaseCheckpointSaver[str]):
         self._sync(self._copy_thread(str(source_thread_id), str(target_thread_id)))
 
     async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        """`keep_latest` passes over a thread whose latest checkpoint rebuilds a `DeltaChannel` from
+        its ancestors' writes (LangGraph's safe choice): cutting them would empty that channel."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInput("strategy", f"must be keep_latest or delete, got {strategy!r}")
-        scope = "keep_latest" if strategy == "keep_latest" else "thread"
-        for thread_id in thread_ids:
-            await self._log.append(str(thread_id), [CheckpointsDeleted(scope)])
+        for thread_id in map(str, thread_ids):
+            if strategy == "delete":
+                await self._log.append(thread_id, [CheckpointsDeleted("thread")])
+            elif not await self._leans_on_ancestors(thread_id):
+                await self._log.append(thread_id, [CheckpointsDeleted("keep_latest")])
+            else:
+                log.warning(
+                    "prune(keep_latest) left thread %r as it is: its latest checkpoint rebuilds a DeltaChannel "
+                    "from its ancestors' writes, which keep_latest would delete (its state would read empty)",
+                    thread_id,
+                )
+
+    async def _leans_on_ancestors(self, thread_id: str) -> bool:
+        """Whether a latest checkpoint of the thread counts DeltaChannel updates since its last snapshot."""
+        await self._log.caught_up(thread_id)
+        rows = await self._log.reads.listing(self._log.namespace, thread_id, None, None, None)
+        latest: dict[str, Saved] = {}
+        for saved in rows:  # newest first
+            latest.setdefault(saved.checkpoint_ns, saved)
+        loads = self.serde.loads_typed
+        return any(loads((s.metadata.type, s.metadata.data)).get(DELTA_COUNTERS) for s in latest.values())
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._call(self._prune(thread_ids, strategy))
