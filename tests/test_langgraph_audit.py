@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from tests.conftest import cli, require_module, start_projector, stop, wait_for
 
 require_module("langgraph", "LangGraph")
 
+from helix_es.client.erasure import NotShreddable, forget  # noqa: E402
 from helix_es.client.keys import close_shared_keys  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
 from helix_es.stores.postgres.checkpoints import PostgresCheckpoints  # noqa: E402
@@ -112,3 +115,28 @@ async def test_forget_shreds_a_thread(tmp_path: Path, namespace: str, session_id
     (tmp_path / "plain.yaml").write_text(json.dumps(plain))
     code, _, err = await cli("forget", "--config", str(tmp_path / "plain.yaml"), "--session", session_id, "--yes")
     assert code == 2 and "encryption is off" in err
+
+
+async def test_a_memory_forget_on_a_threads_namespace_counts_its_values(
+    tmp_path: Path, namespace: str, session_id: str, file_keys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`forget` with a memory config (what `POST .../forget` and the MCP server call) on the namespace
+    of a LangGraph thread: unsealed checkpoint values are not shreddable, so it refuses and changes
+    nothing; sealed ones are, and it shreds them."""
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    memory = {"log": {"path": str(tmp_path / "log")}, "memory_middleware": ["encryption"]}
+    for ns, encryption in ((f"{namespace}-plain", False), (namespace, True)):
+        thread = {**memory, "checkpoints": {"namespace": ns, "encryption": encryption}}
+        async with HelixSaver.from_config(thread) as saver:
+            await lg.ascenario(saver, session_id)
+        config = {**memory, "memory": {"namespace": ns}}
+        if not encryption:
+            with pytest.raises(NotShreddable, match=r"of the \d+ messages .* not sealed"):
+                await forget(config, session_id=session_id)
+            async with HelixSaver.from_config(thread) as saver:  # nothing changed
+                assert await saver.aget_tuple({"configurable": {"thread_id": session_id}}) is not None
+            continue
+        result = await forget(config, session_id=session_id)
+        assert result.erased_keys and result.unshreddable == 0 and result.messages > 0
+        async with HelixSaver.from_config(thread) as saver:
+            assert await saver.aget_tuple({"configurable": {"thread_id": session_id}}) is None

@@ -13,14 +13,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from helix_es.client.checkpoint_seal import UNSEALED, key_id, values_of
 from helix_es.client.encryption import KeyProvider
-from helix_es.client.erasure import ForgetResult, NotShreddable, erased_already, shred
+from helix_es.client.erasure import ForgetResult, NotShreddable, erase
 from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
 from helix_es.config import load_section
-from helix_es.log.check import Skipped
 from helix_es.model import names
-from helix_es.model.events import CheckpointSaved, Record, SessionErased, WritesSaved
 from helix_es.projection.factory import open_log
 from helix_es.views.checkpoints import Checkpoints
 
@@ -49,34 +46,8 @@ async def forget_thread(
         raise NotShreddable(
             f"{type(keys).__name__} cannot destroy one thread's key: set {ENV_STORE}=postgres|redis|file"
         )
-    rows = await keys.rows(ns, sid)  # type: ignore[attr-defined]
-    store_ids = {r.key_id for r in rows}
     log = open_log(cfg.log)
     try:
-        events, values, unshreddable = 0, 0, 0
-        last: Record | None = None
-        listed: set[str] = set()
-        bad: list[Skipped] = []
-        async for record in log.read(ns, session_id=sid, on_bad=bad.append):
-            events += 1
-            last = record
-            p = record.event.payload
-            if isinstance(p, SessionErased):
-                values, unshreddable = 0, 0
-                listed.update(p.key_ids)
-            elif isinstance(p, (CheckpointSaved, WritesSaved)):
-                held = [v for v in values_of(p) if v.type not in UNSEALED]
-                values += len(held)
-                unshreddable += sum(key_id(v) not in store_ids for v in held)
-        if erased_already(rows, last):
-            return ForgetResult(ns, sid, (), events, 0, 0, None, True, len(bad))
-        if unshreddable and not allow_unshreddable:
-            raise NotShreddable(
-                f"{unshreddable} of the {values} values of {ns}/{sid} on the log are not sealed with a key of the key "
-                "store: destroying keys cannot erase them. Nothing was changed. Pass allow_unshreddable=True "
-                "(--allow-unshreddable) to drop the thread from every view anyway; the log keeps them readable"
-            )
-        erased, position = await shred(keys, rows, listed, ns, sid, reason, log.append)
+        return await erase(log.read, log.append, keys, ns, sid, reason, allow_unshreddable, "values", "thread")
     finally:
         await log.close()
-    return ForgetResult(ns, sid, erased, events, values, unshreddable, position, False, len(bad))

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from helix_es.client import backend as backends
+from helix_es.client.checkpoint_seal import UNSEALED, key_id, values_of
 from helix_es.client.encryption import KeyProvider, envelope_key_id, sealable
 from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
 from helix_es.client.memory import JsonExport
@@ -36,7 +37,17 @@ from helix_es.config import Config, load_config
 from helix_es.log.check import Skipped
 from helix_es.model import names
 from helix_es.model.errors import HelixError
-from helix_es.model.events import Event, MessageAdded, Position, Record, SessionErased
+from helix_es.model.events import (
+    CheckpointSaved,
+    Event,
+    ItemPut,
+    MessageAdded,
+    Payload,
+    Position,
+    Record,
+    SessionErased,
+    WritesSaved,
+)
 from helix_es.model.message import Message
 from helix_es.stores.ports import KeyRow
 
@@ -147,39 +158,70 @@ async def forget(
     ns = names.concrete_namespace(namespace or cfg.memory.namespace)
     sid = names.check_session_id(session_id)
     provider = _keys_for(cfg, keys)
-    rows = await provider.rows(ns, sid)  # type: ignore[attr-defined]
-    store_ids = {r.key_id for r in rows}
     backend = await backends.acquire(cfg.log)
     try:
-        events, messages, unshreddable = 0, 0, 0
-        last: Record | None = None
-        listed: set[str] = set()  # key ids earlier erasures already name
-        bad: list[Skipped] = []
-        async for record in backend.log.read(ns, session_id=sid, on_bad=bad.append):
-            events += 1
-            last = record
-            payload = record.event.payload
-            if isinstance(payload, SessionErased):
-                messages, unshreddable = 0, 0  # checked by that erasure
-                listed.update(payload.key_ids)
-            elif isinstance(payload, MessageAdded):
-                messages += 1
-                unshreddable += not _sealed_by(payload.message, store_ids)
-        if erased_already(rows, last):
-            return ForgetResult(ns, sid, (), events, 0, 0, None, True, len(bad))
-        if unshreddable and not allow_unshreddable:
-            raise NotShreddable(
-                f"{unshreddable} of the {messages} messages of {ns}/{sid} on the log are not sealed with a key of the "
-                "key store (written without encryption, or with a key derived from the master): destroying keys "
-                "cannot erase them. Nothing was changed. Pass allow_unshreddable=True (--allow-unshreddable) to "
-                "drop the session from every view anyway; the log keeps those messages readable"
-            )
-        erased, position = await shred(provider, rows, listed, ns, sid, reason, backend.append)
+        result = await erase(
+            backend.log.read, backend.append, provider, ns, sid, reason, allow_unshreddable, "messages", "session"
+        )
     finally:
         await backends.release(cfg.log, backend)
-    if any(p.store == "file" for p in cfg.memory.parts):
+    if not result.already_erased and any(p.store == "file" for p in cfg.memory.parts):
         await _export(cfg, sid)
-    return ForgetResult(ns, sid, erased, events, messages, unshreddable, position, False, len(bad))
+    return result
+
+
+def held(payload: Payload, store_ids: set[str]) -> tuple[int, int]:
+    """What an event holds that an erasure must reach, and how much of it no key of the store sealed."""
+    if isinstance(payload, MessageAdded):
+        return 1, int(not _sealed_by(payload.message, store_ids))
+    if isinstance(payload, (CheckpointSaved, WritesSaved)):  # a LangGraph thread's values
+        values = [v for v in values_of(payload) if v.type not in UNSEALED]
+        return len(values), sum(key_id(v) not in store_ids for v in values)
+    if isinstance(payload, ItemPut):  # a LangGraph store's items are never sealed
+        return 1, 1
+    return 0, 0
+
+
+async def erase(
+    read: Callable[..., AsyncIterator[Record]],
+    append: Callable[[Event], Awaitable[Position]],
+    provider: KeyProvider,
+    namespace: str,
+    session_id: str,
+    reason: str | None,
+    allow_unshreddable: bool,
+    what: str,
+    subject: str,
+) -> ForgetResult:
+    """Read the session's log, refuse (changing nothing) if it holds what its keys did not seal, else
+    destroy its keys and append its `SessionErased`. `what` and `subject` name them in the refusal."""
+    rows = await provider.rows(namespace, session_id)  # type: ignore[attr-defined]
+    store_ids = {r.key_id for r in rows}
+    events, count, unshreddable = 0, 0, 0
+    last: Record | None = None
+    listed: set[str] = set()  # key ids earlier erasures already name
+    bad: list[Skipped] = []
+    async for record in read(namespace, session_id=session_id, on_bad=bad.append):
+        events += 1
+        last = record
+        payload = record.event.payload
+        if isinstance(payload, SessionErased):
+            count, unshreddable = 0, 0  # checked by that erasure
+            listed.update(payload.key_ids)
+        else:
+            n, unsealed = held(payload, store_ids)
+            count, unshreddable = count + n, unshreddable + unsealed
+    if erased_already(rows, last):
+        return ForgetResult(namespace, session_id, (), events, 0, 0, None, True, len(bad))
+    if unshreddable and not allow_unshreddable:
+        raise NotShreddable(
+            f"{unshreddable} of the {count} {what} of {namespace}/{session_id} on the log are not sealed with a key "
+            "of the key store (written without encryption, or with a key derived from the master): destroying "
+            "keys cannot erase them. Nothing was changed. Pass allow_unshreddable=True (--allow-unshreddable) to "
+            f"drop the {subject} from every view anyway; the log keeps them readable"
+        )
+    erased, position = await shred(provider, rows, listed, namespace, session_id, reason, append)
+    return ForgetResult(namespace, session_id, erased, events, count, unshreddable, position, False, len(bad))
 
 
 def erased_already(rows: list[KeyRow], last: Record | None) -> bool:
