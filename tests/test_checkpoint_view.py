@@ -54,6 +54,7 @@ def writes(cid: str, task: str, *rows: tuple[int, str, str], ns: str = "") -> Wr
     return WritesSaved(ns, cid, task, f"path-{task}", tuple(PendingWrite(i, ch, ser(v)) for i, ch, v in rows))
 
 
+GONE = ("", "x", '"2"')  # a blob the last deletion names
 # Two threads; the special channel (idx < 0) replaces, a regular write never overwrites.
 SCRIPT: list[tuple[str, Payload]] = [
     ("a", saved("01", None, "r1", x="1", y="-")),
@@ -70,6 +71,10 @@ SCRIPT: list[tuple[str, Payload]] = [
     ("a", CheckpointsDeleted("keep_latest")),  # 01 and 02 go, with their writes; 03 stays
     ("b", CheckpointsDeleted("thread")),
     ("b", saved("05", None, "r5", x="5")),  # a deleted thread starts afresh
+    ("a", saved("04", "03", "r4", z="4")),
+    ("a", writes("04", "t4", (0, "z", "r"))),
+    # 03 goes with its writes (zz is none), and the blobs the saver found no checkpoint refers to
+    ("a", CheckpointsDeleted("checkpoints", checkpoints=(("", "03"), ("", "zz")), blobs=(("", "x", '"1"'), GONE))),
 ]
 
 
@@ -93,8 +98,9 @@ def reference(recs: list[Record]) -> dict[str, Thread]:
 def test_fold_semantics() -> None:
     threads = reference(records("ns", "t"))
     a, b = threads["a"], threads["b"]
-    assert {ns: sorted(rows) for ns, rows in a.checkpoints.items()} == {"": ["03"], "child": []}
-    assert list(a.writes) == [("", "03")]
+    assert {ns: sorted(rows) for ns, rows in a.checkpoints.items()} == {"": ["04"], "child": []}
+    assert list(a.writes) == [("", "04")]
+    assert sorted(a.blobs) == [("", "x", '"3"'), ("", "y", '"-"'), ("", "z", '"4"'), ("child", "z", '"9"')]
     assert sorted(b.checkpoints[""]) == ["05"] and not b.writes
     assert b.blobs == {("", "x", '"5"'): ser("x5")}
     # Before the deletions: the regular write kept its first value, the special one the last.
@@ -170,9 +176,10 @@ async def test_store_matches_fold_and_replays_change_nothing(store: CheckpointSt
     assert (await store.apply(recs)).events == 0
     for thread, state in ref.items():
         assert await rows_of(store, namespace, thread, state) == expected_rows(state), thread
-    assert await store.runs(namespace, ["r3"]) == ["a"] and await store.runs(namespace, ["r2"]) == []
+    assert await store.runs(namespace, ["r4"]) == ["a"] and await store.runs(namespace, ["r3", "r2"]) == []
     latest = await store.get(namespace, "a", "", None)
-    assert latest is not None and latest.checkpoint_id == "03" and latest.parent_checkpoint_id == "02"
+    assert latest is not None and latest.checkpoint_id == "04" and latest.parent_checkpoint_id == "03"
+    assert await store.blobs(namespace, "a", "", [GONE[1:], ("x", '"1"'), ("x", '"3"')]) == {"x": ser("x3")}
     # A rebuild target readers left: dropped, every thread and checkpoint of the namespace goes.
     await store.drop([namespace], [topic])
     assert await store.checkpoint(topic, 0) is None

@@ -3,7 +3,7 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc (v4, v5: envelope.v4.avsc, envelope.v5.avsc) as first released, with
+schemas/envelope.v1-3.avsc (v4-v6: envelope.v4.avsc to envelope.v6.avsc) as first released, with
 fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally.
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
@@ -26,6 +26,7 @@ import fastavro.schema
 import pytest
 
 from helix_es.log.codec import Codec, event_to_record, load_schemas
+from helix_es.model.errors import InvalidInput
 from helix_es.model.events import (
     ChannelBlob,
     CheckpointSaved,
@@ -257,6 +258,17 @@ EXPECTED: dict[str, Event] = {
         uuid.UUID("bbbbbbbb-cccc-4ddd-8eee-ffffffffffff"),
         datetime(2026, 12, 2, 9, 0, 9, tzinfo=UTC),
     ),
+    "CheckpointsDeleted.listed": Event(
+        NS,
+        "thread-ü",
+        CheckpointsDeleted(
+            "checkpoints",
+            checkpoints=(("", "1f0c2a3b-4d5e-6f60-8000-2c3d4e5f6a7b"), ("sub:1", "1f0")),
+            blobs=(("", "messages", '"00000000000000000000000000000001.0.5"'),),
+        ),
+        uuid.UUID("99999999-aaaa-4bbb-8ccc-dddddddddddf"),
+        datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC),
+    ),
 }
 KEYED = {k for k, e in EXPECTED.items() if e.idempotency_key is not None}  # need v4 on
 
@@ -281,7 +293,9 @@ TYPES = {
         "ItemDeleted",
     ],
 }
-HAS_KEYS = {"v4", "v5"}  # versions with the envelope's idempotency_key
+TYPES["v6"] = TYPES["v5"]  # v6 adds fields to CheckpointsDeleted, no event type
+HAS_KEYS = {"v4", "v5", "v6"}  # versions with the envelope's idempotency_key
+LISTED = {"CheckpointsDeleted.listed"}  # deletions that list checkpoints and blobs: v6 on
 OLDEST = {
     "MessageAdded": "v1",
     "MemoryCleared": "v1",
@@ -302,20 +316,26 @@ def oldest(key: str) -> str:
     """The version an event is written with: the oldest with its type (and, keyed, with keys)."""
     if key in KEYED:
         return min(HAS_KEYS)
+    if key in LISTED:
+        return "v6"
     return OLDEST[kind(key)]
 
 
 def writable(key: str, version: str) -> bool:
-    return kind(key) in TYPES[version] and (key not in KEYED or version in HAS_KEYS)
+    return (
+        kind(key) in TYPES[version]
+        and (key not in KEYED or version in HAS_KEYS)
+        and (key not in LISTED or version >= "v6")
+    )
 
 
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5"]
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5", "v6"]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
         assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 5
+    assert len(set(FINGERPRINTS.values())) == 6
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
@@ -345,9 +365,11 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
     # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
     # one that predates keys reads a keyed event without its key.
-    for reader in (1, 2, 3, 4, 5):
+    for reader in (1, 2, 3, 4, 5, 6):
         if kind(key) in TYPES[f"v{reader}"]:
             want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
+            if key in LISTED and reader < 6:  # a reader that predates the lists reads the deletion without them
+                want = replace(want, payload=replace(want.payload, checkpoints=(), blobs=()))
             assert Codec(reader=reader).decode(data) == want, f"reader v{reader}"
 
 
@@ -374,3 +396,13 @@ def test_events_are_encoded_as_the_golden_bytes_of_the_oldest_version_with_their
     assert data.hex() == RECORDS[first][key]  # byte for byte (the hand-written MessageAdded encoder too)
     # The generic path (fastavro) writes the same bytes as the fast one.
     assert Codec().encode_record(event_to_record(event)) == data
+
+
+def test_a_writer_pinned_before_the_lists_refuses_a_deletion_that_lists() -> None:
+    """A field the pinned version lacks is refused, naming it, rather than dropped: nothing is written."""
+    with pytest.raises(InvalidInput, match="schema v5 has no such field") as caught:
+        Codec(writer=5).encode(EXPECTED["CheckpointsDeleted.listed"])
+    assert caught.value.field == "payload.blobs"
+    assert (
+        Codec(writer=5).decode(Codec(writer=5).encode(EXPECTED["CheckpointsDeleted"])) == EXPECTED["CheckpointsDeleted"]
+    )

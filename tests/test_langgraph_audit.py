@@ -32,6 +32,7 @@ async def test_audit_shows_a_threads_checkpoints_and_its_deletion(
         outcome = await lg.ascenario(saver, session_id)
         thread = {"configurable": {"thread_id": session_id}}
         ids = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(thread)]
+        await saver.aprune([session_id], strategy="keep_latest")
         await saver.adelete_thread(session_id)
         assert await saver.aget_tuple({"configurable": {"thread_id": session_id}}) is None
     assert len(ids) == len(outcome["history"])
@@ -43,12 +44,17 @@ async def test_audit_shows_a_threads_checkpoints_and_its_deletion(
     assert "writes of task" in out and "__interrupt__" in out  # the interrupt is a pending write
     assert 'steps = ["act:yes"]' in out  # values are shown as text
     assert out.rstrip().endswith("thread deleted: every checkpoint and write")
+    pruned = next(line for line in out.splitlines() if "checkpoints deleted: " in line)
+    assert all(cid in pruned for cid in ids[1:]) and ids[0] not in pruned  # all but the latest
+    assert "blob(s) no checkpoint left refers to" in pruned
 
     code, out, err = await cli("audit", "--config", str(path), "--session", session_id, "--json")
     assert code == 0, err
     events = json.loads(out)["events"]
     kinds = [e["type"] for e in events]
-    assert kinds.count("CheckpointSaved") == len(ids) and kinds[-1] == "CheckpointsDeleted"
+    assert kinds.count("CheckpointSaved") == len(ids) and kinds[-2:] == ["CheckpointsDeleted"] * 2
+    listed = events[-2]["payload"]
+    assert listed["scope"] == "checkpoints" and len(listed["checkpoints"]) == len(ids) - 1 and listed["blobs"]
     saved = [e["payload"] for e in events if e["type"] == "CheckpointSaved"]
     assert {s["checkpoint_id"] for s in saved} == set(ids)
     assert all(s["checkpoint"]["bytes"] > 0 for s in saved)

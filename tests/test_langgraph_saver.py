@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import subprocess
 import sys
 from pathlib import Path
@@ -127,28 +128,97 @@ def delta_graph(snapshot_frequency: int) -> Any:
     return graph
 
 
-@pytest.mark.parametrize("frequency", [100, 1], ids=["rebuilt-from-ancestors", "snapshot-every-update"])
-def test_prune_keep_latest_never_empties_a_delta_channel(
-    tmp_path: Path, namespace: str, frequency: int, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("frequency", "runs"), [(100, 4), (3, 7), (1, 4)], ids=["no-snapshot-yet", "snapshot-every-3", "every-update"]
+)
+def test_prune_keep_latest_keeps_what_a_delta_channel_is_rebuilt_from(
+    tmp_path: Path, namespace: str, frequency: int, runs: int
 ) -> None:
-    """A DeltaChannel's value is rebuilt from its ancestors' writes back to its last snapshot, so
-    keep_latest passes over a thread whose latest checkpoint needs them (with a warning); where the
-    latest checkpoint holds a snapshot, it prunes as ever."""
+    """A DeltaChannel's value is rebuilt from its ancestors' writes back to its last snapshot:
+    keep_latest keeps those ancestors (all of them before any snapshot, none when the latest
+    checkpoint holds one) and prunes the rest; the state reads the same, in a fresh saver too."""
     config = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
     thread = {"configurable": {"thread_id": "t"}}
     with HelixSaver.from_config(config) as saver:
         app = delta_graph(frequency).compile(checkpointer=saver)
-        for i in range(4):
+        for i in range(runs):
             app.invoke({"items": [f"in{i}"]}, thread)
         before, steps = app.get_state(thread).values, len(list(saver.list(thread)))
-        assert before == {"items": ["in0", 1, "in1", 3, "in2", 5, "in3", 7]}
+        assert len(before["items"]) == 2 * runs
         saver.prune(["t"], strategy="keep_latest")
         assert app.get_state(thread).values == before
         kept = len(list(saver.list(thread)))
-    if frequency == 100:
-        assert kept == steps and "DeltaChannel" in caplog.text
+    with HelixSaver.from_config(config) as fresh:
+        assert delta_graph(frequency).compile(checkpointer=fresh).get_state(thread).values == before
+    assert {100: kept == steps, 3: 1 < kept < steps, 1: kept == 1}[frequency], (kept, steps)
+
+
+def counting_graph() -> Any:
+    """A graph that appends to a list channel (each step a new blob of it) and counts its steps."""
+    State = TypedDict("State", {"items": Annotated[list[str], operator.add], "steps": int})  # noqa: UP013
+
+    def node(state: Any) -> dict[str, Any]:
+        return {"items": ["x" * 100], "steps": state.get("steps", 0) + 1}
+
+    graph = StateGraph(State)
+    graph.add_node("n", node)
+    graph.add_edge(START, "n")
+    graph.add_edge("n", END)
+    return graph
+
+
+Pair = tuple[str, str]  # (channel, version)
+
+
+async def referenced(saver: HelixSaver, thread: str) -> dict[str, set[Pair]]:
+    """Each checkpoint of the thread: the channel versions it refers to."""
+    return {
+        t.checkpoint["id"]: {(ch, json.dumps(v)) for ch, v in t.checkpoint["channel_versions"].items()}
+        async for t in saver.alist({"configurable": {"thread_id": thread}})
+    }
+
+
+async def held(saver: HelixSaver, thread: str, pairs: set[Pair]) -> set[Pair]:
+    """Those of `pairs` whose blob the view holds (a value, not an empty channel's marker)."""
+    reads, namespace = saver._log.reads, saver._log.namespace
+    return {pair for pair in pairs if await reads.blobs(namespace, thread, "", [pair])}
+
+
+@pytest.mark.parametrize("where", ["embedded", "kafka-redis", "kafka-postgres"])
+async def test_prune_and_delete_for_runs_drop_the_blobs_no_checkpoint_left_refers_to(
+    tmp_path: Path, namespace: str, where: str, procs: list[Any], request: Any
+) -> None:
+    """The view cannot see which blobs a checkpoint refers to (its channel versions are serialized):
+    the saver lists those only deleted checkpoints referred to, and the deletion drops them."""
+    if where == "embedded":
+        config: dict[str, Any] = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace}}
     else:
-        assert kept == 1 and "DeltaChannel" not in caplog.text
+        store = where.split("-")[1]
+        key, fixture = {"postgres": ("dsn", "postgres_dsn"), "redis": ("redis_url", "redis_url")}[store]
+        config = lg.on_kafka(namespace, {"store": store, key: request.getfixturevalue(fixture)})
+        procs.append(start_projector(config, tmp_path))
+    async with HelixSaver.from_config(config) as saver:
+        app = counting_graph().compile(checkpointer=saver)
+        for thread in ("pruned", "runs"):
+            for run in range(4):
+                call = {"configurable": {"thread_id": thread}, "metadata": {"run_id": f"run-{run}"}}
+                await app.ainvoke({"items": [f"in{run}"]}, call)
+        for thread in ("pruned", "runs"):
+            before = await referenced(saver, thread)
+            values = await held(saver, thread, set().union(*before.values()))
+            state = (await app.aget_state({"configurable": {"thread_id": thread}})).values
+            if thread == "pruned":
+                await saver.aprune([thread], strategy="keep_latest")
+            else:
+                await saver.adelete_for_runs(["run-0", "run-1"])
+            after = await referenced(saver, thread)
+            assert 0 < len(after) < len(before)
+            kept = set().union(*after.values())
+            # What the kept checkpoints refer to stays; what only the deleted ones referred to goes.
+            assert await held(saver, thread, values) == values & kept
+            assert values - kept, "nothing to drop: the test proves nothing"
+            if thread == "pruned":
+                assert (await app.aget_state({"configurable": {"thread_id": thread}})).values == state
 
 
 async def test_one_projector_service_for_memories_and_checkpoints(

@@ -75,10 +75,13 @@ def describe(p: CheckpointSaved | WritesSaved | CheckpointsDeleted) -> str:
         rows = "; ".join(f"{w.channel} = {_value(w.value)}" for w in p.writes)
         path = f" ({p.task_path})" if p.task_path else ""
         return f"writes of task {p.task_id}{path} on checkpoint {p.checkpoint_id}{_ns(p.checkpoint_ns)}: {rows}"
+    blobs = f", and {len(p.blobs)} blob(s) no checkpoint left refers to" if p.blobs else ""
     if p.scope == "runs":
-        return "checkpoints of runs " + ", ".join(p.run_ids) + " deleted"
+        return "checkpoints of runs " + ", ".join(p.run_ids) + " deleted" + blobs
     if p.scope == "keep_latest":
         return "checkpoints pruned: the latest of each namespace kept"
+    if p.scope == "checkpoints":
+        return "checkpoints deleted: " + ", ".join(cid + _ns(ns) for ns, cid in p.checkpoints) + blobs
     return "thread deleted: every checkpoint and write"
 
 
@@ -101,4 +104,9 @@ def payload_json(p: CheckpointSaved | WritesSaved | CheckpointsDeleted) -> dict[
             "task_path": p.task_path,
             "writes": [{"idx": w.idx, "channel": w.channel, "value": value_json(w.value)} for w in p.writes],
         }
-    return {"scope": p.scope, "run_ids": list(p.run_ids)}
+    return {
+        "scope": p.scope,
+        "run_ids": list(p.run_ids),
+        "checkpoints": [{"checkpoint_ns": ns, "checkpoint_id": cid} for ns, cid in p.checkpoints],
+        "blobs": [{"checkpoint_ns": ns, "channel": ch, "version": v} for ns, ch, v in p.blobs],
+    }

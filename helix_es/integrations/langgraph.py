@@ -16,8 +16,8 @@ reach the log, so no projector ever needs it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-import logging
 import os
 import random
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
@@ -57,8 +57,8 @@ from helix_es.sync import run as run_sync
 from helix_es.views.checkpoints import EMPTY, Saved
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 DELTA_COUNTERS = "counters_since_delta_snapshot"  # a checkpoint's metadata: DeltaChannels not snapshotted since
+LISTED = 2000  # checkpoints or blobs one deletion event lists: well inside the log's event limit
 
 __all__ = ["HelixSaver", "HelixStore"]
 
@@ -281,7 +281,10 @@ class HelixSaver(BaseCheckpointSaver[str]):
             return
         await self._log.caught_up(None)
         for thread_id in await self._log.reads.runs(self._log.namespace, runs):
-            await self._log.append(thread_id, [CheckpointsDeleted("runs", runs)])
+            rows = await self._rows(thread_id)
+            doomed = {(s.checkpoint_ns, s.checkpoint_id) for s in rows if s.run_id in runs}
+            blobs = self._unreferenced(rows, doomed)
+            await self._log.append(thread_id, _deletions(CheckpointsDeleted("runs", runs), blobs))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self._call(self._delete_for_runs(run_ids))
@@ -323,31 +326,57 @@ class HelixSaver(BaseCheckpointSaver[str]):
         self._sync(self._copy_thread(str(source_thread_id), str(target_thread_id)))
 
     async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
-        """`keep_latest` passes over a thread whose latest checkpoint rebuilds a `DeltaChannel` from
-        its ancestors' writes (LangGraph's safe choice): cutting them would empty that channel."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInput("strategy", f"must be keep_latest or delete, got {strategy!r}")
         for thread_id in map(str, thread_ids):
             if strategy == "delete":
                 await self._log.append(thread_id, [CheckpointsDeleted("thread")])
-            elif not await self._leans_on_ancestors(thread_id):
-                await self._log.append(thread_id, [CheckpointsDeleted("keep_latest")])
-            else:
-                log.warning(
-                    "prune(keep_latest) left thread %r as it is: its latest checkpoint rebuilds a DeltaChannel "
-                    "from its ancestors' writes, which keep_latest would delete (its state would read empty)",
-                    thread_id,
-                )
+                continue
+            rows = await self._rows(thread_id)
+            latest: dict[str, Saved] = {}
+            for saved in rows:  # newest first
+                latest.setdefault(saved.checkpoint_ns, saved)
+            kept: set[tuple[str, str]] = set()
+            for saved in latest.values():
+                kept |= await self._chain(thread_id, saved, rows)
+            doomed = {(s.checkpoint_ns, s.checkpoint_id) for s in rows} - kept
+            if doomed:
+                first = CheckpointsDeleted("checkpoints", checkpoints=tuple(sorted(doomed)))
+                await self._log.append(thread_id, _deletions(first, self._unreferenced(rows, doomed)))
 
-    async def _leans_on_ancestors(self, thread_id: str) -> bool:
-        """Whether a latest checkpoint of the thread counts DeltaChannel updates since its last snapshot."""
+    async def _rows(self, thread_id: str) -> Sequence[Saved]:
+        """The thread's checkpoints, newest first, once the view holds this saver's writes."""
         await self._log.caught_up(thread_id)
-        rows = await self._log.reads.listing(self._log.namespace, thread_id, None, None, None)
-        latest: dict[str, Saved] = {}
-        for saved in rows:  # newest first
-            latest.setdefault(saved.checkpoint_ns, saved)
-        loads = self.serde.loads_typed
-        return any(loads((s.metadata.type, s.metadata.data)).get(DELTA_COUNTERS) for s in latest.values())
+        return await self._log.reads.listing(self._log.namespace, thread_id, None, None, None)
+
+    def _versions(self, saved: Saved) -> dict[str, str]:
+        checkpoint = self.serde.loads_typed((saved.checkpoint.type, saved.checkpoint.data))
+        return {ch: _version(v) for ch, v in checkpoint["channel_versions"].items()}
+
+    async def _chain(self, thread_id: str, latest: Saved, rows: Sequence[Saved]) -> set[tuple[str, str]]:
+        """`latest` and the ancestors it rebuilds its DeltaChannels from: LangGraph walks the parent
+        chain, gathering writes, back to one that holds a value of the channel (a snapshot)."""
+        cns = latest.checkpoint_ns
+        kept = {(cns, latest.checkpoint_id)}
+        metadata = self.serde.loads_typed((latest.metadata.type, latest.metadata.data))
+        rebuilt = set(metadata.get(DELTA_COUNTERS) or ())  # DeltaChannels updated since their snapshot
+        by_id = {s.checkpoint_id: s for s in rows if s.checkpoint_ns == cns}
+        parent = by_id.get(latest.parent_checkpoint_id or "")
+        while rebuilt and parent is not None:
+            kept.add((cns, parent.checkpoint_id))
+            versions = self._versions(parent)
+            wanted = [(ch, versions[ch]) for ch in rebuilt if ch in versions]
+            rebuilt -= set(await self._log.reads.blobs(self._log.namespace, thread_id, cns, wanted))
+            parent = by_id.get(parent.parent_checkpoint_id or "")
+        return kept
+
+    def _unreferenced(self, rows: Sequence[Saved], doomed: set[tuple[str, str]]) -> Sequence[tuple[str, str, str]]:
+        """The blobs that only checkpoints in `doomed` refer to (each refers to its channel versions)."""
+        held: dict[bool, set[tuple[str, str, str]]] = {True: set(), False: set()}
+        for s in rows:
+            goes = (s.checkpoint_ns, s.checkpoint_id) in doomed
+            held[goes] |= {(s.checkpoint_ns, ch, v) for ch, v in self._versions(s).items()}
+        return sorted(held[True] - held[False])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._call(self._prune(thread_ids, strategy))
@@ -384,3 +413,19 @@ class _Opening:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         run_sync(self.__aexit__(kind, exc, tb))
+
+
+def _deletions(first: CheckpointsDeleted, blobs: Sequence[tuple[str, str, str]]) -> list[CheckpointsDeleted]:
+    """`first` (its checkpoints listed `LISTED` at a time), then the blobs: each event inside the log's
+    limit, the blobs after the checkpoints that referred to them."""
+    out = [
+        dataclasses.replace(first, checkpoints=first.checkpoints[i : i + LISTED])
+        for i in range(0, max(len(first.checkpoints), 1), LISTED)
+    ]
+    for i in range(0, len(blobs), LISTED):
+        chunk = tuple(blobs[i : i + LISTED])
+        if i == 0:
+            out[-1] = dataclasses.replace(out[-1], blobs=chunk)
+        else:
+            out.append(CheckpointsDeleted("checkpoints", blobs=chunk))
+    return out

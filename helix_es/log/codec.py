@@ -114,11 +114,14 @@ class Codec:
         # An event with an idempotency key needs a version with that field (v4 on): the oldest that has it.
         self._writer_for: dict[str, SchemaVersion] = {}
         self._keyed_writer_for: dict[str, SchemaVersion] = {}
+        # A payload that sets a field only later versions have needs the oldest version with it.
+        self._later: dict[str, list[tuple[SchemaVersion, frozenset[str]]]] = {}
         for v in reversed(known if writer is None else [self.writer]):
             for name in _payload_names(v.schema):
                 self._writer_for[name] = v
                 if _has_key_field(v.schema):
                     self._keyed_writer_for[name] = v
+                self._later.setdefault(name, []).insert(0, (v, _payload_fields(v.schema, name)))
         # Parsed with fastavro's hint, so it does not parse the schema again on every call (2x faster).
         self._write_schemas = {v.fingerprint: fastavro.parse_schema(copy.deepcopy(v.schema)) for v in known}
         # Reading with the newest schema, resolution only adds defaults that `record_to_event` fills in
@@ -166,10 +169,25 @@ class Codec:
                 )
         else:
             writer = self._writer_for.get(name, self.writer) if name else self.writer
+        if name and isinstance(payload, tuple):
+            writer = self._with_fields(name, payload[1], writer)
         buf = io.BytesIO()
         buf.write(MAGIC + writer.fingerprint)
         fastavro.schemaless_writer(buf, self._write_schemas.get(writer.fingerprint, writer.schema), record)
         return buf.getvalue()
+
+    def _with_fields(self, name: str, body: Mapping[str, Any], writer: SchemaVersion) -> SchemaVersion:
+        """`writer`, or the oldest later version whose `name` has every field `body` sets."""
+        set_ = {k for k, v in body.items() if v is not None and v != [] and v != {}}
+        for v, fields in self._later.get(name, []):
+            if v.version >= writer.version and set_ <= fields:
+                return v
+        missing = sorted(set_ - next((f for v, f in self._later.get(name, []) if v is writer), frozenset()))
+        raise InvalidInput(
+            f"payload.{missing[0] if missing else '?'}",
+            f"schema v{writer.version} has no such field in {name.rsplit('.', 1)[-1]}; "
+            "unpin the log's writer version to write it",
+        )
 
     def decode_record(self, data: bytes) -> dict[str, Any]:
         if data[:2] != MAGIC or len(data) < HEADER_LEN:
@@ -378,6 +396,12 @@ def _fast_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 def _has_key_field(schema: Mapping[str, Any]) -> bool:
     return any(f["name"] == "idempotency_key" for f in schema["fields"])
+
+
+def _payload_fields(schema: Mapping[str, Any], name: str) -> frozenset[str]:
+    payload = next(f for f in schema["fields"] if f["name"] == "payload")
+    branch = next(b for b in payload["type"] if b["name"] == name)
+    return frozenset(f["name"] for f in branch["fields"])
 
 
 def _payload_names(schema: Mapping[str, Any]) -> list[str]:

@@ -68,7 +68,12 @@ _BODIES: dict[type, Callable[[Any], dict[str, Any]]] = {
         "task_path": p.task_path,
         "writes": [{"idx": w.idx, "channel": w.channel, "value": _typed(w.value)} for w in p.writes],
     },
-    CheckpointsDeleted: lambda p: {"scope": p.scope, "run_ids": list(p.run_ids)},
+    CheckpointsDeleted: lambda p: {
+        "scope": p.scope,
+        "run_ids": list(p.run_ids),
+        "checkpoints": [{"checkpoint_ns": ns, "checkpoint_id": cid} for ns, cid in p.checkpoints],
+        "blobs": [{"checkpoint_ns": ns, "channel": ch, "version": v} for ns, ch, v in p.blobs],
+    },
     ItemPut: lambda p: {
         "namespace": list(p.namespace),
         "key": p.key,
@@ -102,7 +107,12 @@ _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
         b.get("task_path") or "",
         tuple(PendingWrite(w["idx"], w["channel"], _serialized(w["value"])) for w in b["writes"]),
     ),
-    _NS + "CheckpointsDeleted": lambda b: CheckpointsDeleted(b["scope"], tuple(b.get("run_ids") or ())),
+    _NS + "CheckpointsDeleted": lambda b: CheckpointsDeleted(
+        b["scope"],
+        tuple(b.get("run_ids") or ()),
+        tuple((c["checkpoint_ns"], c["checkpoint_id"]) for c in b.get("checkpoints") or ()),
+        tuple((x["checkpoint_ns"], x["channel"], x["version"]) for x in b.get("blobs") or ()),
+    ),
     _NS + "ItemPut": lambda b: ItemPut(
         tuple(b["namespace"]),
         b["key"],

@@ -121,19 +121,24 @@ class WritesSaved:
     writes: tuple[PendingWrite, ...]
 
 
-DELETE_SCOPES = ("thread", "runs", "keep_latest")
+DELETE_SCOPES = ("thread", "runs", "keep_latest", "checkpoints")
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointsDeleted:
     """Checkpoints of the thread leave the checkpoint view; they stay on the log (schema v5).
 
-    `scope`: "thread" (all, with their writes), "runs" (those whose run_id is in `run_ids`) or
-    "keep_latest" (all but the latest of each checkpoint namespace).
+    `scope`: "thread" (all, with their writes), "runs" (those whose run_id is in `run_ids`),
+    "keep_latest" (all but the latest of each checkpoint namespace) or "checkpoints" (those in
+    `checkpoints`, schema v6). `blobs` (v6) go too, whatever the scope: the saver lists the channel
+    blobs only deleted checkpoints referred to (the view cannot tell: a checkpoint's channel
+    versions are inside its serialized value).
     """
 
     scope: str
     run_ids: tuple[str, ...] = ()
+    checkpoints: tuple[tuple[str, str], ...] = ()  # (checkpoint_ns, checkpoint_id)
+    blobs: tuple[tuple[str, str, str], ...] = ()  # (checkpoint_ns, channel, version)
 
     def __post_init__(self) -> None:
         if self.scope not in DELETE_SCOPES:

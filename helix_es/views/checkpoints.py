@@ -119,6 +119,8 @@ def keeps(existing: bool, idx: int) -> bool:
 
 def doomed(thread: Thread, payload: CheckpointsDeleted) -> list[tuple[str, str]]:
     """The (checkpoint_ns, checkpoint_id) rows a deletion removes (scope "thread": all of them)."""
+    if payload.scope == "checkpoints":
+        return [(ns, cid) for ns, cid in payload.checkpoints if cid in thread.checkpoints.get(ns, ())]
     if payload.scope == "runs":
         runs = set(payload.run_ids)
         return [(ns, cid) for ns, rows in thread.checkpoints.items() for cid, s in rows.items() if s.run_id in runs]
@@ -147,6 +149,8 @@ def apply(thread: Thread, event: Event) -> Thread:
         for ns, cid in doomed(thread, p):
             del thread.checkpoints[ns][cid]
             thread.writes.pop((ns, cid), None)
+        for gone in p.blobs:
+            thread.blobs.pop(gone, None)
     elif isinstance(p, (MemoryCleared, SessionErased)):
         return _clear(thread)
     return thread

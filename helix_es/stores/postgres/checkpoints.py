@@ -88,6 +88,11 @@ _REPLACE = _WRITES.format(
 )
 _ADD = _WRITES.format("NOTHING")
 _THREAD = "view = $1 AND namespace = $2 AND thread_id = $3"
+# A "checkpoints" deletion's rows, and the blobs a deletion lists.
+_LISTED = "SELECT * FROM unnest($4::text[], $5::text[])"
+_DROP_BLOBS = f"""
+DELETE FROM helix_lg_blobs WHERE {_THREAD}
+AND (checkpoint_ns, channel, version) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))"""
 # The rows a deletion removes, for the writes and the checkpoints alike.
 _DOOMED = {
     "runs": f"SELECT checkpoint_ns, checkpoint_id FROM helix_lg_checkpoints WHERE {_THREAD} AND run_id = ANY($4)",
@@ -177,10 +182,15 @@ class PostgresCheckpoints:
                         [w.value.data for w in rows],
                     )
         elif isinstance(p, CheckpointsDeleted) and p.scope != "thread":
-            doomed = f"(checkpoint_ns, checkpoint_id) IN ({_DOOMED[p.scope]})"
-            runs = list(p.run_ids)
-            await conn.execute(f"DELETE FROM helix_lg_writes WHERE {_THREAD} AND {doomed}", *key, runs)
-            await conn.execute(f"DELETE FROM helix_lg_checkpoints WHERE {_THREAD} AND {doomed}", *key, runs)
+            if p.scope == "checkpoints":
+                doomed, args = f"(checkpoint_ns, checkpoint_id) IN ({_LISTED})", _columns(p.checkpoints)
+            else:
+                doomed, args = f"(checkpoint_ns, checkpoint_id) IN ({_DOOMED[p.scope]})", [list(p.run_ids)]
+            if args:  # a "checkpoints" deletion may list none, and only blobs
+                await conn.execute(f"DELETE FROM helix_lg_writes WHERE {_THREAD} AND {doomed}", *key, *args)
+                await conn.execute(f"DELETE FROM helix_lg_checkpoints WHERE {_THREAD} AND {doomed}", *key, *args)
+            if p.blobs:
+                await conn.execute(_DROP_BLOBS, *key, *_columns(p.blobs))
         elif isinstance(p, (CheckpointsDeleted, MemoryCleared, SessionErased)):
             for table in _T:
                 await conn.execute(f"DELETE FROM {table} WHERE {_THREAD}", *key)
@@ -260,3 +270,8 @@ class PostgresCheckpoints:
 
     async def close(self) -> None:
         await self._pg.close()
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> list[list[str]]:
+    """Rows as the columns `unnest` takes (none for no rows)."""
+    return [list(column) for column in zip(*rows, strict=True)]

@@ -165,7 +165,10 @@ class RedisCheckpoints:
         elif isinstance(p, (CheckpointsDeleted, MemoryCleared, SessionErased)):
             assert index is not None
             scope = p.scope if isinstance(p, CheckpointsDeleted) else "thread"
-            if scope == "runs":
+            if scope == "checkpoints":
+                listed = p.checkpoints if isinstance(p, CheckpointsDeleted) else ()
+                doomed = [ref for ref in listed if ref in index]
+            elif scope == "runs":
                 runs = set(p.run_ids) if isinstance(p, CheckpointsDeleted) else set()
                 doomed = [k_ for k_, run in index.items() if run and run in runs]
             elif scope == "keep_latest":
@@ -185,6 +188,8 @@ class RedisCheckpoints:
             if scope == "thread":
                 pipe.delete(k.cp, k.runs, k.nss, k.blobs)
                 pipe.srem(threads_key(self.name, e.namespace), e.session_id)
+            elif isinstance(p, CheckpointsDeleted) and p.blobs:
+                pipe.hdel(k.blobs, *(SEP.join(ref) for ref in p.blobs))
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         value = await (await self._client()).hget(names.checkpoint_key(self.name), f"{topic}:{partition}")
