@@ -12,7 +12,6 @@ deleted checkpoints refer to), and the blob bytes the view held before and after
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import operator
 import sys
@@ -27,6 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
+
+try:
+    from bench import cli as bench_cli
+except ModuleNotFoundError:  # run as `python bench/<script>.py`: bench/ itself is on the path
+    import cli as bench_cli  # type: ignore[no-redef]
 
 
 def graph(turn: int) -> Any:
@@ -83,15 +87,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--turn", type=int, default=200, help="characters of each chat turn")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    result = asyncio.run(main(args))
-    if args.json:
-        print(json.dumps(result))
+    parsed = bench_cli.parser(__doc__)
+    parsed.add_argument("--steps", type=int, default=200)
+    parsed.add_argument("--turn", type=int, default=200, help="characters of each chat turn")
+    ran = bench_cli.run(parsed, main)
+    if ran is None:
         return
+    args, result = ran
     print(f"{result['checkpoints']} checkpoints of one thread, each step adding a {args.turn}-character turn")
     print(f"  alist of the whole thread (anchor)   {result['list_ms']:>9.1f} ms")
     print(f"  prune(keep_latest)                   {result['prune_ms']:>9.1f} ms  ({result['prune_per_list']}x)")

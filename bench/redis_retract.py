@@ -14,8 +14,6 @@ of them too). Anchor: a raw redis-py PING round trip. Every key it made is delet
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import statistics
 import time
@@ -25,6 +23,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+try:
+    from bench import cli as bench_cli
+except ModuleNotFoundError:  # run as `python bench/<script>.py`: bench/ itself is on the path
+    import cli as bench_cli  # type: ignore[no-redef]
 from helix_es import Event, Message, MessageAdded
 from helix_es.model import names
 from helix_es.model.events import MemoryCleared, MessageRetracted, Position, Record, SessionErased
@@ -117,16 +119,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--times", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    result = asyncio.run(main(args))
-    if args.json:
-        print(json.dumps(result))
+    parsed = bench_cli.parser(__doc__)
+    parsed.add_argument("--rows", type=int, default=100_000)
+    parsed.add_argument("--sessions", type=int, default=1000)
+    parsed.add_argument("--times", type=int, default=20)
+    ran = bench_cli.run(parsed, main)
+    if ran is None:
         return
+    args, result = ran
     print(f"{args.rows:,} rows of {args.sessions:,} sessions in one namespace; raw PING p50 {result['ping_p50_ms']} ms")
     for name in ("by_session", "index_scan"):
         r = result[name]

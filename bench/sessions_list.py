@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -26,6 +25,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+try:
+    from bench import cli as bench_cli
+except ModuleNotFoundError:  # run as `python bench/<script>.py`: bench/ itself is on the path
+    import cli as bench_cli  # type: ignore[no-redef]
 from helix_es import Event, Message, MessageAdded
 from helix_es.client.audit import audit
 from helix_es.config import load_config
@@ -132,17 +135,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    result = asyncio.run(main(args))
-    if args.json:
-        print(json.dumps(result))
+    parsed = bench_cli.parser(__doc__)
+    parsed.add_argument("--events", type=int, default=100_000)
+    parsed.add_argument("--sessions", type=int, default=1000)
+    parsed.add_argument("--partitions", type=int, default=3)
+    parsed.add_argument("--calls", type=int, default=20)
+    ran = bench_cli.run(parsed, main)
+    if ran is None:
         return
+    args, result = ran
     print(f"{args.events:,} events, {args.sessions:,} sessions, {args.partitions} partitions")
     print(f"  first listing (whole log read)      {result['first_listing_ms']:>10.1f} ms")
     print(f"  later listing, one new event, p50   {result['later_listing_p50_ms']:>10.2f} ms")

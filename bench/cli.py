@@ -1,0 +1,28 @@
+"""The command-line tail the benchmark scripts share: their arguments, `--json`, one run of `main`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser described by the script docstring's first paragraph."""
+    return argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+
+
+def run(
+    parsed: argparse.ArgumentParser, main: Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
+) -> tuple[argparse.Namespace, dict[str, Any]] | None:
+    """Parse the arguments (with `--json`) and run `main` once; with `--json` print its result as
+    JSON and return None, else return the arguments and the result for the script to print."""
+    parsed.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parsed.parse_args()
+    result = asyncio.run(main(args))
+    if args.json:
+        print(json.dumps(result))
+        return None
+    return args, result
