@@ -75,6 +75,11 @@ def _version(version: object) -> str:
     return json.dumps(version)
 
 
+def _refers_to(checkpoint: Checkpoint) -> list[tuple[str, str]]:
+    """The (channel, version) blobs a checkpoint refers to: its channel versions."""
+    return [(ch, _version(v)) for ch, v in checkpoint["channel_versions"].items()]
+
+
 class HelixSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on the helix-es log. Open it with `from_config` (`async with` or `with`)."""
 
@@ -107,8 +112,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
         store, namespace, loads = self._log.reads, self._log.namespace, self.serde.loads_typed
         tid, cns, cid = saved.thread_id, saved.checkpoint_ns, saved.checkpoint_id
         checkpoint: Checkpoint = loads((saved.checkpoint.type, saved.checkpoint.data))
-        versions = [(ch, _version(v)) for ch, v in checkpoint["channel_versions"].items()]
-        blobs = await store.blobs(namespace, tid, cns, versions)
+        blobs = await store.blobs(namespace, tid, cns, _refers_to(checkpoint))
         writes = await store.writes(namespace, tid, cns, cid)
         writes.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
         return CheckpointTuple(
@@ -283,7 +287,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
         for thread_id in await self._log.reads.runs(self._log.namespace, runs):
             rows = await self._rows(thread_id)
             doomed = {(s.checkpoint_ns, s.checkpoint_id) for s in rows if s.run_id in runs}
-            blobs = self._unreferenced(rows, doomed)
+            blobs = _unreferenced(self._versions(rows), doomed)
             await self._log.append(thread_id, _deletions(CheckpointsDeleted("runs", runs), blobs))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -299,7 +303,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
         events: list[Payload] = []
         for saved in sorted(rows, key=lambda s: (s.checkpoint_ns, s.checkpoint_id)):  # parents first
             checkpoint = self.serde.loads_typed((saved.checkpoint.type, saved.checkpoint.data))
-            versions = [(ch, _version(v)) for ch, v in checkpoint["channel_versions"].items()]
+            versions = _refers_to(checkpoint)
             blobs = await store.blobs(namespace, source, saved.checkpoint_ns, versions)
             events.append(
                 CheckpointSaved(
@@ -333,27 +337,34 @@ class HelixSaver(BaseCheckpointSaver[str]):
                 await self._log.append(thread_id, [CheckpointsDeleted("thread")])
                 continue
             rows = await self._rows(thread_id)
+            versions = self._versions(rows)
             latest: dict[str, Saved] = {}
             for saved in rows:  # newest first
                 latest.setdefault(saved.checkpoint_ns, saved)
             kept: set[tuple[str, str]] = set()
             for saved in latest.values():
-                kept |= await self._chain(thread_id, saved, rows)
-            doomed = {(s.checkpoint_ns, s.checkpoint_id) for s in rows} - kept
+                kept |= await self._chain(thread_id, saved, rows, versions)
+            doomed = set(versions) - kept
             if doomed:
                 first = CheckpointsDeleted("checkpoints", checkpoints=tuple(sorted(doomed)))
-                await self._log.append(thread_id, _deletions(first, self._unreferenced(rows, doomed)))
+                await self._log.append(thread_id, _deletions(first, _unreferenced(versions, doomed)))
 
     async def _rows(self, thread_id: str) -> Sequence[Saved]:
         """The thread's checkpoints, newest first, once the view holds this saver's writes."""
         await self._log.caught_up(thread_id)
         return await self._log.reads.listing(self._log.namespace, thread_id, None, None, None)
 
-    def _versions(self, saved: Saved) -> dict[str, str]:
-        checkpoint = self.serde.loads_typed((saved.checkpoint.type, saved.checkpoint.data))
-        return {ch: _version(v) for ch, v in checkpoint["channel_versions"].items()}
+    def _versions(self, rows: Sequence[Saved]) -> dict[tuple[str, str], dict[str, str]]:
+        """Each checkpoint's channel versions (the blobs it refers to), by (checkpoint_ns, checkpoint_id)."""
+        loads = self.serde.loads_typed
+        return {
+            (s.checkpoint_ns, s.checkpoint_id): dict(_refers_to(loads((s.checkpoint.type, s.checkpoint.data))))
+            for s in rows
+        }
 
-    async def _chain(self, thread_id: str, latest: Saved, rows: Sequence[Saved]) -> set[tuple[str, str]]:
+    async def _chain(
+        self, thread_id: str, latest: Saved, rows: Sequence[Saved], versions: dict[tuple[str, str], dict[str, str]]
+    ) -> set[tuple[str, str]]:
         """`latest` and the ancestors it rebuilds its DeltaChannels from: LangGraph walks the parent
         chain, gathering writes, back to one that holds a value of the channel (a snapshot)."""
         cns = latest.checkpoint_ns
@@ -364,19 +375,11 @@ class HelixSaver(BaseCheckpointSaver[str]):
         parent = by_id.get(latest.parent_checkpoint_id or "")
         while rebuilt and parent is not None:
             kept.add((cns, parent.checkpoint_id))
-            versions = self._versions(parent)
-            wanted = [(ch, versions[ch]) for ch in rebuilt if ch in versions]
+            has = versions[(cns, parent.checkpoint_id)]
+            wanted = [(ch, has[ch]) for ch in rebuilt if ch in has]
             rebuilt -= set(await self._log.reads.blobs(self._log.namespace, thread_id, cns, wanted))
             parent = by_id.get(parent.parent_checkpoint_id or "")
         return kept
-
-    def _unreferenced(self, rows: Sequence[Saved], doomed: set[tuple[str, str]]) -> Sequence[tuple[str, str, str]]:
-        """The blobs that only checkpoints in `doomed` refer to (each refers to its channel versions)."""
-        held: dict[bool, set[tuple[str, str, str]]] = {True: set(), False: set()}
-        for s in rows:
-            goes = (s.checkpoint_ns, s.checkpoint_id) in doomed
-            held[goes] |= {(s.checkpoint_ns, ch, v) for ch, v in self._versions(s).items()}
-        return sorted(held[True] - held[False])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._call(self._prune(thread_ids, strategy))
@@ -413,6 +416,16 @@ class _Opening:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         run_sync(self.__aexit__(kind, exc, tb))
+
+
+def _unreferenced(
+    versions: dict[tuple[str, str], dict[str, str]], doomed: set[tuple[str, str]]
+) -> Sequence[tuple[str, str, str]]:
+    """The blobs that only checkpoints in `doomed` refer to."""
+    held: dict[bool, set[tuple[str, str, str]]] = {True: set(), False: set()}
+    for (cns, cid), channels in versions.items():
+        held[(cns, cid) in doomed] |= {(cns, ch, v) for ch, v in channels.items()}
+    return sorted(held[True] - held[False])
 
 
 def _deletions(first: CheckpointsDeleted, blobs: Sequence[tuple[str, str, str]]) -> list[CheckpointsDeleted]:
