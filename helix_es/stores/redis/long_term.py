@@ -144,7 +144,7 @@ class RedisLongTerm:
         erasures = [op for op in batch if op.erased]
         for e in erasures:  # first: a crash before the apply script re-delivers the erasure with the batch
             base = self._prefix(e.namespace)
-            await self._run("erase", [base + "index"], [base + "m:", e.session_id, topic, partition, e.offset, base])
+            await self._run("erase", [base + "index"], [base, e.session_id, topic, partition, e.offset])
         field = f"{topic}:{partition}"
         # A message no newer than a clear of its namespace in this batch is gone once the batch is applied,
         # wherever it stands in the batch (a clear drops the rows up to its time, and no row up to the

@@ -235,7 +235,7 @@ return applied
 
 
 # A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
-# KEYS: index; ARGV: message key prefix, session id, topic, partition, offset, key prefix. The session's
+# KEYS: index; ARGV: key prefix, session id, topic, partition, offset. The session's
 # own rows where the namespace files them by session (see `_ROWS`), else a scan of its index; it
 # runs before the batch's apply script moves the checkpoint.
 ERASE = r"""
@@ -244,15 +244,15 @@ local function goes(m)
   local t, p, o = string.match(m, '^%d+,(.*),(%d+),(%d+)$')
   return not (t == ARGV[3] and tonumber(p) == tonumber(ARGV[4]) and tonumber(o) > tonumber(ARGV[5]))
 end
-local gone = 0
-if redis.call('EXISTS', ARGV[6] .. 'by-session') == 1 then
-  local rows = ARGV[6] .. 's:' .. ARGV[2]
+local gone, row = 0, ARGV[1] .. 'm:'
+if redis.call('EXISTS', ARGV[1] .. 'by-session') == 1 then
+  local rows = ARGV[1] .. 's:' .. ARGV[2]
   local members = redis.call('ZRANGE', rows, 0, -1)
   for i = 1, #members do
     local m = members[i]
     if goes(m) then
       redis.call('ZREM', rows, m)
-      if redis.call('DEL', ARGV[1] .. m) == 1 then
+      if redis.call('DEL', row .. m) == 1 then
         redis.call('ZREM', KEYS[1], m)
         gone = gone + 1
       end
@@ -263,9 +263,9 @@ end
 local members = redis.call('ZRANGE', KEYS[1], 0, -1)
 for i = 1, #members do
   local m = members[i]
-  local value = redis.call('GET', ARGV[1] .. m)
+  local value = redis.call('GET', row .. m)
   if value and cjson.decode(value)['session_id'] == ARGV[2] and goes(m) then
-    redis.call('DEL', ARGV[1] .. m)
+    redis.call('DEL', row .. m)
     redis.call('ZREM', KEYS[1], m)
     gone = gone + 1
   end
