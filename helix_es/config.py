@@ -263,10 +263,7 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
                 f"encryption seals every message, and the summary view {sealed[0]} would summarise ciphertext "
                 "(its projector holds no key): use a window view with encryption, or drop encryption",
             )
-    if names.is_pattern(parsed.namespace) and log.type != "kafka":
-        raise ConfigError(
-            f"{where}.namespace", "a pattern is for projectors of a Kafka log; clients open one concrete namespace"
-        )
+    _served_by_kafka(parsed, log, where)
     longest = names.longest_topic(parsed.namespace, log.topic_prefix)
     if longest > names.MAX_TOPIC:
         raise ConfigError(
@@ -287,6 +284,14 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
     return Config(memory=parsed, log=log, middleware=tuple(middleware))
 
 
+def _served_by_kafka(memory: MemoryConfig, log: LogConfig, where: str) -> None:
+    """A namespace pattern is what projectors of a Kafka log serve; the embedded log has no projectors."""
+    if names.is_pattern(memory.namespace) and log.type != "kafka":
+        raise ConfigError(
+            f"{where}.namespace", "a pattern is for projectors of a Kafka log; clients open one concrete namespace"
+        )
+
+
 # A document's mappings for the framework adapters, each a view of its own type beside the memories.
 SECTIONS = {"store": "langgraph-store", "checkpoints": "langgraph-checkpoints"}
 SECTION_NAMESPACES = {"checkpoints": "langgraph"}  # a mapping's namespace when it names none (else "default")
@@ -298,7 +303,7 @@ def load_served(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Conf
     and each adapter mapping (`store:`, `checkpoints:`) it has."""
     doc = read_source(source)
     configs = load_configs(doc) if set(MEMORY_KEYS) & set(doc) else []
-    configs += [load_section(doc, section) for section in SECTIONS if section in doc]
+    configs += [load_section(doc, section, pattern=True) for section in SECTIONS if section in doc]
     if not configs:
         raise ConfigError("memory", f"missing: give a `memory:` mapping, an `agents:` list or {_sections()}")
     return configs
@@ -313,10 +318,12 @@ def sections_only(doc: Mapping[str, Any]) -> bool:
     return any(s in doc for s in SECTIONS) and not any(k in doc for k in MEMORY_KEYS)
 
 
-def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: str) -> Config:
+def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: str, *, pattern: bool = False) -> Config:
     """A document's mapping for a framework adapter (`store:`, `checkpoints:`) as a memory of its view
     type (`SECTIONS`), with the document's `log:`. Its keys are a memory's (store, redis_url or dsn,
-    namespace, consistency, read_timeout) and its view's (`index`, `encryption`)."""
+    namespace, consistency, read_timeout) and its view's (`index`, `encryption`). Its namespace is
+    one concrete namespace (what a saver or store opens), or with `pattern` also a glob (`"*"`,
+    `tenant-*`) for projectors of a Kafka log, as a memory's may be."""
     doc = read_source(source)
     view_type = SECTIONS[section]
     if section not in doc:
@@ -327,7 +334,10 @@ def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: st
     log = parse_log(doc.get("log"), "log")
     defaults = {"namespace": SECTION_NAMESPACES.get(section, "default")}
     parsed = parse_memory({**defaults, **raw, "type": view_type}, section, log)
-    names.concrete_namespace(parsed.namespace, f"{section}.namespace", ConfigError)
+    if pattern:
+        _served_by_kafka(parsed, log, section)
+    else:
+        names.concrete_namespace(parsed.namespace, f"{section}.namespace", ConfigError)
     return Config(memory=parsed, log=log)
 
 
@@ -338,7 +348,7 @@ def audit_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: s
     if not sections_only(doc):
         return load_config(doc, agent=agent)
     first = next(s for s in ("checkpoints", *SECTIONS) if s in doc)
-    section = load_section(doc, first)
+    section = load_section(doc, first, pattern=True)
     return replace(section, memory=parse_memory({"namespace": section.memory.namespace}, first))
 
 

@@ -84,3 +84,19 @@ async def test_unknown_middleware_is_named() -> None:
     with pytest.raises(ConfigError, match=r"memory_middleware\[1\].*'audit'"):
         async with open_memory({"memory": {}, "memory_middleware": ["logging", "audit"]}, session_id="s"):
             pass
+
+
+def test_adapter_mappings_take_a_pattern_for_projectors_only() -> None:
+    from helix_es.config import audit_config, load_section, load_served
+
+    pg = {"store": "postgres", "dsn": "postgresql://x/y"}
+    doc = {"log": {"type": "kafka"}, "checkpoints": {**pg, "namespace": "*"}, "store": {**pg, "namespace": "t-*"}}
+    assert [c.memory.served for c in load_served(doc)] == [("t-*",), ("*",)]
+    assert audit_config(doc).memory.namespace == "*"  # audit and forget take --namespace
+    for section in ("checkpoints", "store"):  # a saver or a store opens one namespace
+        with pytest.raises(ConfigError, match="one concrete") as err:
+            load_section(doc, section)
+        assert err.value.field == f"{section}.namespace"
+    with pytest.raises(ConfigError, match="projectors of a Kafka log") as err:
+        load_served({**doc, "log": {"type": "embedded"}})
+    assert err.value.field == "store.namespace"

@@ -6,6 +6,7 @@ them, and the old targets can be dropped. Real Kafka, Redis and PostgreSQL."""
 from __future__ import annotations
 
 import json
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,69 @@ async def test_one_service_serves_memory_checkpoints_and_store_and_each_view_reb
         if proc.poll() is None:
             proc.kill()
     assert "from checkpoints to checkpoints@v2" in err and "from langgraph-store to langgraph-store@v2" in err, err
+
+
+def tenant(cfg: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """A client's config: the projector file with one concrete namespace in place of each pattern."""
+    return {**cfg, **{k: {**cfg[k], "namespace": namespace} for k in ("memory", "checkpoints", "store")}}
+
+
+async def test_one_projector_serves_every_mapping_over_a_pattern_and_picks_up_new_namespaces(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str
+) -> None:
+    prefix, ns = unique("mt"), unique("mt")
+    early, late = f"{ns}-a", f"{ns}-b"
+    log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix}
+    pg = {"store": "postgres", "dsn": postgres_dsn, "read_timeout": 60}
+    cfg = {  # the prefix is this test's own: `*` is every namespace of it
+        "log": log,
+        "memory": {"type": "conversation", **pg, "namespace": f"{ns}-*"},
+        "checkpoints": {**pg, "namespace": "*"},
+        "store": {**pg, "namespace": f"{ns}-?"},
+    }
+    expected = {thread: await lg.ascenario(InMemorySaver(), thread) for thread in ("t1", "t2")}
+
+    async def write(namespace: str, clients: AsyncExitStack) -> Any:
+        """A tenant's memory and store writes, by clients that stay open (read-your-writes is theirs)."""
+        client = tenant(cfg, namespace)
+        memory = await clients.enter_async_context(open_memory(client, session_id="s1"))
+        store = await clients.enter_async_context(HelixStore.from_config(client))
+        await memory.add(Message("user", f"hello from {namespace}"))
+        await store.aput(("users", "u1"), "prefs", {"tenant": namespace})
+
+        async def read_back(thread: str) -> None:
+            assert [m.content for m in await memory.get()] == [f"hello from {namespace}"]
+            item = await store.aget(("users", "u1"), "prefs")
+            assert item is not None and item.value == {"tenant": namespace}
+            async with HelixSaver.from_config(client) as saver:  # a graph run reads its checkpoints back
+                assert await lg.ascenario(saver, thread) == expected[thread]
+
+        return read_back
+
+    path = tmp_path / "helix.yaml"
+    path.write_text(json.dumps(cfg))
+    async with AsyncExitStack() as clients:
+        read_early = await write(early, clients)  # its topic is there before the projector starts
+        proc = start_projector(cfg, tmp_path)
+        try:
+            await read_early("t1")
+            read_late = await write(late, clients)  # its topic is new: the running projector finds it
+            await read_late("t2")
+
+            async def drained() -> bool:
+                lags = await lag_by_view(path)
+                return sorted(lags) == ["checkpoints", "conversation", "langgraph-store"] and not any(lags.values())
+
+            await wait_for(drained, 60, "every view of the file to have no lag")
+            code, out, err = await cli("lag", "--config", str(path), "--json")
+            assert code == 0, err
+            topics = {(p["view"], p["topic"]) for p in json.loads(out)["partitions"]}
+            assert topics == {
+                (view, f"{prefix}.{namespace}")
+                for view in ("checkpoints", "conversation", "langgraph-store")
+                for namespace in (early, late)
+            }
+            stop_projector(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
