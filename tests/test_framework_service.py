@@ -200,3 +200,57 @@ async def test_one_projector_serves_every_mapping_over_a_pattern_and_picks_up_ne
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+async def test_rebuild_without_view_rebuilds_every_view_of_the_file(tmp_path: Path, kafka_bootstrap: str) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    prefix, ns = unique("all"), unique("all")
+    log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix}
+    pg = {"store": "postgres", "consistency": "eventual"}  # no projector runs: the rebuild builds the views
+    cfg = {
+        "log": log,
+        "memory": {"type": "conversation", **pg, "namespace": f"{ns}-*"},
+        "checkpoints": {**pg, "namespace": f"{ns}-*"},
+        "store": {"store": "redis", "consistency": "eventual", "namespace": f"{ns}-*"},
+    }
+    thread = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    namespaces = (f"{ns}-a", f"{ns}-b")
+    for namespace in namespaces:
+        client = tenant(cfg, namespace)
+        async with (
+            open_memory(client, session_id="s1") as memory,
+            HelixSaver.from_config(client) as saver,
+            HelixStore.from_config(client) as store,
+        ):
+            await memory.add(Message("user", f"hello from {namespace}"))
+            await saver.aput(thread, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            await store.aput(("users", "u1"), "prefs", {"tenant": namespace})
+    path = tmp_path / "helix.yaml"
+    path.write_text(json.dumps(cfg))
+    code, _, err = await cli("rebuild", "--config", str(path), "--into", "x@v9")
+    assert code == 2 and "--into" in err and "--view" in err, err
+
+    code, out, err = await cli("rebuild", "--config", str(path), "--json", "--progress", "0.2")
+    assert code == 0, err
+    reports = [json.loads(line) for line in out.splitlines()]  # one line per view
+    assert [(r["view"], r["target"], r["switched"], r["namespaces"]) for r in reports] == [
+        ("conversation", "conversation@v2", True, 2),
+        ("langgraph-store", "langgraph-store@v2", True, 2),
+        ("checkpoints", "checkpoints@v2", True, 2),
+    ]
+    for i, view in enumerate(("conversation", "langgraph-store", "checkpoints"), 1):
+        assert f"view {i} of 3: {view}" in err and f"rebuild {view} -> {view}@v2" in err, err
+        assert f"rebuilt {view} into {view}@v2" in err, err
+    assert await lag_by_view(path) == {"conversation@v2": 0, "langgraph-store@v2": 0, "checkpoints@v2": 0}
+    for namespace in namespaces:  # readers read the new targets
+        client = tenant(cfg, namespace)
+        async with (
+            open_memory(client, session_id="s1") as memory,
+            HelixSaver.from_config(client) as saver,
+            HelixStore.from_config(client) as store,
+        ):
+            assert [m.content for m in await memory.get()] == [f"hello from {namespace}"]
+            assert await saver.aget_tuple(thread) is not None
+            item = await store.aget(("users", "u1"), "prefs")
+            assert item is not None and item.value == {"tenant": namespace}

@@ -1,6 +1,7 @@
 """`helix-es rebuild`: the command; the rebuild itself is `projectors.rebuild` (its doc has the steps).
 
 helix-es rebuild --config F [--view V] [--into NAME] [--switch/--no-switch] [--drop-old] [--json]
+    (without --view: every view of the config, one after another)
 helix-es rebuild --config F [--view V] --drop NAME
 helix-es rebuild --config F [--view V] --into NAME --group | --join
 """
@@ -12,9 +13,10 @@ import json
 import sys
 from typing import Any
 
+from helix_es.config import MemoryConfig
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
-from projectors.rebuild import DEFAULT_BATCH, HANDOVER_SECONDS, Display, drop, join, rebuild, select
+from projectors.rebuild import DEFAULT_BATCH, HANDOVER_SECONDS, Display, drop, join, rebuild, select, views
 
 
 def add_command(sub: Any) -> None:
@@ -26,7 +28,11 @@ def add_command(sub: Any) -> None:
         "keeps serving; switch readers to it atomically once it has caught up.",
     )
     p.add_argument("--config", required=True, help="YAML file; it names the store to build in")
-    p.add_argument("--view", help="the view to rebuild, by name (token-window-4000) or type, if the config has several")
+    p.add_argument(
+        "--view",
+        help="the view to rebuild, by name (token-window-4000) or type (default: every view of the config, "
+        "one after another)",
+    )
     p.add_argument(
         "--into", metavar="NAME", help="the target to build (default <view>@v<N>); an unfinished one resumes"
     )
@@ -72,7 +78,7 @@ def add_command(sub: Any) -> None:
         "group assigns, and exit when that rebuild has caught up; same config as the rebuild",
     )
     p.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines when not a terminal")
-    p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
+    p.add_argument("--json", action="store_true", help="print each view's final report as a line of JSON on stdout")
     p.set_defaults(run=_run)
 
 
@@ -90,18 +96,40 @@ async def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    _, part = select(args.config, args.view)
+    if args.view is not None:
+        _, part = select(args.config, args.view)
+        return await _rebuild(args, part)
+    _, every = views(args.config)
+    if len(every) > 1 and args.into is not None:
+        raise ConfigError("--into", f"names one target, and the config has {len(every)} views: give --view too")
+    for part in every:  # each refused before any is built
+        _kept_outside(part)
+    for i, part in enumerate(every, 1):
+        if len(every) > 1:
+            print(f"helix-es: view {i} of {len(every)}: {part.view.name} ({part.store})", file=sys.stderr)
+        await _rebuild(args, part)
+    return 0
+
+
+def _kept_outside(part: MemoryConfig) -> None:
+    """A view the CLI can rebuild: kept in a store outside the process that serves it."""
     if registry.kind(part.store).in_process:
         raise ConfigError(
             "memory.store",
             f"a {part.store} view lives in the process that serves it and is built "
             "from the log when it starts; rebuild it there: await rebuild(config)",
         )
+
+
+async def _rebuild(args: argparse.Namespace, part: MemoryConfig) -> int:
+    """One view: its progress on stderr, its report (--json: one line on stdout)."""
+    _kept_outside(part)
     display = Display(interval=args.progress)
     try:
         report = await rebuild(
             args.config,
-            view=args.view,
+            view=part.view.name,
+            store_kind=part.store,
             into=args.into,
             switch=args.switch,
             drop_old=args.drop_old,
@@ -115,7 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         display.finish()
     if args.json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps(report.to_json()), flush=True)
     moved = (
         f"; readers switched from {report.old_target}"
         if report.switched

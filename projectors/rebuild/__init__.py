@@ -48,7 +48,7 @@ from helix_es.log.replay import DEFAULT_BATCH
 from projectors.rebuild.group import MemberReport, join
 from projectors.rebuild.orchestrate import HANDOVER_SECONDS, drop, drop_target, rebuild
 from projectors.rebuild.progress import Display
-from projectors.rebuild.selection import select
+from projectors.rebuild.selection import select, views
 from projectors.rebuild.status import DropReport, RebuildError, RebuildReport, Status
 from projectors.rebuild.workers import PARALLEL_MIN_EVENTS
 
@@ -67,4 +67,5 @@ __all__ = [
     "join",
     "rebuild",
     "select",
+    "views",
 ]

@@ -44,6 +44,7 @@ async def rebuild(
     config: ConfigSource,
     *,
     view: str | None = None,
+    store_kind: str | None = None,
     into: str | None = None,
     switch: bool = True,
     drop_old: bool = False,
@@ -59,9 +60,10 @@ async def rebuild(
     The config names the store to build in (a Postgres long-term memory for history that only
     went to Redis: give a config with `store: postgres`). The steps are in `projectors.rebuild`'s doc.
     With `group`, the partitions are shared through the target's Kafka consumer group with the
-    members that join it (`projectors.rebuild.group`), on this machine or others.
+    members that join it (`projectors.rebuild.group`), on this machine or others. `store_kind`
+    picks `view` in that store kind where views of one name live in several (`projectors.rebuild.views`).
     """
-    log_config, part = select(config, view)
+    log_config, part = select(config, view, store=store_kind)
     if members < 1:
         raise ConfigError("--members", f"must be >= 1 (this process included), got {members}")
     if members > 1 and not group:
