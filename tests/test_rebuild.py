@@ -209,15 +209,15 @@ async def test_a_new_token_window_size_is_built_from_the_log(tmp_path: Path, red
         namespace=ns,
     )
     report = await rebuild(new, switch=False)
-    assert report.target == "token-window-300-est2@v2" and report.read == 40 and not report.switched
+    assert report.target == "token-window-300-est3@v2" and report.read == 40 and not report.switched
     # What a fresh in-process fold of the same log gives, and readers of the new size once switched:
     reference = {**new, "memory": {**new["memory"], "store": "memory"}}
     async with open_memory(reference, session_id="s") as ref:
         expected = await ref.get()
     assert 1 < len(expected) < 40
-    assert (await rebuild(new, into="token-window-300-est2@v2")).switched  # resumes the target built above
+    assert (await rebuild(new, into="token-window-300-est3@v2")).switched  # resumes the target built above
     async with open_memory(new, session_id="s") as mem:
-        assert mem.projection.name == "token-window-300-est2@v2"
+        assert mem.projection.name == "token-window-300-est3@v2"
         assert await mem.get() == expected
 
 

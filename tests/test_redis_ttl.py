@@ -223,5 +223,5 @@ async def _gone(client: aioredis.Redis, *keys: str) -> bool:
 def test_ttl_is_not_part_of_a_views_identity() -> None:
     assert SlidingWindow(3, ttl=10) == SlidingWindow(3)
     assert {Conversation(ttl=1.0), Conversation()} == {Conversation()}
-    assert TokenWindow(10, ttl=5, tool_pairs="split").name == "token-window-10-est2"
-    assert TokenWindow(10, ttl=5).name == "token-window-10-est2-pairs"
+    assert TokenWindow(10, ttl=5, tool_pairs="split").name == "token-window-10-est3"
+    assert TokenWindow(10, ttl=5).name == "token-window-10-est3-pairs"

@@ -217,7 +217,7 @@ PARTS: list[dict[str, Any]] = [
 EXPECTED: dict[str, View] = {
     "conversation": Conversation(),
     "sliding-window-7-pairs": SlidingWindow(7),
-    "token-window-300-est2-pairs": TokenWindow(300),
+    "token-window-300-est3-pairs": TokenWindow(300),
     "conversation-max9-pairs": Conversation(max_length=9),
     "long-term": Conversation(),
 }

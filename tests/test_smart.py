@@ -134,7 +134,7 @@ def test_an_exact_tokenizer_budgets_in_tiktoken_counts(name: str) -> None:
 
 def test_smart_names_and_tokenizer_config() -> None:
     require_module("tiktoken", "the tokenizers extra (pip install -e '.[tokenizers]') is not installed")
-    assert Smart().name == "smart-100000-est2"
+    assert Smart().name == "smart-100000-est3"
     assert Smart(2000, tokenizer="cl100k_base").name == "smart-2000-cl100k"
     assert Smart(2000, tokenizer="o200k_base").name == "smart-2000-o200k"
     for kind in ("smart", "code"):

@@ -85,11 +85,11 @@ def contents(messages: State | list[Message]) -> list[str]:
 
 def test_name_kind_and_validation() -> None:
     assert TokenWindow(2000).kind == "token-window"
-    # The seed's cut has no `-pairs`; `-est2` names the estimator's weights (a refit renames).
+    # The seed's cut has no `-pairs`; `-est3` names the estimator's weights (a refit renames).
     split = TokenWindow(2000, tool_pairs="split")
-    assert split.name == split.key_suffix == "token-window-2000-est2"
-    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-est2-max50"
-    assert TokenWindow(2000, max_length=50).name == "token-window-2000-est2-max50-pairs"
+    assert split.name == split.key_suffix == "token-window-2000-est3"
+    assert TokenWindow(2000, max_length=50, tool_pairs="split").name == "token-window-2000-est3-max50"
+    assert TokenWindow(2000, max_length=50).name == "token-window-2000-est3-max50-pairs"
     for bad in (0, -5, True, 2.5, "100"):
         with pytest.raises(ConfigError, match="max_tokens"):
             TokenWindow(bad)  # type: ignore[arg-type]
@@ -377,7 +377,7 @@ def test_an_exact_window_keeps_exactly_what_tiktoken_counts(name: str) -> None:
 def test_exact_and_estimated_windows_are_other_views() -> None:
     exact_counter("o200k_base")
     views = [TokenWindow(4000), TokenWindow(4000, tokenizer="cl100k_base"), TokenWindow(4000, tokenizer="o200k_base")]
-    assert [v.name for v in views] == ["token-window-4000-est2-pairs", "token-window-4000-cl100k-pairs",
+    assert [v.name for v in views] == ["token-window-4000-est3-pairs", "token-window-4000-cl100k-pairs",
                                        "token-window-4000-o200k-pairs"]  # fmt: skip
     assert len(set(views)) == 3
     assert (

@@ -38,7 +38,7 @@ PARTS: list[dict[str, Any]] = [
     {"type": "summary", "max_messages": 8},
     {"type": "conversation", "max_length": 9},
 ]
-NAMES = ["sliding-window-7-pairs", "token-window-300-est2-pairs", "summary-8-pairs", "conversation-max9-pairs"]
+NAMES = ["sliding-window-7-pairs", "token-window-300-est3-pairs", "summary-8-pairs", "conversation-max9-pairs"]
 FOLDED = [n for n in NAMES if not n.startswith("summary")]  # a pure fold of the messages alone
 
 
@@ -228,7 +228,7 @@ def test_config_names_and_checks_tool_pairs() -> None:
 
     assert view(type="sliding-window", window_size=30).name == "sliding-window-30-pairs"
     assert view(type="sliding-window", window_size=30, tool_pairs="split").name == "sliding-window-30"
-    assert view(type="token-window", max_tokens=300, max_length=5).name == "token-window-300-est2-max5-pairs"
+    assert view(type="token-window", max_tokens=300, max_length=5).name == "token-window-300-est3-max5-pairs"
     assert view(type="conversation", max_length=9).name == "conversation-max9-pairs"
     assert view(type="conversation", tool_pairs="split").name == view(type="conversation").name == "conversation"
     with pytest.raises(ConfigError, match=r"memory\.tool_pairs.*whole, split"):

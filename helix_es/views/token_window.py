@@ -33,7 +33,7 @@ SUFFIXES = {"cl100k_base": "-cl100k", "o200k_base": "-o200k"}
 
 def tokenizer_suffix(tokenizer: str) -> str:
     """Part of a token view's name: other counting rules keep other messages, so another view.
-    Estimate views carry the estimator's weights' version (`-est2`): a refit renames them."""
+    Estimate views carry the estimator's weights' version (`-est3`): a refit renames them."""
     return SUFFIXES.get(tokenizer, f"-est{VERSION}")
 
 
