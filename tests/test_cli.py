@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import require_module, unique
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,3 +69,27 @@ def test_config_errors_exit_2_and_say_what_to_fix(tmp_path: Path) -> None:
     out = run("project", "--config", str(cfg))
     assert out.returncode == 2
     assert "log: kafka" in out.stderr
+
+
+async def test_forget_of_a_thread_takes_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--namespace` names the thread's namespace over the file's (a projector file's may be a pattern)."""
+    require_module("langgraph", "LangGraph")
+    from helix_es.client.keys import close_shared_keys
+    from helix_es.integrations.langgraph import HelixSaver
+    from tests import langgraph_graph as lg
+
+    lg.use_file_keys(monkeypatch, str(tmp_path / "keys"))
+    namespace, thread = unique("ns"), unique("t")
+    sealed = {"log": {"path": str(tmp_path / "log")}, "checkpoints": {"namespace": namespace, "encryption": True}}
+    try:
+        async with HelixSaver.from_config(sealed) as saver:
+            await lg.ascenario(saver, thread)
+        other = tmp_path / "other.yaml"
+        other.write_text(json.dumps({**sealed, "checkpoints": {**sealed["checkpoints"], "namespace": "elsewhere"}}))
+        out = run("forget", "--config", str(other), "--session", thread, "--namespace", namespace, "--yes")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"forgot {namespace}/{thread}: destroyed 1 key(s)"), out.stdout
+        async with HelixSaver.from_config(sealed) as saver:
+            assert await saver.aget_tuple({"configurable": {"thread_id": thread}}) is None
+    finally:
+        await close_shared_keys()

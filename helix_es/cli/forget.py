@@ -32,8 +32,10 @@ async def _run(args: argparse.Namespace) -> int:
             return 1
     try:
         if thread:
+            # The thread's namespace: --namespace, else the file's own (a projector file's may be a pattern).
+            one = {**doc, "checkpoints": {**doc["checkpoints"], "namespace": ns}}
             result = await forget_thread(
-                doc, thread_id=args.session, reason=args.reason, allow_unshreddable=args.allow_unshreddable
+                one, thread_id=args.session, reason=args.reason, allow_unshreddable=args.allow_unshreddable
             )
         else:
             result = await forget(
