@@ -144,7 +144,8 @@ def token(session_id: str, position: Position) -> str:
 
 
 def after(request: Request, topic: str, session_id: str) -> Position | None:
-    """The position an `X-Helix-After` token names, checked against the request's namespace and session."""
+    """The position an `X-Helix-After` token names, checked against the request's namespace and session
+    (400 naming the header if not; `LogEnds.check` then checks it against the log)."""
     text = request.headers.get(AFTER)
     if text is None:
         return None
@@ -155,7 +156,9 @@ def after(request: Request, topic: str, session_id: str) -> Position | None:
     except (ValueError, TypeError, binascii.Error):
         valid = False
     if not valid:
-        raise InvalidInput(AFTER, "is not a token this service issued: send the X-Helix-After of a write's answer")
+        raise ApiError(400, "is not a token this service issued: send the X-Helix-After of a write's answer", AFTER)
     if (their_topic, their_session) != (topic, session_id):
-        raise InvalidInput(AFTER, "was issued for another session or namespace: send the token of this session's write")
+        raise ApiError(
+            400, "was issued for another session or namespace: send the token of this session's write", AFTER
+        )
     return Position(their_topic, partition, offset)

@@ -1,0 +1,57 @@
+"""`helix-es serve` against hostile input: forged consistency tokens, bodies nested or sized to cost
+the server, times out of range, session ids that need percent-encoding. Each is refused with the
+status and field it deserves (or served), and leaves the server as it was for every other client.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import unique
+from tests.test_service import HASHED_KEY, A, auth, client, contents, embedded
+
+AFTER = "X-Helix-After"
+OTHER = auth(HASHED_KEY)  # another client of the same tenant
+
+
+def _token(raw: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _raw(token: str) -> list[Any]:
+    decoded: list[Any] = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    return decoded
+
+
+async def test_a_forged_read_after_token_is_a_400_and_the_session_stays_readable(tmp_path: Path) -> None:
+    ns, sid = unique("ta"), unique("s")
+    base = f"/v1/{ns}/sessions/{sid}"
+    async with client(embedded(tmp_path, read_timeout=3)) as http:
+        added = await http.post(f"{base}/messages", json={"role": "user", "content": "hi"}, headers=A)
+        topic, partition, offset, _ = _raw(added.headers[AFTER])
+        forged = {
+            "from the future": [topic, partition, offset + 1000, sid],
+            "the next write's": [topic, partition, offset + 1, sid],
+            "another partition": [topic, partition + 1, offset, sid],
+            "another session": [topic, partition, offset, "someone-else"],
+            "another namespace": [f"helix.memory.{unique('ta')}", partition, offset, sid],
+        }
+        for what, raw in forged.items():
+            for path, params in ((f"{base}/messages", {}), (f"{base}/search", {"q": "hi"})):
+                answer = await http.get(path, params=params, headers={**A, AFTER: _token(raw)})
+                assert (answer.status_code, answer.json()["field"]) == (400, AFTER), (what, answer.text)
+        # Nothing stalls: another client's read, and one with the real token, answer at once.
+        started = time.monotonic()
+        assert contents(await http.get(f"{base}/messages", headers=OTHER)) == ["hi"]
+        assert contents(await http.get(f"{base}/messages", headers={**OTHER, AFTER: added.headers[AFTER]})) == ["hi"]
+        assert contents(await http.get(f"{base}/search", params={"q": "hi"}, headers=OTHER)) == ["hi"]
+        assert time.monotonic() - started < 2.0  # a stalled read waits read_timeout (3 s) and answers 504
+        # A session with no write on the log has no token to give.
+        fresh = await http.get(
+            f"/v1/{unique('ta')}/sessions/{sid}/messages", headers={**A, AFTER: _token([topic, 0, 0, sid])}
+        )
+        assert (fresh.status_code, fresh.json()["field"]) == (400, AFTER)
