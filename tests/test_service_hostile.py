@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import unique
-from tests.test_service import HASHED_KEY, A, auth, client, contents, embedded
+from tests.test_service import ADMIN_KEY, HASHED_KEY, A, auth, client, contents, embedded
 
 AFTER = "X-Helix-After"
 OTHER = auth(HASHED_KEY)  # another client of the same tenant
@@ -55,3 +55,39 @@ async def test_a_forged_read_after_token_is_a_400_and_the_session_stays_readable
             f"/v1/{unique('ta')}/sessions/{sid}/messages", headers={**A, AFTER: _token([topic, 0, 0, sid])}
         )
         assert (fresh.status_code, fresh.json()["field"]) == (400, AFTER)
+
+
+async def test_a_body_nested_past_the_limit_or_over_the_size_is_refused_naming_it(tmp_path: Path) -> None:
+    ns, sid = unique("ta"), unique("s")
+    base = f"/v1/{ns}/sessions/{sid}"
+    async with client(embedded(tmp_path), max_body=100_000) as http:
+        deep = [
+            b"[" * 50_000 + b"]" * 50_000,  # past the parser's stack: a 500 before
+            b"{" + b'"a":{' * 40 + b"}" * 41,
+            b'{"role": "user", "content": "hi", "metadata": {"k": ' + b"[" * 40 + b"]" * 40 + b"}}",
+        ]
+        for body in deep:
+            for method, path in (("POST", f"{base}/messages"), ("POST", f"{base}/forget")):
+                answer = await http.request(method, path, content=body, headers=A)
+                if path.endswith("forget") and answer.status_code == 403:
+                    continue  # forget is for admin keys: asked with one below
+                assert (answer.status_code, answer.json()["field"]) == (400, "body"), answer.text
+                assert "deeper than this server's 32" in answer.json()["error"]
+        forgot = await http.post(f"{base}/forget", content=deep[0], headers=auth(ADMIN_KEY))
+        assert (forgot.status_code, forgot.json()["field"]) == (400, "body"), forgot.text
+        # 32 levels pass the check (and then fail as a message would).
+        ok = b"[" * 32 + b"]" * 32
+        assert (await http.post(f"{base}/messages", content=ok, headers=A)).status_code == 422
+        # Brackets in strings are text, not nesting.
+        text = {"messages": [{"role": "user", "content": "[[{" * 40 + '\\"'}]}
+        assert (await http.post(f"{base}/messages", json=text, headers=A)).status_code == 201
+
+        async def chunks() -> Any:  # no Content-Length: the cap counts what is read
+            for _ in range(200):
+                yield b" " * 1000
+
+        streamed = await http.post(f"{base}/messages", content=chunks(), headers=A)
+        assert (streamed.status_code, streamed.json()["field"]) == (413, "body"), streamed.text
+        assert "100000 bytes" in streamed.json()["error"]
+        listed = (await http.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"]
+        assert [(s["session_id"], s["events"]) for s in listed] == [(sid, 1)]  # the one good write alone

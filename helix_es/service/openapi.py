@@ -39,10 +39,10 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 ERRORS = {
-    "400": _json(_ref("Error"), "the body is not JSON"),
+    "400": _json(_ref("Error"), "the body is not JSON, or nests arrays and objects deeper than 32"),
     "401": _json(_ref("Error"), "no or unknown API key"),
     "403": _json(_ref("Error"), "the key may not use this namespace"),
-    "413": _json(_ref("Error"), "the body is over --max-body"),
+    "413": _json(_ref("Error"), "the body is over --max-body (default 1 MiB)"),
     "422": _json(_ref("Error"), "bad input; `field` names it"),
     "503": _json(_ref("Error"), "the log or a store failed"),
 }
