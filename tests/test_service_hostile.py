@@ -91,3 +91,28 @@ async def test_a_body_nested_past_the_limit_or_over_the_size_is_refused_naming_i
         assert "100000 bytes" in streamed.json()["error"]
         listed = (await http.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"]
         assert [(s["session_id"], s["events"]) for s in listed] == [(sid, 1)]  # the one good write alone
+
+
+OUT_OF_RANGE = [
+    "-999999999d",
+    "-99999999999999999999w",
+    "1000000000d ago",
+    "-" + "9" * 400 + "d",  # a float that is infinite
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T23:59:59-01:00",
+]
+EDGES = ["0001-01-01", "0001-01-01T00:00:00-01:00", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59+05:00", "-1w"]
+
+
+async def test_a_time_out_of_range_is_a_422_naming_as_of_and_the_edges_answer(tmp_path: Path) -> None:
+    ns, sid = unique("ta"), unique("s")
+    base = f"/v1/{ns}/sessions/{sid}"
+    async with client(embedded(tmp_path)) as http:
+        assert (await http.post(f"{base}/messages", json={"role": "user", "content": "hi"}, headers=A)).is_success
+        for as_of in OUT_OF_RANGE:
+            answer = await http.get(f"{base}/audit", params={"as_of": as_of}, headers=A)
+            assert (answer.status_code, answer.json()["field"]) == (422, "as_of"), (as_of, answer.text)
+            assert "year" in answer.json()["error"]
+        for as_of in EDGES:
+            answer = await http.get(f"{base}/audit", params={"as_of": as_of}, headers=A)
+            assert answer.status_code == 200, (as_of, answer.text)
