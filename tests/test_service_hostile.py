@@ -10,9 +10,14 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
+
+from helix_es import Message, open_memory
 from tests.conftest import unique
-from tests.test_service import ADMIN_KEY, HASHED_KEY, A, auth, client, contents, embedded
+from tests.served import served
+from tests.test_service import ADMIN_KEY, HASHED_KEY, KEYS, A, auth, client, contents, embedded
 
 AFTER = "X-Helix-After"
 OTHER = auth(HASHED_KEY)  # another client of the same tenant
@@ -116,3 +121,41 @@ async def test_a_time_out_of_range_is_a_422_naming_as_of_and_the_edges_answer(tm
         for as_of in EDGES:
             answer = await http.get(f"{base}/audit", params={"as_of": as_of}, headers=A)
             assert answer.status_code == 200, (as_of, answer.text)
+
+
+def _segment(session_id: str) -> str:
+    """A session id as a path segment: every byte but letters, digits, `-_~` percent-encoded; dots too,
+    as `.` and `..` are path steps a client would resolve."""
+    return quote(session_id, safe="").replace(".", "%2E")
+
+
+async def test_a_session_id_with_a_slash_is_reachable_on_every_route_percent_encoded(tmp_path: Path) -> None:
+    ns = unique("ta")
+    config = embedded(tmp_path)
+    # Library users write such ids without HTTP: a LangGraph thread id, an Agents SDK session id.
+    library = "graph/thread-1"
+    async with open_memory({**config, "memory": {**config["memory"], "namespace": ns}}, session_id=library) as memory:
+        await memory.add(Message("user", "written by the library"))
+    ids = ["team/alice", "a/messages", "/", "..", "x?y#z%20", "é/ü"]
+    with served(config, KEYS, tmp_path) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            base = f"/v1/{ns}/sessions/{_segment(library)}"
+            assert contents(await http.get(f"{base}/messages", headers=A)) == ["written by the library"]
+            for sid in ids:
+                base = f"/v1/{ns}/sessions/{_segment(sid)}"
+                added = await http.post(f"{base}/messages", json={"role": "user", "content": f"hi {sid}"}, headers=A)
+                assert added.status_code == 201, (sid, added.text)
+                got = await http.get(f"{base}/messages", headers={**A, AFTER: added.headers[AFTER]})
+                assert (got.json()["session_id"], contents(got)) == (sid, [f"hi {sid}"])
+                assert contents(await http.get(f"{base}/search", params={"q": "hi"}, headers=A)) == [f"hi {sid}"]
+                assert (await http.delete(f"{base}/messages", headers=A)).status_code == 200
+                assert contents(await http.get(f"{base}/messages", headers=A)) == []
+                report = (await http.get(f"{base}/audit", headers=A)).json()
+                assert (report["session_id"], [e["type"] for e in report["events"]]) == (
+                    sid,
+                    ["MessageAdded", "MemoryCleared"],
+                ), report
+            forgot = await http.post(f"/v1/{ns}/sessions/{_segment(ids[0])}/forget", headers=auth(ADMIN_KEY))
+            assert forgot.status_code == 409 and "encryption" in forgot.text  # reached: no keys to shred here
+            listed = (await http.get(f"/v1/{ns}/sessions", headers=A)).json()["sessions"]
+            assert {s["session_id"] for s in listed} == {library, *ids}

@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, compile_path
 from starlette.staticfiles import StaticFiles
 
 from helix_es.client.audit import audit
@@ -269,15 +269,28 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(document(_service(request).session_header))
 
 
+def _any_session_id(route: Route) -> Route:
+    """`route` with a session id that may hold `/`: sent as %2F, but Starlette routes on the decoded
+    path. The route's last segment still tells the routes apart; its `path` stays the template the
+    access log and the metrics name."""
+    route.path_regex, _format, route.param_convertors = compile_path(
+        route.path.replace("{session_id}", "{session_id:path}")
+    )
+    return route
+
+
 def routes(console: Path) -> list[BaseRoute]:
     session = "/v1/{namespace}/sessions/{session_id}"
-    return [
+    by_session = [
         Route(f"{session}/messages", add, methods=["POST"]),
         Route(f"{session}/messages", get, methods=["GET"]),
         Route(f"{session}/messages", clear, methods=["DELETE"]),
         Route(f"{session}/search", search, methods=["GET"]),
         Route(f"{session}/audit", audit_session, methods=["GET"]),
         Route(f"{session}/forget", forget_session, methods=["POST"]),
+    ]
+    return [
+        *map(_any_session_id, by_session),
         Route("/v1/{namespace}/sessions", sessions, methods=["GET"]),
         Route("/v1/namespaces", namespaces, methods=["GET"]),
         Route("/v1/{namespace}/messages", add, methods=["POST"]),
