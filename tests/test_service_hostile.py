@@ -16,8 +16,8 @@ import httpx
 
 from helix_es import Message, open_memory
 from tests.conftest import unique
-from tests.served import served
-from tests.test_service import ADMIN_KEY, HASHED_KEY, KEYS, A, auth, client, contents, embedded
+from tests.served import free_port, served
+from tests.test_service import ADMIN_KEY, HASHED_KEY, KEYS, A, auth, client, contents, embedded, kafka
 
 AFTER = "X-Helix-After"
 OTHER = auth(HASHED_KEY)  # another client of the same tenant
@@ -60,6 +60,15 @@ async def test_a_forged_read_after_token_is_a_400_and_the_session_stays_readable
             f"/v1/{unique('ta')}/sessions/{sid}/messages", headers={**A, AFTER: _token([topic, 0, 0, sid])}
         )
         assert (fresh.status_code, fresh.json()["field"]) == (400, AFTER)
+
+
+async def test_a_token_read_while_kafka_is_unreachable_is_a_503_to_retry(redis_url: str) -> None:
+    config = kafka(f"127.0.0.1:{free_port()}", redis_url, unique("down"), read_timeout=2)  # no broker there
+    ns, sid = unique("ta"), unique("s")
+    async with client(config) as http:
+        token = _token([f"{config['log']['topic_prefix']}.{ns}", 0, 0, sid])
+        answer = await http.get(f"/v1/{ns}/sessions/{sid}/messages", headers={**A, AFTER: token})
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", answer.text
 
 
 async def test_a_body_nested_past_the_limit_or_over_the_size_is_refused_naming_it(tmp_path: Path) -> None:

@@ -322,17 +322,24 @@ class KafkaLog:
 
     async def ends(self, namespace: str) -> dict[int, int]:
         topic = names.topic(namespace, self.topic_prefix)
-        tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
-        if not tps:
-            return {}
-        if self._ends is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed"
-            )
-            await consumer.start()
-            self._ends = consumer
-        await track(self._ends, {topic})
-        return {tp.partition: end for tp, end in (await self._ends.end_offsets(tps)).items()}
+        try:
+            tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
+            if not tps:
+                return {}
+            if self._ends is None:
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed"
+                )
+                try:
+                    await consumer.start()
+                except BaseException:
+                    await consumer.stop()
+                    raise
+                self._ends = consumer
+            await track(self._ends, {topic})
+            return {tp.partition: end for tp, end in (await self._ends.end_offsets(tps)).items()}
+        except KafkaError as exc:
+            raise KafkaUnavailable(f"could not read where {topic} ends at {self.bootstrap_servers}: {exc!r}") from exc
 
     def partition(self, session_id: str, partitions: int) -> int:
         return int(murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions  # as KeyPartitioner's
