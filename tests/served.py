@@ -30,14 +30,16 @@ def free_port() -> int:
 def served(config: dict[str, Any], keys: dict[str, Any], where: Path, timeout: float = 30) -> Iterator[str]:
     """The server's base URL once /healthz answers; stopped with SIGTERM (killed after 30 s) after the block.
 
-    The config and keys files are written into `where`; the server runs this checkout's code."""
+    The config and keys files are written into `where`, and the server's stderr goes to `where/serve.err`
+    (a pipe nobody reads would stop the server once its access lines fill it); it runs this checkout's code."""
     (where / "serve.json").write_text(json.dumps(config))  # JSON is YAML
     (where / "keys.json").write_text(json.dumps(keys))
     port = free_port()
     cmd = [sys.executable, "-m", "helix_es.cli", "serve", "--config", str(where / "serve.json")]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--keys", str(where / "keys.json")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
+    err = (where / "serve.err").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=err, text=True, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -48,8 +50,11 @@ def served(config: dict[str, Any], keys: dict[str, Any], where: Path, timeout: f
             except OSError as exc:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     proc.kill()
-                    raise RuntimeError(f"helix-es serve did not come up: {exc}; {proc.communicate()[1]}") from exc
+                    proc.wait()
+                    stderr = (where / "serve.err").read_text()
+                    raise RuntimeError(f"helix-es serve did not come up: {exc}; {stderr}") from exc
                 time.sleep(0.1)
         yield base
     finally:
         stop(proc)
+        err.close()

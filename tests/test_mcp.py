@@ -197,6 +197,9 @@ async def test_bad_input_and_a_refused_namespace_are_tool_errors_naming_the_fiel
             assert "session_id" in await server.refused("get_memory", session_id=session)
         assert "limit" in await server.refused("search_memory", session_id=sid, query="x", limit=0)
         assert "as_of" in await server.refused("audit_session", session_id=sid, as_of="not a time")
+        for as_of in ("-999999999d", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+            text = await server.refused("audit_session", session_id=sid, as_of=as_of)
+            assert "as_of: " in text and "year" in text, text
         assert (await server.call("audit_session", session_id=sid))["events"] == []  # nothing was written
 
         for tool, more in [

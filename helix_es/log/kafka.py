@@ -124,6 +124,7 @@ class KafkaLog:
         self._producer_config = producer_config or {}
         self._producer: AIOKafkaProducer | None = None
         self._admin: AIOKafkaAdminClient | None = None
+        self._ends: AIOKafkaConsumer | None = None  # asks partitions' end offsets
         self._topics: set[str] = set()
         self._topic_of: dict[str, str] = {}  # namespace -> its topic, once it exists
         self._topic_lock = asyncio.Lock()
@@ -319,6 +320,30 @@ class KafkaLog:
             return []
         return sorted(p["partition"] for p in described["partitions"])
 
+    async def ends(self, namespace: str) -> dict[int, int]:
+        topic = names.topic(namespace, self.topic_prefix)
+        try:
+            tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
+            if not tps:
+                return {}
+            if self._ends is None:
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed"
+                )
+                try:
+                    await consumer.start()
+                except BaseException:
+                    await consumer.stop()
+                    raise
+                self._ends = consumer
+            await track(self._ends, {topic})
+            return {tp.partition: end for tp, end in (await self._ends.end_offsets(tps)).items()}
+        except KafkaError as exc:
+            raise KafkaUnavailable(f"could not read where {topic} ends at {self.bootstrap_servers}: {exc!r}") from exc
+
+    def partition(self, session_id: str, partitions: int) -> int:
+        return int(murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions  # as KeyPartitioner's
+
     async def namespaces(self) -> list[str]:
         prefix = self.topic_prefix + "."
         topics = await (await self._admin_client()).list_topics()
@@ -329,6 +354,9 @@ class KafkaLog:
             await self._producer.stop()
             self._producer = None
         await asyncio.gather(*self._stopping, return_exceptions=True)
+        if self._ends is not None:
+            await self._ends.stop()
+            self._ends = None
         if self._admin is not None:
             await self._admin.close()
             self._admin = None

@@ -49,6 +49,15 @@ class EventLog(Protocol):
         """Namespaces that have a log."""
         ...
 
+    async def ends(self, namespace: str) -> dict[int, int]:
+        """Each partition of the namespace's log, with the offset its next record will take (none
+        without a log): a write's position is below its partition's end once it is on the log."""
+        ...
+
+    def partition(self, session_id: str, partitions: int) -> int:
+        """The partition, of `partitions`, that the session's events go to."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -24,9 +24,11 @@ _AGO = re.compile(rf"-\s*((?:{_PART.pattern})+)|((?:{_PART.pattern})+)\s+ago")
 
 
 def parse_time(value: datetime | str, *, field: str = "as_of", now: datetime | None = None) -> datetime:
-    """A moment in UTC from ISO-8601 (naive means UTC), `now`, or relative: `-10m`, `-1h30m`, `2d ago`."""
+    """A moment in UTC from ISO-8601 (naive means UTC), `now`, or relative: `-10m`, `-1h30m`, `2d ago`.
+
+    `InvalidInput` naming `field` for text that is not a time, or a time outside years 1-9999 in UTC."""
     if isinstance(value, datetime):
-        return utc(value)
+        return _in_range(value, value, field)
     if not isinstance(value, str):
         raise InvalidInput(field, f"must be a time, got {type(value).__name__}")
     text = value.strip()
@@ -36,15 +38,27 @@ def parse_time(value: datetime | str, *, field: str = "as_of", now: datetime | N
     ago = _AGO.fullmatch(text.lower())
     if ago:
         spec = ago.group(1) or ago.group(4)
-        return now - timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(spec)))
+        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(spec))
+        try:
+            return now - timedelta(seconds=seconds)
+        except OverflowError:  # timedelta past 999,999,999 days, or a moment before year 1
+            raise InvalidInput(field, f"{value!r} reaches before year 1: give a shorter time ago") from None
     try:
-        return utc(datetime.fromisoformat(text))
+        at = datetime.fromisoformat(text)
     except ValueError:
         raise InvalidInput(
             field,
             f"cannot read {value!r} as a time; give ISO-8601 like 2024-05-01T12:00:00Z or 2024-05-01 12:00 "
             "(no zone means UTC), `now`, or a time ago like -10m, -1h30m, 2d ago",
         ) from None
+    return _in_range(at, value, field)
+
+
+def _in_range(at: datetime, value: object, field: str) -> datetime:
+    try:
+        return utc(at)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0 in UTC, 9999-12-31T23:00-02:00 in 10000
+        raise InvalidInput(field, f"{value!r} is outside years 1-9999 in UTC") from None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")

@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, compile_path
 from starlette.staticfiles import StaticFiles
 
 from helix_es.client.audit import audit
@@ -36,6 +36,7 @@ from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
 from helix_es.service import requests as rq
 from helix_es.service.access import Access, AccessLog
+from helix_es.service.ends import LogEnds
 from helix_es.service.errors import HANDLERS, NO_STORE
 from helix_es.service.histories import SessionHistories
 from helix_es.service.keys import Keys
@@ -73,6 +74,7 @@ class Service:
         self.access_log = AccessLog() if options.access_log else None
         self.session_lists = SessionLists()
         self.histories = SessionHistories()
+        self.ends = LogEnds(config.log)
 
     def call(self, request: Request, *, header: bool = False, admin: bool = False) -> rq.Call:
         return rq.call(
@@ -102,6 +104,7 @@ class Service:
             self.access_log.flush()
         await self.memories.close()
         await self.readiness.close()
+        await self.ends.close()
         await close_shared_keys()
 
 
@@ -117,7 +120,17 @@ def _session(call: rq.Call) -> str:
 
 def _written(service: Service, call: rq.Call, positions: list[Position], status: int) -> Response:
     body = {"positions": [{"topic": p.topic, "partition": p.partition, "offset": p.offset} for p in positions]}
+    service.ends.saw(positions[-1])
     return JSONResponse(body, status, headers={rq.AFTER: rq.token(_session(call), positions[-1])})
+
+
+async def _after(service: Service, request: Request, call: rq.Call) -> Position | None:
+    """The request's `X-Helix-After`, checked before the memory hears of it (a forged one would stall
+    every later read of the session)."""
+    after = rq.after(request, service.topic(call.namespace), _session(call))
+    if after is not None:
+        await service.ends.check(call.namespace, _session(call), after)
+    return after
 
 
 def _messages(call: rq.Call, messages: list[Any]) -> Response:
@@ -150,7 +163,7 @@ async def clear(request: Request) -> Response:
 async def get(request: Request) -> Response:
     service = _service(request)
     call = service.call(request, header="session_id" not in request.path_params)
-    after = rq.after(request, service.topic(call.namespace), _session(call))
+    after = await _after(service, request, call)
     async with service.memories.using(call.namespace, _session(call)) as memory:
         if after is not None:
             expect(memory, after)
@@ -166,7 +179,7 @@ async def search(request: Request) -> Response:
     if not query:
         raise InvalidInput("q", "give the text to look for: ?q=...")
     limit = rq.query_int(request, "limit", 10, 1, 1000)
-    after = rq.after(request, service.topic(call.namespace), _session(call))
+    after = await _after(service, request, call)
     async with service.memories.using(call.namespace, _session(call)) as memory:
         if after is not None:
             expect(memory, after)
@@ -256,15 +269,28 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(document(_service(request).session_header))
 
 
+def _any_session_id(route: Route) -> Route:
+    """`route` with a session id that may hold `/`: sent as %2F, but Starlette routes on the decoded
+    path. The route's last segment still tells the routes apart; its `path` stays the template the
+    access log and the metrics name."""
+    route.path_regex, _format, route.param_convertors = compile_path(
+        route.path.replace("{session_id}", "{session_id:path}")
+    )
+    return route
+
+
 def routes(console: Path) -> list[BaseRoute]:
     session = "/v1/{namespace}/sessions/{session_id}"
-    return [
+    by_session = [
         Route(f"{session}/messages", add, methods=["POST"]),
         Route(f"{session}/messages", get, methods=["GET"]),
         Route(f"{session}/messages", clear, methods=["DELETE"]),
         Route(f"{session}/search", search, methods=["GET"]),
         Route(f"{session}/audit", audit_session, methods=["GET"]),
         Route(f"{session}/forget", forget_session, methods=["POST"]),
+    ]
+    return [
+        *map(_any_session_id, by_session),
         Route("/v1/{namespace}/sessions", sessions, methods=["GET"]),
         Route("/v1/namespaces", namespaces, methods=["GET"]),
         Route("/v1/{namespace}/messages", add, methods=["POST"]),

@@ -1,6 +1,7 @@
 """Errors as JSON responses: `{"error": "...", "field": "..."}`, one status per kind of failure.
 
-- 400: a body that is not JSON (field `body`); 401: no or unknown key; 403: the key may not use the
+- 400: a body that is not JSON or nested too deep (field `body`), a consistency token no write of
+  the session gave (`X-Helix-After`); 401: no or unknown key; 403: the key may not use the
   namespace (or forget, without admin); 404, 405: no such route or method;
 - 409: `forget` cannot shred the session; 413: the body is over `--max-body`;
 - 422: bad input (`InvalidInput`: the field it names); 503: the log or a store failed;

@@ -1,33 +1,84 @@
-"""The service's OpenAPI 3.1 document, written as data (tests check it lists every route the app serves)."""
+"""The service's OpenAPI 3.1 document, written as data (tests check it lists every route the app serves,
+and fuzz the server from it: what it admits, and every status and answer the server gives).
+
+It is as strict as the server: a message's rules by role (a tool message names its call, only an
+empty assistant message with tool calls has no content), the session id's and the idempotency
+key's characters (the server's own `str.isprintable`, so the pattern is built from it), a
+non-empty `q`; and it lists every status each route answers.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from helix_es._version import __version__
+from helix_es.model.events import MAX_KEY_LENGTH
+from helix_es.model.names import MAX_SESSION_ID
+from helix_es.service.requests import MAX_BATCH, MAX_DEPTH
 
-NS = {
-    "name": "namespace",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,200}$"},
+
+@functools.cache
+def _refused(extra: str = "") -> str:
+    """The characters up to U+FFFF that `str.isprintable` refuses, and `extra`, as the inside of a regex
+    class (as \\uXXXX, which Python's and ECMA-262's regexes read alike). Past U+FFFF the pattern
+    admits everything: listing those ranges makes generating from it a hundred times slower."""
+    parts, start = [], None
+    for code in range(0x10001):
+        bad = code < 0x10000 and (not chr(code).isprintable() or chr(code) in extra)
+        if bad and start is None:
+            start = code
+        elif not bad and start is not None:
+            end = code - 1
+            parts.append(f"\\u{start:04x}" if end == start else f"\\u{start:04x}-\\u{end:04x}")
+            start = None
+    return "".join(parts)
+
+
+def _session_id() -> dict[str, Any]:
+    refused = _refused("{}")
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_SESSION_ID,
+        "pattern": f"^ *[^ {refused}][^{refused}]*$",
+        "description": "Printable text (Python's str.isprintable) without braces, not only spaces. In a path, "
+        "percent-encoded: `/` as %2F, `.` and `..` as %2E and %2E%2E.",
+    }
+
+
+# A header's value reaches the server as Latin-1 text, stripped: its printable characters but space
+# and braces are these, and it holds one at least.
+_HEADER_TEXT = "\\u0021-\\u007a\\u007c\\u007e\\u00a1-\\u00ac\\u00ae-\\u00ff"
+
+
+def _header_text(more: str = "") -> str:
+    return f"^ *[{_HEADER_TEXT}{more}][ {_HEADER_TEXT}{more}]*$"
+
+
+HEADER_SESSION_ID = {
+    "type": "string",
+    "maxLength": MAX_SESSION_ID,
+    "pattern": _header_text(),
+    "description": "Printable Latin-1 without braces, not only spaces.",
 }
-SID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 512}}
+IDEMPOTENCY_KEY = {"type": "string", "maxLength": MAX_KEY_LENGTH, "pattern": _header_text("\\u007b\\u007d")}
+
+
+NAMESPACE = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,200}$"}
+NS = {"name": "namespace", "in": "path", "required": True, "schema": NAMESPACE}
 AFTER = {
     "name": "X-Helix-After",
     "in": "header",
     "required": False,
-    "description": "The X-Helix-After of a write: the read waits until the view has applied it (504 if not in time).",
-    "schema": {"type": "string"},
+    "description": "The X-Helix-After of a write of this session: the read waits until the view has applied it "
+    "(504 if not in time). A token no write of the session gave is a 400.",
+    "schema": {"type": "string", "minLength": 1},
 }
-IDEMPOTENCY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": False,
-    "description": "A retry with the same key in the session shows once; in a batch the i-th message after the "
-    "first gets <key>#<i>.",
-    "schema": {"type": "string"},
-}
+LIMITS = (
+    f"A body is at most --max-body bytes (default 1 MiB; 413) and nests arrays and objects at most {MAX_DEPTH} "
+    "deep (400)."
+)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -38,35 +89,48 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-ERRORS = {
-    "400": _json(_ref("Error"), "the body is not JSON"),
-    "401": _json(_ref("Error"), "no or unknown API key"),
-    "403": _json(_ref("Error"), "the key may not use this namespace"),
-    "413": _json(_ref("Error"), "the body is over --max-body"),
-    "422": _json(_ref("Error"), "bad input; `field` names it"),
-    "503": _json(_ref("Error"), "the log or a store failed"),
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+# What every /v1 route may answer besides its own success.
+V1_ERRORS = {
+    "401": _error("no or unknown API key"),
+    "403": _error("the key may not use this namespace (or forget, without admin)"),
+    "404": _error("no such route: a path segment left unencoded (a session id's `/`)"),
+    "422": _error("bad input; `field` names it"),
+    "503": _error("the log or a store failed; retry"),
+}
+BODY_ERRORS = {
+    "400": _error(f"the body is not JSON, or nests arrays and objects deeper than {MAX_DEPTH}"),
+    "413": _error("the body is over --max-body (default 1 MiB)"),
+}
+READ_ERRORS = {
+    "400": _error("X-Helix-After is not a token of a write of this session"),
+    "504": _error("the view did not apply the awaited write within memory.read_timeout"),
 }
 
 
-def _op(summary: str, params: list[dict[str, Any]], ok: tuple[str, dict[str, Any]], **more: Any) -> dict[str, Any]:
-    return {
-        "summary": summary,
-        "parameters": params,
-        "security": [{"bearer": []}],
-        "responses": {ok[0]: ok[1], **ERRORS},
-        **more,
-    }
+def _op(
+    summary: str, params: list[dict[str, Any]], ok: tuple[str, dict[str, Any]], *errors: dict[str, Any], **more: Any
+) -> dict[str, Any]:
+    responses = {ok[0]: ok[1], **V1_ERRORS}
+    for extra in errors:
+        responses.update(extra)
+    return {"summary": summary, "parameters": params, "security": [{"bearer": []}], "responses": responses, **more}
 
 
 def _session_ops(params: list[dict[str, Any]], *, search_only: bool = False) -> dict[str, dict[str, Any]]:
     positions = _json(_ref("Positions"), "where the events landed on the log")
-    positions["headers"] = {"X-Helix-After": {"schema": {"type": "string"}, "description": "the consistency token"}}
+    positions["headers"] = {
+        "X-Helix-After": {"required": True, "schema": {"type": "string"}, "description": "the consistency token"}
+    }
     messages = _json(_ref("Messages"), "the messages")
     search = _op(
         "messages that match q, best first",
         [
             *params,
-            {"name": "q", "in": "query", "required": True, "schema": {"type": "string"}},
+            {"name": "q", "in": "query", "required": True, "schema": _strings(empty=False)},
             {
                 "name": "limit",
                 "in": "query",
@@ -75,61 +139,65 @@ def _session_ops(params: list[dict[str, Any]], *, search_only: bool = False) -> 
             AFTER,
         ],
         ("200", messages),
+        READ_ERRORS,
     )
     if search_only:
         return {"get": search}
-    body = {
-        "oneOf": [
-            _ref("Message"),
-            {
-                "type": "object",
-                "properties": {"messages": {"type": "array", "items": _ref("Message")}},
-                "required": ["messages"],
-            },
-        ]
+    idempotency = {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "A retry with the same key in the session shows once; in a batch the i-th message after the "
+        "first gets <key>#<i>.",
+        "schema": IDEMPOTENCY_KEY,
     }
+    body = {"anyOf": [_ref("Message"), _ref("Batch")]}
     return {
         "post": _op(
             "add one message, or several",
-            [*params, IDEMPOTENCY],
+            [*params, idempotency],
             ("201", positions),
+            BODY_ERRORS,
             requestBody={"required": True, "content": {"application/json": {"schema": body}}},
+            description=LIMITS,
         ),
-        "get": _op("what the view returns now (read-your-writes)", [*params, AFTER], ("200", messages)),
-        "delete": _op("clear the memory (the log keeps the history)", [*params, IDEMPOTENCY], ("200", positions)),
+        "get": _op("what the view returns now (read-your-writes)", [*params, AFTER], ("200", messages), READ_ERRORS),
+        "delete": _op("clear the memory (the log keeps the history)", [*params, idempotency], ("200", positions)),
     }
 
 
-def _plain(summary: str, media: str = "application/json") -> dict[str, Any]:
-    return {"get": {"summary": summary, "responses": {"200": {"description": summary, "content": {media: {}}}}}}
+def _plain(summary: str, media: str = "application/json", more: dict[str, Any] | None = None) -> dict[str, Any]:
+    ok = {"200": {"description": summary, "content": {media: {}}}}
+    return {"get": {"summary": summary, "responses": {**ok, **(more or {})}}}
 
 
 def document(session_header: str) -> dict[str, Any]:
-    header = {"name": session_header, "in": "header", "required": True, "schema": {"type": "string"}}
-    messages = _session_ops([NS, SID])
+    sid = {"name": "session_id", "in": "path", "required": True, "schema": _ref("SessionId")}
+    header = {"name": session_header, "in": "header", "required": True, "schema": HEADER_SESSION_ID}
     audit = _op(
         "the session's history from the log; with as_of or offset, each view at that cut (helix-es audit --json)",
         [
             NS,
-            SID,
+            sid,
             {
                 "name": "as_of",
                 "in": "query",
                 "schema": {"type": "string"},
-                "description": "ISO-8601, now, -10m, 2h ago",
+                "description": "ISO-8601 in years 1-9999 (no zone means UTC), now, -10m, 2h ago",
             },
             {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-            {"name": "view", "in": "query", "schema": {"type": "string"}},
+            {"name": "view", "in": "query", "schema": {"type": "string"}, "description": "one view of a composite"},
         ],
-        ("200", _json({"type": "object"}, "the audit report")),
+        ("200", _json(_ref("Audit"), "the audit report")),
     )
     forget = _op(
         "erase the session by crypto-shredding (admin keys only)",
-        [NS, SID],
+        [NS, sid],
         ("200", _json({"type": "object"}, "what was erased (helix-es forget --json)")),
+        BODY_ERRORS,
+        {"409": _error("the session cannot be shredded; nothing changed")},
         requestBody={"required": False, "content": {"application/json": {"schema": _ref("Forget")}}},
     )
-    forget["responses"]["409"] = _json(_ref("Error"), "the session cannot be shredded; nothing changed")
     sessions = _op(
         "the namespace's sessions from the log, newest activity first, a page at a time",
         [
@@ -154,13 +222,17 @@ def document(session_header: str) -> dict[str, Any]:
         ],
         ("200", _json(_ref("Sessions"), "a page of sessions")),
     )
-    namespaces = _op("the namespaces on the log that this key may use", [], ("200", _json(_ref("Namespaces"), "them")))
+    namespaces = {
+        "summary": "the namespaces on the log that this key may use",
+        "security": [{"bearer": []}],
+        "responses": {"200": _json(_ref("Namespaces"), "them"), "401": V1_ERRORS["401"], "503": V1_ERRORS["503"]},
+    }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "helix-es memory service", "version": __version__},
+        "info": {"title": "helix-es memory service", "version": __version__, "description": LIMITS},
         "paths": {
-            "/v1/{namespace}/sessions/{session_id}/messages": messages,
-            "/v1/{namespace}/sessions/{session_id}/search": _session_ops([NS, SID], search_only=True),
+            "/v1/{namespace}/sessions/{session_id}/messages": _session_ops([NS, sid]),
+            "/v1/{namespace}/sessions/{session_id}/search": _session_ops([NS, sid], search_only=True),
             "/v1/{namespace}/sessions/{session_id}/audit": {"get": audit},
             "/v1/{namespace}/sessions/{session_id}/forget": {"post": forget},
             "/v1/{namespace}/sessions": {"get": sessions},
@@ -168,88 +240,182 @@ def document(session_header: str) -> dict[str, Any]:
             "/v1/{namespace}/messages": _session_ops([NS, header]),
             "/v1/{namespace}/search": _session_ops([NS, header], search_only=True),
             "/healthz": _plain("the process is alive"),
-            "/readyz": _plain("200 when the log and stores answer and the lag is under --lag-bound, else 503"),
+            "/readyz": _plain(
+                "200 when the log and stores answer and the lag is under --lag-bound, else 503",
+                more={"503": {"description": "not ready: what failed", "content": {"application/json": {}}}},
+            ),
             "/metrics": _plain("Prometheus metrics", "text/plain"),
             "/openapi.json": _plain("this document"),
             "/ui/": _plain("the web console", "text/html"),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, "SessionId": _session_id()},
         },
     }
 
 
-_TEXT = {"type": "string"}
+def _strings(*, empty: bool = True, null: bool = False) -> dict[str, Any]:
+    """Text every store holds: no NUL, no lone surrogate."""
+    text = {"type": ["string", "null"] if null else "string", "pattern": "^[^\\u0000\\ud800-\\udfff]*$"}
+    return text if empty else {**text, "minLength": 1}
+
+
+_NONE = {"type": ["array", "null"], "maxItems": 0}  # tool_calls where a message may carry none
+
+
+def _message(roles: list[str], required: list[str], **fields: dict[str, Any]) -> dict[str, Any]:
+    properties = {
+        "role": {"enum": roles},
+        "content": _strings(empty=False),
+        "name": _strings(empty=False, null=True),
+        "tool_calls": _NONE,
+        "tool_call_id": {"type": "null"},
+        "metadata": {
+            "type": ["object", "null"],
+            "propertyNames": _strings(empty=False),
+            "additionalProperties": _strings(),
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["role", *required],
+        "additionalProperties": False,
+        "properties": {**properties, **fields},
+    }
+
+
+_TOOL_CALL = {
+    "type": "object",
+    "required": ["id", "name"],
+    "additionalProperties": False,
+    "properties": {
+        "id": _strings(empty=False),
+        "name": _strings(empty=False),
+        "arguments": _strings() | {"contentMediaType": "application/json", "default": "{}"},
+    },
+}
+_TOOL_CALLS = {
+    "type": "array",
+    "minItems": 1,
+    "items": _TOOL_CALL,
+    "description": "each call with its own id",
+}
+
 SCHEMAS: dict[str, Any] = {
     "Message": {
+        "description": "A turn. A tool message names the call it answers; only an assistant message carries tool "
+        "calls, and may then have empty content.",
+        "anyOf": [
+            _message(["system", "user"], ["content"]),
+            _message(["tool"], ["content", "tool_call_id"], tool_call_id=_strings(empty=False)),
+            _message(["assistant"], ["content"], tool_calls={**_TOOL_CALLS, "type": ["array", "null"], "minItems": 0}),
+            _message(["assistant"], ["tool_calls"], content=_strings(), tool_calls=_TOOL_CALLS),
+        ],
+    },
+    "Batch": {
         "type": "object",
-        "required": ["role"],
+        "required": ["messages"],
         "additionalProperties": False,
+        "properties": {"messages": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("Message")}},
+    },
+    "Stored": {
+        "type": "object",
+        "required": ["role", "content"],
         "properties": {
             "role": {"enum": ["system", "user", "assistant", "tool"]},
-            "content": _TEXT,
-            "name": _TEXT,
-            "tool_calls": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["id", "name"],
-                    "properties": {
-                        "id": _TEXT,
-                        "name": _TEXT,
-                        "arguments": {"type": "string", "description": "JSON text"},
-                    },
-                },
-            },
-            "tool_call_id": _TEXT,
-            "metadata": {"type": "object", "additionalProperties": _TEXT},
+            "content": {"type": "string"},
+            "name": {"type": "string"},
+            "tool_calls": {"type": "array", "items": _TOOL_CALL},
+            "tool_call_id": {"type": "string"},
+            "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     },
     "Messages": {
         "type": "object",
+        "required": ["namespace", "session_id", "messages"],
+        "additionalProperties": False,
         "properties": {
-            "namespace": _TEXT,
-            "session_id": _TEXT,
-            "messages": {"type": "array", "items": _ref("Message")},
+            "namespace": NAMESPACE,
+            "session_id": {"type": "string"},
+            "messages": {"type": "array", "items": _ref("Stored")},
         },
     },
     "Positions": {
         "type": "object",
+        "required": ["positions"],
+        "additionalProperties": False,
         "properties": {
             "positions": {
                 "type": "array",
+                "minItems": 1,
                 "items": {
                     "type": "object",
-                    "properties": {"topic": _TEXT, "partition": {"type": "integer"}, "offset": {"type": "integer"}},
+                    "required": ["topic", "partition", "offset"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "topic": {"type": "string"},
+                        "partition": {"type": "integer", "minimum": 0},
+                        "offset": {"type": "integer", "minimum": 0},
+                    },
                 },
             }
         },
     },
     "Sessions": {
         "type": "object",
+        "required": ["namespace", "sessions", "total", "next"],
+        "additionalProperties": False,
         "properties": {
-            "namespace": _TEXT,
+            "namespace": NAMESPACE,
             "sessions": {
                 "type": "array",
                 "items": {
                     "type": "object",
+                    "required": ["session_id", "events", "first_time", "last_time"],
+                    "additionalProperties": False,
                     "properties": {
-                        "session_id": _TEXT,
-                        "events": {"type": "integer"},
+                        "session_id": {"type": "string"},
+                        "events": {"type": "integer", "minimum": 1},
                         "first_time": {"type": "string", "format": "date-time"},
                         "last_time": {"type": "string", "format": "date-time"},
                     },
                 },
             },
-            "total": {"type": "integer", "description": "sessions that match q, on every page"},
+            "total": {"type": "integer", "minimum": 0, "description": "sessions that match q, on every page"},
             "next": {"type": ["string", "null"], "description": "pass as after= for the next page"},
         },
     },
-    "Namespaces": {"type": "object", "properties": {"namespaces": {"type": "array", "items": _TEXT}}},
+    "Namespaces": {
+        "type": "object",
+        "required": ["namespaces"],
+        "additionalProperties": False,
+        "properties": {"namespaces": {"type": "array", "items": NAMESPACE}},
+    },
+    "Audit": {
+        "type": "object",
+        "required": ["namespace", "session_id", "topic", "cut", "events", "views"],
+        "properties": {
+            "namespace": NAMESPACE,
+            "session_id": {"type": "string"},
+            "topic": {"type": "string"},
+            "cut": {"type": ["object", "null"]},
+            "events": {"type": "array", "items": {"type": "object"}},
+            "views": {"type": ["object", "null"], "additionalProperties": {"type": "array", "items": _ref("Stored")}},
+        },
+    },
     "Forget": {
         "type": "object",
-        "properties": {"reason": _TEXT, "allow_unshreddable": {"type": "boolean", "default": False}},
+        "additionalProperties": False,
+        "properties": {
+            "reason": {"type": ["string", "null"]},
+            "allow_unshreddable": {"type": "boolean", "default": False},
+        },
     },
-    "Error": {"type": "object", "required": ["error"], "properties": {"error": _TEXT, "field": _TEXT}},
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "additionalProperties": False,
+        "properties": {"error": {"type": "string"}, "field": {"type": "string"}},
+    },
 }

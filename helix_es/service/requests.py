@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ AFTER = "X-Helix-After"  # the consistency token: a write's position, for reads 
 IDEMPOTENCY = "Idempotency-Key"
 DEFAULT_SESSION_HEADER = "X-Session-ID"
 MAX_BATCH = 1000  # messages in one POST
+MAX_DEPTH = 32  # arrays and objects within each other in a body; a message needs 4
+_OTHER_BYTES = bytes(b for b in range(256) if b not in b'"[]{}')
+_STRING = re.compile(rb'"[^"]*"')
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,28 @@ async def read_json(request: Request, limit: int, *, optional: bool = False) -> 
             raise ApiError(413, f"the body is over this server's {limit} bytes (--max-body)", "body")
     if not body and optional:
         return None
+    _check_depth(body)
     try:
         return json.loads(body)
     except ValueError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}", "body") from None
+
+
+def _check_depth(body: bytes | bytearray) -> None:
+    """400 past `MAX_DEPTH`, found before parsing (the parser recurses once a level, and a deep
+    enough body exhausts its stack) and in C but for the brackets themselves."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return  # cannot be deeper: nearly every body
+    # Escaped backslashes and quotes out, then all but quotes and brackets: what is left of a string
+    # is its brackets between two quotes, and goes too.
+    if b"\\" in body:
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = body.translate(None, _OTHER_BYTES)
+    depth = 0
+    for bracket in _STRING.sub(b"", kept):  # a few bytes a message
+        depth += 1 if bracket in b"[{" else -1
+        if depth > MAX_DEPTH:
+            raise ApiError(400, f"the body nests arrays and objects deeper than this server's {MAX_DEPTH}", "body")
 
 
 def messages_in(body: Any) -> list[Message]:
@@ -144,7 +166,8 @@ def token(session_id: str, position: Position) -> str:
 
 
 def after(request: Request, topic: str, session_id: str) -> Position | None:
-    """The position an `X-Helix-After` token names, checked against the request's namespace and session."""
+    """The position an `X-Helix-After` token names, checked against the request's namespace and session
+    (400 naming the header if not; `LogEnds.check` then checks it against the log)."""
     text = request.headers.get(AFTER)
     if text is None:
         return None
@@ -155,7 +178,9 @@ def after(request: Request, topic: str, session_id: str) -> Position | None:
     except (ValueError, TypeError, binascii.Error):
         valid = False
     if not valid:
-        raise InvalidInput(AFTER, "is not a token this service issued: send the X-Helix-After of a write's answer")
+        raise ApiError(400, "is not a token this service issued: send the X-Helix-After of a write's answer", AFTER)
     if (their_topic, their_session) != (topic, session_id):
-        raise InvalidInput(AFTER, "was issued for another session or namespace: send the token of this session's write")
+        raise ApiError(
+            400, "was issued for another session or namespace: send the token of this session's write", AFTER
+        )
     return Position(their_topic, partition, offset)
