@@ -22,7 +22,8 @@ connection: the anchor of what a hop to another process costs here, before any m
 Figures at each level: add and get p50/p99 and turns/s of each system, HTTP p50 / in-process p50,
 and the target: (HTTP add p50 - bare round trip p50) / in-process add p50 <= 1.2, what the server
 adds to an add besides the hop. A level that misses it, or any error, prints a line saying so and
-the exit status is 1.
+the exit status is 1 (a missed target is 0 with `--missed-target-ok`: bench/all.py shows it in its
+table). The server's own time per request (its access lines) is shown beside the client's.
 
 The HTTP client (`--client`): `raw`, the default, is one keep-alive HTTP/1.1 connection per
 session over asyncio streams (a request, then its response; no parsing beyond the status line,
@@ -382,6 +383,33 @@ async def ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: fl
     raise RuntimeError(f"helix-es serve was not ready in {timeout:.0f} s:\n{tail(log)}")
 
 
+class AccessLines:
+    """The server's own time per request, from its JSON access lines: from the request reaching the app
+    to the answer handed to the connection; the client's time less this is the hop (both processes,
+    the kernel, the wait for a core)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.start = log.stat().st_size if log.exists() else 0
+
+    async def figures(self) -> dict[str, dict[str, float]]:
+        await asyncio.sleep(0.5)  # the server writes its lines a few times a second
+        with open(self.log, "rb") as f:
+            f.seek(self.start)
+            text = f.read().decode(errors="replace")
+        ms: dict[str, list[float]] = {"add": [], "get": [], "hop": []}
+        for line in text.splitlines():
+            if not line.startswith("{"):
+                continue
+            entry = json.loads(line)
+            route, method = entry.get("route", ""), entry.get("method")
+            name = {"POST": "add", "GET": "get"}.get(method or "") if route.endswith("/messages") else None
+            name = "hop" if route == "/healthz" else name
+            if name is not None:
+                ms[name].append(entry["ms"] / 1000)
+        return {name: summary(samples) for name, samples in ms.items()}
+
+
 class Setup:
     """The config, keys, projector and server of one run, and their cleanup."""
 
@@ -446,6 +474,10 @@ class Setup:
         except OSError:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def access_lines(self) -> AccessLines:
+        """The server's access lines from now on (what it logs of each request: the ms it spent on it)."""
+        return AccessLines(self.tmp / "server.log")
 
     def stop_server(self) -> None:
         stop(self.server)
@@ -679,6 +711,7 @@ async def level(
     took = time.perf_counter() - t
     say(f"{sessions} sessions x {turns} turns: warm-up, one turn per session each way, in {took:.1f} s")
     results: dict[str, list[tuple[Tally, float]]] = {name: [] for name in systems}
+    access = setup.access_lines()
     for r in range(args.rounds):
         order = list(systems) if r % 2 == 0 else list(systems)[::-1]
         for name in order:
@@ -693,6 +726,7 @@ async def level(
                 f"get p50 {pct(tally.get, 0.5):.2f} ms p99 {pct(tally.get, 0.99):.2f}; {tally.errors} errors"
             )
     out: dict[str, Any] = {"sessions": sessions, "turns": turns}
+    out["server_side"] = await access.figures()
     out["http"] = figures(results["http"])
     out["in_process"] = figures(results["in-process"])
     out["ratio_p50"] = {op: out["http"][op]["p50_ms"] / out["in_process"][op]["p50_ms"] for op in ("add", "get")}
@@ -701,6 +735,7 @@ async def level(
     # the add less one bare round trip, against the add in process: what the server adds besides the hop
     past_hop = out["http"]["add"]["p50_ms"] - out["http"]["hop"]["p50_ms"]
     out["ratio_add_past_hop"] = past_hop / out["in_process"]["add"]["p50_ms"]
+    out["ratio_server_add"] = out["server_side"]["add"]["p50_ms"] / out["in_process"]["add"]["p50_ms"]
     out["target_met"] = out["ratio_add_past_hop"] <= TARGET
     return out
 
@@ -773,6 +808,9 @@ def report(out: dict[str, Any]) -> str:
             f"CPU per turn (add + get): HTTP {lv['http']['cpu_ms_per_turn']['this_process']:.2f} ms in the client + "
             f"{lv['http']['cpu_ms_per_turn']['server']:.2f} ms in the server; in process "
             f"{lv['in_process']['cpu_ms_per_turn']['this_process']:.2f} ms",
+            f"the server's own time (its access lines), p50: add {lv['server_side']['add']['p50_ms']:.2f} ms, get "
+            f"{lv['server_side']['get']['p50_ms']:.2f} ms, bare round trip {lv['server_side']['hop']['p50_ms']:.2f} "
+            f"ms; the server's add / in-process add: {lv['ratio_server_add']:.2f}x",
             f"(HTTP add p50 - bare round trip p50) / in-process add p50: {lv['ratio_add_past_hop']:.2f}x "
             f"(target <= {out['target_add_past_hop']:g}x): " + ("met" if lv["target_met"] else "MISSED"),
         ]
@@ -810,6 +848,11 @@ if __name__ == "__main__":
     parser.add_argument("--client", choices=["raw", "httpx"], default="raw", help="the HTTP client (see above)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the server's and projector's logs")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--missed-target-ok",
+        action="store_true",
+        help="a missed target is reported (text and JSON) but the exit status stays 0 (bench/all.py judges it)",
+    )
     args = parser.parse_args()
     for name in ("turns", "rounds"):
         if getattr(args, name) < 1:
@@ -821,7 +864,7 @@ if __name__ == "__main__":
     failed = any(lv["http"]["errors"] or lv["in_process"]["errors"] for lv in result["levels"].values())
     for lv in result["levels"].values():
         if not lv["target_met"]:
-            failed = True
+            failed = failed or not args.missed_target_ok
             print(
                 f"service: TARGET MISSED at {lv['sessions']} sessions: (HTTP add p50 - bare round trip p50) / "
                 f"in-process add p50 = {lv['ratio_add_past_hop']:.2f}x, over {TARGET:g}x",
