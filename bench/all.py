@@ -21,11 +21,12 @@ with `--quick`, so a smoke run never overwrites the real figures). Progress goes
 
 The scale sections run a standalone script each, in its own process, and read its `--json`:
 
-- service: `bench/service.py` (200 sessions x 10 turns x 3 rounds): a real `helix-es serve` over
-  HTTP (Kafka log, sliding window in Redis, a projector folding it), each turn an add then a
+- service: `bench/service.py` (1, then 200 sessions x 10 turns x 3 rounds): a real `helix-es serve`
+  over HTTP (Kafka log, sliding window in Redis, a projector folding it), each turn an add then a
   read-your-writes get, add and get p50/p99 and turns/s next to the in-process
-  SessionMemoryManager doing the same turns on the same log and store (target: HTTP p50 <= 2x
-  the in-process p50, no errors).
+  SessionMemoryManager doing the same turns on the same log and store (targets: HTTP p50 <= 2x
+  the in-process p50, no errors; at 1 and at 200 sessions, the HTTP add less a bare round trip
+  <= 1.2x the in-process add).
 - redis-cluster: `bench/redis_cluster.py` (a projector's fold into Redis, events/s, and the guarded
   session read of `get`, p50/p99): a 3-master Redis Cluster next to one Redis server, rounds
   interleaved. Needs HELIX_REDIS_CLUSTER_URL (`scripts/services redis-cluster up`); no target.
@@ -913,8 +914,22 @@ async def run_redis_cluster(run: Run) -> None:
 async def run_service(run: Run) -> None:
     sessions, turns, rounds = run.size.service
     r = await script_json(
-        run, "service.py", "--sessions", str(sessions), "--turns", str(turns), "--rounds", str(rounds)
+        run,
+        *["service.py", "--sessions", f"1,{sessions}", "--turns", str(turns), "--rounds", str(rounds)],
+        "--missed-target-ok",
     )
+    for level in r["levels"].values():
+        run.rows.append(
+            Row(
+                f"Service: HTTP add p50 less a bare round trip p50 ({level['sessions']} concurrent sessions)",
+                level["http"]["add"]["p50_ms"] - level["http"]["hop"]["p50_ms"],
+                "ms",
+                "the in-process add, p50",
+                level["in_process"]["add"]["p50_ms"],
+                f"<= {r['target_add_past_hop']:g}x anchor",
+                level["target_met"],
+            )
+        )
     http, local = r["http"], r["in_process"]
     where = f"{sessions} concurrent sessions, add then get per turn"
     for op in ("add", "get"):

@@ -190,8 +190,12 @@ def test_console_on_the_embedded_log(browser: Browser, tmp_path: Path) -> None:
             tab.wait_for("document.querySelectorAll('.view').length === 2", what="the two views")
             kinds = tab.evaluate("[...document.querySelectorAll('#timeline li.ev')].map(e => e.dataset.kind)")
             assert kinds == ["add"] * 5 + ["duplicate", "add", "add", "retract"]
-            assert "retry of @4" in tab.text('#timeline li[data-kind="duplicate"]')
-            assert "took back the message at @7" in tab.text('#timeline li[data-kind="retract"]')
+            # Positions are the session's turns with the log's offset beside them, here and in other events' text.
+            assert tab.texts("#timeline li.ev .turn") == [f"turn {i}" for i in range(1, 10)]
+            assert tab.texts("#timeline li.ev .off") == [f"@{i}" for i in range(9)]
+            assert "retry of turn 5 (@4)" in tab.text('#timeline li[data-kind="duplicate"]')
+            assert "took back the message at turn 8 (@7)" in tab.text('#timeline li[data-kind="retract"]')
+            assert tab.evaluate("document.querySelectorAll('#timeline .cut-line').length") == 0  # nothing after
             assert tab.texts(".view h3") == ["conversation", WINDOW]
             wait_contents(tab, WINDOW, ["m5", "m6"])  # the retraction took back the window's newest
             assert contents(tab, "conversation") == ["m1", "m2", "m3", "m4", "m5", "m6"]
@@ -214,12 +218,24 @@ def test_console_on_the_embedded_log(browser: Browser, tmp_path: Path) -> None:
             wait_contents(tab, WINDOW, ["m1"])
             tab.click('#timeline li[data-offset="3"]')
             wait_cut(tab, 3)
+            # Where the history is cut: a labelled line right under the cut's event, the events past it below.
+            tab.wait_for("document.querySelector('.views-head .cut-name')?.textContent.startsWith('turn 4 · @3 · ')")
+            after_cut = tab.evaluate(
+                "[...document.querySelectorAll('#timeline > li')].map(li => li.dataset.offset ?? li.textContent)"
+            )
+            assert after_cut == ["0", "1", "2", "3", "after the cut", "4", "5", "6", "7", "8"]
+            assert tab.evaluate("document.querySelector('#timeline .cut-line').getAttribute('role')") == "separator"
+            assert tab.texts("#timeline li.ev.after .off") == ["@4", "@5", "@6", "@7", "@8"]
 
             # A second point: per view, what was added and removed between the two.
             tab.click('#timeline li[data-offset="6"]', shift=True)
             tab.wait_for("document.querySelector('.views-head h2')?.textContent.includes('changed')")
             diff_url = tab.url()
             assert "offset=3" in diff_url and "compare=6" in diff_url
+            assert [n.split(" · ")[0] for n in tab.texts(".views-head .cut-name")] == ["turn 4", "turn 7"]
+            assert tab.evaluate(
+                "document.querySelector('#timeline li[data-offset=\"6\"]').nextElementSibling.className"
+            ) == ("cut-line")
             assert tab.texts(f'.view[data-view="{WINDOW}"] .msg.added .msg-text') == ["m5", "m6"]
             assert tab.texts(f'.view[data-view="{WINDOW}"] .msg.removed .msg-text') == ["m2", "m3"]
             assert tab.texts('.view[data-view="conversation"] .msg.added .msg-text') == ["m5", "m6"]

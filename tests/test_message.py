@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from helix_es import InvalidMessage, Message, ToolCall
@@ -50,3 +52,15 @@ def test_messages_are_immutable_and_hashable() -> None:
         m.content = "changed"  # type: ignore[misc]
     assert m in {m, Message("user", "hi")}
     assert m != Message("user", "hi")  # metadata counts for equality
+
+
+def test_a_messages_json_is_made_once_and_a_changed_copy_gets_its_own() -> None:
+    # The service answers each get with the window's messages as JSON, and views hand out the same
+    # decoded messages get after get: each message's JSON is put together once.
+    m = Message("user", 'say "hi"', metadata={"a": "b"})
+    text = m.to_json()
+    assert m.to_json() is text
+    assert m == Message.from_json(text) and hash(m) == hash(Message("user", 'say "hi"', metadata={"a": "b"}))
+    changed = replace(m, content="bye")
+    assert changed.to_json() == '{"role":"user","content":"bye","metadata":{"a":"b"}}'
+    assert Message.from_record(m.to_record()).to_json() == text

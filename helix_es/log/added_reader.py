@@ -26,7 +26,7 @@ _NEW = object.__new__
 # Message's slots set directly, as `events.added_event` does: faster than setting them by name.
 _MESSAGE_SET = tuple(
     getattr(Message, f).__set__
-    for f in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "_tokens")
+    for f in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "_tokens", "_json")
 )
 _ROLES = ROLES
 
@@ -144,7 +144,7 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
         except (_Odd, IndexError, UnicodeDecodeError, OverflowError):
             return None
         msg = _NEW(Message)  # as `Message.from_record`, then Message()'s rules: see `_valid`
-        s_role, s_content, s_name, s_calls, s_call_id, s_metadata, s_tokens = _MESSAGE_SET
+        s_role, s_content, s_name, s_calls, s_call_id, s_metadata, s_tokens, s_json = _MESSAGE_SET
         s_role(msg, role)
         s_content(msg, content)
         s_name(msg, name)
@@ -152,6 +152,7 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
         s_call_id(msg, tool_call_id)
         s_metadata(msg, metadata)
         s_tokens(msg, None)
+        s_json(msg, None)
         if not _valid(msg):
             return None  # fastavro decodes it, and the reader's check says what is wrong with it
         return added_event(namespace, session_id, msg, make_uuid(event_id), timestamp, key_value)

@@ -91,6 +91,9 @@ class Message:
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Token estimate, filled on first use (`helix_es.tokens`): windows re-count what they hold on every add.
     _tokens: int | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    # `to_json`, kept on first use: the service answers every get with the window's messages as JSON,
+    # and a view hands out the same decoded messages (`decode_json`) get after get.
+    _json: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_calls", _tool_calls(self.tool_calls))
@@ -147,14 +150,19 @@ class Message:
         setattr_(msg, "tool_call_id", record.get("tool_call_id"))
         setattr_(msg, "metadata", record.get("metadata") or {})
         setattr_(msg, "_tokens", None)
+        setattr_(msg, "_json", None)
         return msg
 
     def to_json(self) -> str:
         """Compact JSON, leaving out empty optional fields; readable by other programs."""
-        try:
-            return self._fast_json()
-        except TypeError:  # a field that is not text (a Message built around validation): json decides
-            return self._slow_json()
+        text = self._json
+        if text is None:
+            try:
+                text = self._fast_json()
+            except TypeError:  # a field that is not text (a Message built around validation): json decides
+                text = self._slow_json()
+            object.__setattr__(self, "_json", text)
+        return text
 
     def _fast_json(self) -> str:
         # json.dumps(..., ensure_ascii=False, separators=(",", ":")) byte for byte, assembled with the

@@ -13,13 +13,14 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from helix_es.service.metrics import Metrics
 
 CONSOLE_POLICY = "default-src 'self'"
+_text = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s own string encoder
 
 
 class AccessLog:
@@ -28,9 +29,20 @@ class AccessLog:
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
         self._lines: list[str] = []
+        self._second = (0, "")  # a second since the epoch, and its ISO text (formatting it costs 8 us)
 
-    def add(self, line: dict[str, Any]) -> None:
-        self._lines.append(json.dumps(line, ensure_ascii=False))
+    def request(self, method: str, route: str, status: int, seconds: float, namespace: str | None) -> None:
+        """One request's line: json.dumps of its fields, put together directly (it runs on every request)."""
+        now = time.time()
+        second = int(now)
+        if second != self._second[0]:
+            self._second = (second, datetime.fromtimestamp(second, UTC).isoformat())
+        when = f"{self._second[1][:-6]}.{int((now - second) * 1000):03d}+00:00"  # isoformat(timespec="milliseconds")
+        ns = "null" if namespace is None else _text(namespace)
+        self._lines.append(
+            f'{{"time": "{when}", "method": {_text(method)}, "route": {_text(route)}, "status": {status}, '
+            f'"ms": {round(seconds * 1000, 2)!r}, "namespace": {ns}}}'
+        )
 
     def flush(self) -> None:
         if not self._lines:
@@ -83,15 +95,5 @@ class Access:
         template = getattr(route, "path", None) or "unmatched"
         method = scope["method"]
         self.metrics.observe(template, method, status, seconds)
-        if self.log is None:
-            return
-        self.log.add(
-            {
-                "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                "method": method,
-                "route": template,
-                "status": status,
-                "ms": round(seconds * 1000, 2),
-                "namespace": scope.get("path_params", {}).get("namespace"),
-            }
-        )
+        if self.log is not None:
+            self.log.request(method, template, status, seconds, scope.get("path_params", {}).get("namespace"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from helix_es.service.sessions import MAX_PAGE, PAGE, SessionLists, list_namespa
 log = logging.getLogger(__name__)
 
 CONSOLE = Path(__file__).resolve().parent / "console"
+_text = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s own string encoder
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,12 @@ def _session(call: rq.Call) -> str:
 
 
 def _written(service: Service, call: rq.Call, positions: list[Position], status: int) -> Response:
-    body = {"positions": [{"topic": p.topic, "partition": p.partition, "offset": p.offset} for p in positions]}
+    # {"positions": [{"topic", "partition", "offset"}, ...]} put together directly: every add answers it
+    each = (f'{{"topic":{_text(p.topic)},"partition":{p.partition},"offset":{p.offset}}}' for p in positions)
+    body = f'{{"positions":[{",".join(each)}]}}'.encode()
     service.ends.saw(positions[-1])
-    return JSONResponse(body, status, headers={rq.AFTER: rq.token(_session(call), positions[-1])})
+    headers = {rq.AFTER: rq.token(_session(call), positions[-1])}
+    return Response(body, status, headers=headers, media_type="application/json")
 
 
 async def _after(service: Service, request: Request, call: rq.Call) -> Position | None:

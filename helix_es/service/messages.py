@@ -56,4 +56,4 @@ def messages_body(namespace: str, session_id: str | None, messages: Sequence[Mes
     """`{"namespace", "session_id", "messages": [...]}` as JSON bytes, each message's own `to_json`
     text spliced in (not decoded and encoded again: the most-called answer of the REST service)."""
     head = json.dumps({"namespace": namespace, "session_id": session_id}, ensure_ascii=False, separators=(",", ":"))
-    return f'{head[:-1]},"messages":[{",".join(m.to_json() for m in messages)}]}}'.encode()
+    return f'{head[:-1]},"messages":[{",".join([m.to_json() for m in messages])}]}}'.encode()

@@ -9,6 +9,7 @@ and `check_session` are the checks both servers make before anything is read or 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +34,7 @@ def with_namespace(memory: MemoryConfig, namespace: str) -> MemoryConfig:
     return replace(memory, namespace=namespace, view=view)
 
 
+@functools.lru_cache(maxsize=4096)  # every request checks its namespace; only names that pass are kept
 def check_namespace(namespace: str, topic_prefix: str, field: str = "namespace") -> str:
     """One concrete namespace whose topic name fits Kafka's limit; `InvalidInput` naming `field` if not."""
     names.concrete_namespace(namespace, field)

@@ -367,7 +367,7 @@ function renderTimeline() {
       {
         class: `ev kind-${kind}`,
         data: { offset: e.offset, index: i, kind },
-        title: `${e.type} at offset ${e.offset}, partition ${e.partition}, ${e.time}`,
+        title: `${e.type}, turn ${i + 1} of the session, at offset ${e.offset} of partition ${e.partition}, ${e.time}`,
         onclick: (ev) => pick(i, ev.shiftKey || $("compare-mode").checked),
         onmousedown: (ev) => ev.shiftKey && ev.preventDefault(), // Shift picks B; it should not select text
       },
@@ -378,19 +378,26 @@ function renderTimeline() {
         el(
           "div",
           { class: "ev-meta" },
+          el("span", { class: "turn", text: `turn ${i + 1}` }),
           el("span", { class: "off", text: `@${e.offset}` }),
           badge(e, kind),
           kind === "duplicate" ? el("span", { class: "badge kind-duplicate", text: "duplicate" }) : null,
           el("time", { datetime: e.time, text: clock(e.time) }),
           el("span", { class: "marks" }),
         ),
-        el("div", { class: "ev-text", text: eventText(e, kind) }),
+        el("div", { class: "ev-text", text: eventText(e, kind, position) }),
       ),
     );
   });
   clear($("timeline"), items);
   const range = $("cut-range");
   range.max = String(Math.max(0, state.events.length - 1));
+}
+
+function position(offset) {
+  // A point of the session as people count it, its turn (1 for its first event), with the log's offset.
+  const i = state.events.findIndex((e) => e.offset === offset);
+  return i < 0 ? `@${offset}` : `turn ${i + 1} (@${offset})`;
 }
 
 function indexOfCut(cut) {
@@ -440,7 +447,9 @@ function markTimeline() {
   const a = indexOfCut(state.cut);
   const b = state.compare ? indexOfCut(state.compare) : -2;
   const [lo, hi] = b >= 0 ? [Math.min(a, b), Math.max(a, b)] : [-1, -1];
-  for (const li of $("timeline").children) {
+  const timeline = $("timeline");
+  timeline.querySelector(".cut-line")?.remove();
+  for (const li of timeline.children) {
     const i = Number(li.dataset.index);
     if (Number.isNaN(i)) continue;
     li.classList.toggle("after", i > Math.max(a, b));
@@ -454,7 +463,12 @@ function markTimeline() {
       i === b ? el("span", { class: "mark-b", text: "B" }) : null,
     );
   }
-  const current = $("timeline").children[a];
+  // The events past the cut (dimmed) start under a label, so the cut reads as a line in the history.
+  const last = timeline.querySelector(`li.ev[data-index="${Math.max(a, b)}"]`);
+  if (last?.nextElementSibling) {
+    last.after(el("li", { class: "cut-line", role: "separator", text: "after the cut" }));
+  }
+  const current = timeline.querySelector(`li.ev[data-index="${a}"]`);
   if (current) current.scrollIntoView({ block: "nearest" });
   $("cut-range").value = String(Math.max(0, a));
   $("compare-clear").hidden = !state.compare;
@@ -495,8 +509,9 @@ async function showCut() {
 
 function cutLabel(report, cut) {
   if (cut.offset !== undefined) {
-    const e = state.events[indexOfCut(cut)];
-    return `@${cut.offset}${e ? ` · ${clock(e.time)}` : ""}`;
+    const i = indexOfCut(cut);
+    const e = state.events[i];
+    return e ? `turn ${i + 1} · @${cut.offset} · ${clock(e.time)}` : `@${cut.offset}`;
   }
   return `as of ${report.cut?.as_of || cut.as_of}`;
 }

@@ -58,7 +58,10 @@ export function badge(e, kind) {
   return el("span", { class: `badge kind-${kind}`, text: KIND_LABEL[kind] || e.type });
 }
 
-export function eventText(e, kind) {
+// Where another event of the session sits, for people: its turn and offset ("turn 5 (@4)").
+const offsetOnly = (offset) => `@${offset}`;
+
+export function eventText(e, kind, at = offsetOnly) {
   const p = e.payload || {};
   switch (kind) {
     case "add":
@@ -66,7 +69,7 @@ export function eventText(e, kind) {
       const m = p.message || {};
       const calls = (m.tool_calls || []).map((c) => `→ ${c.name}(${c.arguments || ""})`).join(" ");
       const text = [m.content, calls].filter(Boolean).join(" ");
-      const prefix = kind === "duplicate" ? `retry of @${e.duplicate_of}, not folded: ` : "";
+      const prefix = kind === "duplicate" ? `retry of ${at(e.duplicate_of)}, not folded: ` : "";
       return prefix + (text || (m.tool_call_id ? `result of ${m.tool_call_id}` : "(empty)"));
     }
     case "erased":
@@ -78,7 +81,7 @@ export function eventText(e, kind) {
     case "embedding":
       return `${p.model}, ${p.dims} dims, text sha256 ${String(p.content_sha256 || "").slice(0, 12)}…`;
     case "retract": {
-      const what = p.retracts_offset !== null && p.retracts_offset !== undefined ? `the message at @${p.retracts_offset}` : "nothing (no message left)";
+      const what = p.retracts_offset !== null && p.retracts_offset !== undefined ? `the message at ${at(p.retracts_offset)}` : "nothing (no message left)";
       return `took back ${what}${p.reason ? `: ${p.reason}` : ""}`;
     }
     case "erasure":
