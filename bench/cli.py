@@ -5,8 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+MISSED_EXIT = 3  # the run itself went well, and a target it prints was missed
+
+
+def missed(lines: Iterable[str]) -> int:
+    """One `MISSED: ...` line on stderr per target missed; the exit code: MISSED_EXIT if any, else 0."""
+    found = list(lines)
+    for line in found:
+        print(f"MISSED: {line}", file=sys.stderr, flush=True)
+    return MISSED_EXIT if found else 0
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:

@@ -21,11 +21,13 @@ import asyncio
 import json
 import os
 import random
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+from cli import missed  # bench/, this script's directory
 
 from helix_es import Message
 from helix_es.stores.ports import SessionKey
@@ -167,12 +169,20 @@ def report(r: dict[str, Any]) -> None:
     print(f"frequent trigrams (left out of index lookups): {r.get('frequent_trigrams', 0)}")
     print(f"plan of search, rare term (index asked for {r.get('rare_probe') or 'the whole term'}):")
     print("  " + "\n  ".join(r["rare_plan"]))
+    for text, ok in targets(r):
+        print(f"target {text}: {'met' if ok else 'NOT met'}")
+
+
+def targets(r: dict[str, Any]) -> list[tuple[str, bool]]:
+    """Each target this run is judged by, as text with the figure, and whether it was met."""
     uses = any("Bitmap Index Scan" in line for line in r["rare_plan"])
-    ok = uses and r["rare_indexed_p50"] <= TARGET_MS
-    print(
-        f"target rare-term p50 <= {TARGET_MS} ms through the index: {'met' if ok else 'NOT met'} "
-        f"({r['rare_indexed_p50']:.2f} ms; plain scan {r['rare_plain_p50']:.2f} ms)"
-    )
+    return [
+        (
+            f"rare-term p50 <= {TARGET_MS} ms through the index ({r['rare_indexed_p50']:.2f} ms, "
+            f"{'through' if uses else 'not through'} the index; plain scan {r['rare_plain_p50']:.2f} ms)",
+            uses and r["rare_indexed_p50"] <= TARGET_MS,
+        )
+    ]
 
 
 if __name__ == "__main__":
@@ -184,3 +194,4 @@ if __name__ == "__main__":
     args = parser.parse_args()
     out = asyncio.run(main(args.n, args.queries, args.keep))
     print(json.dumps(out)) if args.json else report(out)
+    sys.exit(missed(text for text, ok in targets(out) if not ok))

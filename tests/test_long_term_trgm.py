@@ -217,3 +217,52 @@ async def test_a_bulk_load_builds_the_index_once_at_its_end(postgres_dsn: str) -
         assert before is not None and len(before) == 4
     finally:
         await drop(postgres_dsn, store)
+
+
+async def index_oid(dsn: str, table: str) -> int | None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        oid: int | None = await conn.fetchval(
+            "SELECT i.indexrelid::int FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
+            "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops'",
+            f'"{table}"',
+        )
+        return oid
+    finally:
+        await conn.close()
+
+
+async def test_a_load_into_an_empty_table_drops_the_index_left_there_and_a_table_with_rows_keeps_it(
+    postgres_dsn: str,
+) -> None:
+    """An earlier target of the same name, its rows dropped, left its index: the load would keep it up
+    row by row (10x the COPY's CPU), so it goes; rows there (a rerun, another deployment) keep theirs."""
+    table = unique("lt_trgm").replace("-", "_")
+    left = PostgresLongTerm(postgres_dsn, table=table)
+    await left.ensure_table()  # an earlier target's table, with its index
+    oid = await index_oid(postgres_dsn, table)
+    assert oid is not None
+    load = PostgresLongTerm(postgres_dsn, table=table)
+    try:
+        await load.start_load()
+        assert await index_oid(postgres_dsn, table) is None
+        ns = unique("ns")
+        records = [
+            Record(Event(ns, "s", MessageAdded(Message("user", t)), timestamp=T0 + timedelta(seconds=i)), at(i))
+            for i, t in enumerate(contents(300))
+        ]
+        await load.apply(records, live=False)
+        assert await index_oid(postgres_dsn, table) is None
+        await load.build_indexes()
+        assert await trigram_indexes(postgres_dsn, table) == 1
+        again = PostgresLongTerm(postgres_dsn, table=table)
+        try:
+            kept = await index_oid(postgres_dsn, table)
+            await again.start_load()  # rows are there: the index stays
+            assert await index_oid(postgres_dsn, table) == kept
+        finally:
+            await again.close()
+        assert len(await load.search(SessionKey(ns, "s"), "zebra", 10, None) or []) == 4
+    finally:
+        await left.close()
+        await drop(postgres_dsn, load)

@@ -570,3 +570,120 @@ async def test_worker_processes_share_the_work_and_build_the_same_view(
         assert fields and all(int(f.rpartition(":")[2]) >= 0 for f in fields)
     finally:
         await client.aclose()
+
+
+async def test_a_long_term_target_is_loaded_without_its_index_and_searched_through_it(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """A target dropped earlier left its table and trigram index: a rebuild into that name again loads
+    without it (kept up row by row it cost the load 10x) and builds it before the target is reported
+    built; the target's search then looks it up."""
+    from helix_es.log.embedded import EmbeddedLog
+    from helix_es.model.events import Event, MessageAdded
+    from helix_es.stores.postgres.long_term import PostgresLongTerm
+    from helix_es.views.long_term import escape_like
+
+    ns, prefix, table = unique("ltx"), unique("ltx"), unique("lt_rb").replace("-", "_")
+    cfg = embedded(tmp_path, prefix, type="long-term", store="postgres", dsn=postgres_dsn, namespace=ns, table=table)
+    path = write_config(tmp_path, cfg)
+    log = EmbeddedLog(str(tmp_path / "log"), fsync=False, topic_prefix=prefix)
+    try:
+        for i in range(20_000):  # enough rows that the planner prefers the index
+            text = "zebra crossing" if i == 12_345 else f"note {i} about the {['flight', 'hotel', 'train'][i % 3]}"
+            await log.append(Event(ns, f"s{i % 40}", MessageAdded(Message("user", text))))
+    finally:
+        await log.close()
+    view = load_config(cfg).memory.view.name
+    into = f"{view}@v2"
+    first = await rebuild(path, into=into, switch=False)
+    await drop(path, into)  # its rows go; its table and index stay
+    into_table = target_table(table, view, into)
+    conn = await asyncpg.connect(postgres_dsn)
+    trgm = (
+        "SELECT i.indexrelid::int FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
+        "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops' AND i.indisvalid"
+    )
+    store = PostgresLongTerm(postgres_dsn, table=into_table, name=into)
+    try:
+        left = await conn.fetchval(trgm, f'"{into_table}"')
+        assert left is not None and await conn.fetchval(f'SELECT count(*) FROM "{into_table}"') == 0
+        report = await rebuild(path, into=into, switch=False)
+        assert report.read == first.read == 20_000
+        built = await conn.fetchval(trgm, f'"{into_table}"')
+        assert built is not None and built != left  # dropped before the load, built over its rows after
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch("EXPLAIN " + store._search, into, None, None, 0, ns, escape_like("zebra"), 10)
+        )
+        assert "Bitmap Index Scan" in plan and f"{into_table}_content_idx" in plan, plan
+        found = await store.search(SessionKey(ns, "s25"), "zebra", 10, None)
+        assert [m.content for m in found or []] == ["zebra crossing"]
+    finally:
+        await store.close()
+        for t in (table, into_table):
+            await conn.execute(f'DROP TABLE IF EXISTS "{t}"')
+        await conn.close()
+
+
+async def test_a_long_term_rebuild_that_crashes_mid_load_leaves_the_live_target_and_a_rerun_completes(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load dies after two batches (no index on the target yet): readers' target is untouched, and
+    the same rebuild run again finishes the load, builds the index and switches."""
+    from helix_es.log.embedded import EmbeddedLog
+    from helix_es.model.events import Event, MessageAdded
+    from helix_es.stores.postgres.long_term import PostgresLongTerm
+
+    ns, prefix, table = unique("ltc"), unique("ltc"), unique("lt_rc").replace("-", "_")
+    cfg = embedded(tmp_path, prefix, type="long-term", store="postgres", dsn=postgres_dsn, namespace=ns, table=table)
+    path = write_config(tmp_path, cfg)
+    log = EmbeddedLog(str(tmp_path / "log"), fsync=False, topic_prefix=prefix)
+    try:
+        for i in range(1000):
+            await log.append(Event(ns, f"s{i % 10}", MessageAdded(Message("user", f"row {i} of the zebra"))))
+    finally:
+        await log.close()
+    view = load_config(cfg).memory.view.name
+    live = await rebuild(path, into=f"{view}@v2")
+    assert live.switched
+    real_apply, calls = PostgresLongTerm.apply, [0]
+
+    async def dies(self: PostgresLongTerm, records: Any, *, live: bool = True) -> Any:
+        calls[0] += 1
+        if calls[0] > 2:
+            raise OSError("killed mid-load")
+        return await real_apply(self, records, live=live)
+
+    monkeypatch.setattr(PostgresLongTerm, "apply", dies)
+    with pytest.raises(OSError):
+        await rebuild(path, into=f"{view}@v3", batch_size=100)
+    monkeypatch.setattr(PostgresLongTerm, "apply", real_apply)
+    v2, v3 = target_table(table, view, f"{view}@v2"), target_table(table, view, f"{view}@v3")
+    valid_trgm = (
+        "SELECT count(*) FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
+        "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops' AND i.indisvalid"
+    )
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        assert await conn.fetchval(f'SELECT count(*) FROM "{v3}"') == 200  # two batches in, then the crash
+        assert await conn.fetchval(valid_trgm, f'"{v3}"') == 0
+        assert await conn.fetchval(f'SELECT count(*) FROM "{v2}"') == 1000
+        assert await conn.fetchval(valid_trgm, f'"{v2}"') == 1
+        assert (
+            await conn.fetchval("SELECT target FROM helix_aliases WHERE view = $1", alias_id(view, prefix))
+            == f"{view}@v2"
+        )
+        again = await rebuild(path, into=f"{view}@v3", batch_size=100)
+        assert again.switched and again.events == 800  # from the target's checkpoint on
+        assert await conn.fetchval(f'SELECT count(*) FROM "{v3}"') == 1000
+        assert await conn.fetchval(valid_trgm, f'"{v3}"') == 1
+        store = PostgresLongTerm(postgres_dsn, table=v3, name=f"{view}@v3")
+        try:
+            found = await store.search(SessionKey(ns, "s7"), "row 997 ", 5, None)
+            assert [m.content for m in found or []] == ["row 997 of the zebra"]
+        finally:
+            await store.close()
+    finally:
+        for t in (table, v2, v3):
+            await conn.execute(f'DROP TABLE IF EXISTS "{t}"')
+        await conn.close()

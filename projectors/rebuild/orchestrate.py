@@ -25,7 +25,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, IdempotencyStore, ViewStore
 from helix_es.views.base import View
-from projectors.rebuild.bulk import build_indexes, defer_indexes
+from projectors.rebuild.bulk import build_indexes, start_load
 from projectors.rebuild.group import check_group_log, lead
 from projectors.rebuild.progress import Display
 from projectors.rebuild.pump import always, drain, open_source
@@ -95,7 +95,7 @@ async def rebuild(
             raise RebuildError(f"{target} is the target readers use now: rebuild into another one (--into NAME)")
         await aliases.add_target(alias, target)
         projection = target_projection(part, target, store)
-        defer_indexes(projection)
+        await start_load(projection)
         if store is not None and isinstance(part.view, View):
             keys = open_idempotency(part)
             sink: Sink = SessionSink(part.view, target_store(store, part.view, target), target=target, keys=keys)
