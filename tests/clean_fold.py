@@ -1,7 +1,8 @@
 """Every view of a config against a clean fold of its log: what the fault tests and the crash stress loop assert.
 
 Per session view: each session's state and guard, and every partition's checkpoint; per long-term
-view: the namespace's messages and checkpoints. Retries (idempotency keys seen before) are marked as
+view: the namespace's messages and checkpoints; per vector view (PostgreSQL): the messages indexed,
+by position, and checkpoints. Retries (idempotency keys seen before) are marked as
 the projections mark them. A difference raises `Mismatch` naming the view, the session and the first
 differing row, so that a failure under stress says enough to replay it.
 """
@@ -10,17 +11,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+import asyncpg
+
 from helix_es.config import load_config
-from helix_es.projection.factory import open_projection, open_store
+from helix_es.projection.factory import location, open_projection, open_store
 from helix_es.projection.fold import project
 from helix_es.projection.idempotency import mark_duplicates
 from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
+from helix_es.views.vector import Vector
 
 
 class Mismatch(AssertionError):
@@ -60,7 +66,9 @@ async def compare_views(
         label = f"{view.name} ({memory.store}){what}"
         marks = MemoryIdempotency()
         marked = [list(await mark_duplicates(marks, view.name, batch)) for batch in parts.values()]
-        if isinstance(view, View):
+        if isinstance(view, Vector):
+            checkpoints = await _compare_vectors(memory, ns, list(parts.values()), label, topic)
+        elif isinstance(view, View):
             clean = MemoryStore()
             for batch in marked:
                 for i in range(0, len(batch), 5000):
@@ -95,3 +103,33 @@ async def compare_views(
                 raise Mismatch(f"{label} (namespace-wide): {first_difference(got, want)}")
         if checkpoints != {p: last[p] for p in parts}:
             raise Mismatch(f"{label}: checkpoints {checkpoints}, the log ends at {last}")
+
+
+async def _compare_vectors(memory: Any, ns: str, parts: list[list[Any]], label: str, topic: str) -> dict[int, Any]:
+    """The positions a PostgreSQL vector view indexed against a clean fold into the memory store; its checkpoints."""
+    clean = open_projection(replace(memory, store="memory", postgres_dsn=None))
+    try:
+        for batch in parts:
+            await clean.apply(batch, live=False)
+        store = clean.store  # type: ignore[attr-defined]
+        assert isinstance(store, MemoryVectorStore)
+        want = sorted((p.topic, p.partition, p.offset) for p in store._held.get((memory.view.name, ns), set()))
+    finally:
+        await clean.close()
+    conn = await asyncpg.connect(location(memory))
+    try:
+        rows = await conn.fetch(
+            'SELECT topic, partition, "offset" FROM helix_vectors WHERE view = $1 AND namespace = $2',
+            memory.view.name,
+            ns,
+        )
+    finally:
+        await conn.close()
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
+    if got != want:
+        raise Mismatch(f"{label} (namespace-wide, rows by position): {first_difference(got, want)}")
+    projection = open_projection(memory)
+    try:
+        return {p: await projection.checkpoint(topic, p) for p in {b[0].position.partition for b in parts}}
+    finally:
+        await projection.close()
