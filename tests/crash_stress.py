@@ -156,6 +156,7 @@ class Child:
     """A process of ours that gets SIGKILLed; stderr to a file (a pipe would fill and block it)."""
 
     def __init__(self, cmd: list[str], log: Path, env: dict[str, str]) -> None:
+        self.said = log.stat().st_size if log.exists() else 0  # where its own lines begin
         with log.open("ab") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=env)
         self.log = log
@@ -171,6 +172,9 @@ class Child:
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(120)
+
+    def says(self, text: bytes) -> bool:
+        return text in self.log.read_bytes()[self.said :]
 
     def tail(self, lines: int = 12) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -218,7 +222,8 @@ async def kafka_iteration(s: Services, seed: int, work: Path, kills: int, say: A
     log_file = work / f"{prefix}.log"
     env = {**_env(s), "HELIX_RUNTIME_DIR": str(work / f"{prefix}-run")}
     events = stream(rng, ns, sessions, n, "k")
-    watched = load_config(cfg, agent=rng.randrange(len(cfg["agents"]))).memory.view.name
+    redis_views = [a for a, m in enumerate(cfg["agents"]) if m["memory"]["store"] == "redis"]
+    watched = load_config(cfg, agent=rng.choice(redis_views)).memory.view.name  # its checkpoints are in Redis
     kafka_log = KafkaLog(s.kafka, topic_prefix=prefix, partitions=PARTITIONS)
     points: list[str] = []
     children: list[Child] = []
@@ -255,6 +260,10 @@ async def kafka_iteration(s: Services, seed: int, work: Path, kills: int, say: A
             child = Child(cmd, log_file, env)
             children.append(child)
         await writing
+        while not child.says(b"SIGTERM stops"):  # its signal handlers are set: the stop below is a clean one
+            if not child.alive():
+                raise Mismatch(f"the projector exited:\n{child.tail()}")
+            await asyncio.sleep(0.1)
         wrote = time.monotonic()
         deadline = wrote + 300
         while behind := await _behind(path):
@@ -327,7 +336,6 @@ async def embedded_iteration(s: Services, seed: int, work: Path, kills: int, say
         count = 0 if last else rng.randint(100, 800)
         cmd = [sys.executable, "-m", "tests.crash_stress", "--writer", str(path), "--seed", str(seed)]
         cmd += ["--life", str(life), "--count", str(count), "--sessions", str(sessions)]
-        said = log_file.stat().st_size if log_file.exists() else 0
         child = Child(cmd, log_file, env)
         if last:
             try:
@@ -338,7 +346,7 @@ async def embedded_iteration(s: Services, seed: int, work: Path, kills: int, say
                 raise Mismatch(f"the last writer (catching up) failed:\n{child.tail()}")
             break
         deadline = time.monotonic() + 60
-        while b"ready" not in log_file.read_bytes()[said:] and child.alive() and time.monotonic() < deadline:
+        while not child.says(b"ready") and child.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # every view caught up: the kill lands among appends
         delay = rng.uniform(0.5, 8.0)
         await asyncio.sleep(delay)
