@@ -1,6 +1,7 @@
 """Crash exactness under stress: the fault tests' SIGKILL, in a loop, until a view is not the clean fold.
 
-    python -m tests.crash_stress [--loop 50] [--seed S] [--logs kafka,embedded] [--shared]
+    python -m tests.crash_stress [--loop 50] [--seed S] [--logs kafka,embedded] [--kills K]
+                                 [--sessions N] [--events N] [--shared]
 
 Opt-in (not collected by pytest, not part of CI's run). Each iteration draws, from its seed, a
 namespace of sessions and a stream of adds (varied lengths, tool exchanges), clears, retractions
@@ -202,11 +203,21 @@ async def _behind(config: Path) -> list[str]:
     return [f"{p.view}({p.store})[{p.partition}] {p.applied}/{p.end}" for p in report.partitions if p.lag]
 
 
-async def kafka_iteration(s: Services, seed: int, work: Path, kills: int, say: Any) -> tuple[dict[str, Any], str]:
+@dataclass(frozen=True)
+class Size:
+    """Sessions and events of an iteration; None: drawn from its seed."""
+
+    sessions: int | None = None
+    events: int | None = None
+
+
+async def kafka_iteration(
+    s: Services, seed: int, work: Path, kills: int, size: Size, say: Any
+) -> tuple[dict[str, Any], str]:
     rng = random.Random(seed)
     prefix, ns = f"cs{seed}-{uuid.uuid4().hex[:6]}", f"ns{seed}"
-    sessions = [f"s{i}" for i in range(rng.randint(4, 50))]
-    n = rng.randint(200, 1500)
+    sessions = [f"s{i}" for i in range(rng.randint(4, 50) if size.sessions is None else size.sessions)]
+    n = rng.randint(200, 1500) if size.events is None else size.events
     cfg = {
         "log": {"type": "kafka", "bootstrap_servers": s.kafka, "partitions": PARTITIONS, "topic_prefix": prefix},
         "agents": [
@@ -317,7 +328,9 @@ async def writer(config: Path, seed: int, life: int, count: int, sessions: int) 
             await backend.append(event)
 
 
-async def embedded_iteration(s: Services, seed: int, work: Path, kills: int, say: Any) -> tuple[dict[str, Any], str]:
+async def embedded_iteration(
+    s: Services, seed: int, work: Path, kills: int, size: Size, say: Any
+) -> tuple[dict[str, Any], str]:
     rng = random.Random(seed)
     ns = f"ns{seed}-{uuid.uuid4().hex[:6]}"
     prefix = f"ce{seed}-{uuid.uuid4().hex[:6]}"
@@ -325,7 +338,7 @@ async def embedded_iteration(s: Services, seed: int, work: Path, kills: int, say
         "log": {"type": "embedded", "path": str(work / prefix), "fsync": rng.random() < 0.3, "topic_prefix": prefix},
         "agents": [{"id": f"a{i}", "memory": {"namespace": ns, **m}} for i, m in enumerate(views(s.redis, s.postgres))],
     }
-    sessions = rng.randint(4, 50)
+    sessions = rng.randint(4, 50) if size.sessions is None else size.sessions
     path = work / f"{prefix}.json"
     path.write_text(json.dumps(cfg))
     log_file = work / f"{prefix}.log"
@@ -333,7 +346,7 @@ async def embedded_iteration(s: Services, seed: int, work: Path, kills: int, say
     points = []
     for life in range(kills + 1):
         last = life == kills
-        count = 0 if last else rng.randint(100, 800)
+        count = 0 if last else rng.randint(100, 800) if size.events is None else size.events // kills
         cmd = [sys.executable, "-m", "tests.crash_stress", "--writer", str(path), "--seed", str(seed)]
         cmd += ["--life", str(life), "--count", str(count), "--sessions", str(sessions)]
         child = Child(cmd, log_file, env)
@@ -383,7 +396,8 @@ async def loop(args: argparse.Namespace, s: Services) -> int:
             run = kafka_iteration if track == "kafka" else embedded_iteration
             read = read_kafka if track == "kafka" else read_embedded
             try:
-                cfg, ns = await run(s, seed, work, kills, lambda m: print(m, flush=True))
+                size = Size(args.sessions, args.events)
+                cfg, ns = await run(s, seed, work, kills, size, lambda m: print(m, flush=True))
                 records, last, topic = await read(cfg, ns)
                 if records:  # else killed before its first append: nothing to compare
                     await compare_views(cfg, ns, records, last, topic)
@@ -411,10 +425,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--writer", type=Path, help=argparse.SUPPRESS)  # the embedded track's child
     parser.add_argument("--life", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--sessions", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=None, help="sessions per iteration (default: 4-50, drawn)")
+    parser.add_argument("--events", type=int, default=None, help="events per iteration (default: drawn)")
     args = parser.parse_args(argv)
     if args.writer is not None:
-        asyncio.run(writer(args.writer, args.seed, args.life, args.count, args.sessions))
+        asyncio.run(writer(args.writer, args.seed, args.life, args.count, args.sessions or 1))
         return 0
     if args.shared:
         return asyncio.run(loop(args, shared_services()))
