@@ -431,6 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.writer is not None:
         asyncio.run(writer(args.writer, args.seed, args.life, args.count, args.sessions or 1))
         return 0
+    # SIGTERM (a timeout's) unwinds as Ctrl-C does: the projectors and writers started are killed on the way.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     if args.shared:
         return asyncio.run(loop(args, shared_services()))
     with private_services() as s:
