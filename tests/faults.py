@@ -15,6 +15,7 @@ that started the process: start them from the main thread (the event loop's), ne
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -301,3 +302,26 @@ class Postgres:
     def stop(self) -> None:
         _kill(self.proc, signal.SIGQUIT)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def started(libs: Path, pg_bin: Path) -> Iterator[tuple[Kafka, Redis, Postgres]]:
+    """A private Kafka, Redis and PostgreSQL, ready; stopped (and their files removed) afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="helix-faults-"))
+    services: list[Kafka | Redis | Postgres] = []
+    try:
+        kafka = Kafka(root, libs)
+        services.append(kafka)
+        redis = Redis(root)
+        services.append(redis)
+        postgres = Postgres(pg_bin)
+        services.append(postgres)
+        kafka.launch()  # the slowest: it boots while the others start
+        redis.start()
+        postgres.start()
+        kafka.wait_ready()
+        yield kafka, redis, postgres
+    finally:
+        for service in reversed(services):
+            service.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -42,15 +41,10 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
-from helix_es.projection.factory import open_projection, open_store
-from helix_es.projection.fold import project
-from helix_es.stores.memory.long_term import MemoryLongTerm
-from helix_es.stores.memory.views import MemoryStore
-from helix_es.stores.ports import SessionKey
-from helix_es.views.base import View
 from projectors.deadletter import Checker
 from projectors.lag import lag
 from tests import faults
+from tests.clean_fold import compare_views
 from tests.conftest import REQUIRE, ROOT, Deadline, unique, wait_for
 
 PARTITIONS = 4
@@ -86,33 +80,19 @@ def private() -> Iterator[Private]:
     if pg_bin is None or shutil.which("redis-server") is None:
         _unavailable("redis-server and PostgreSQL's server binaries")
     assert libs is not None and pg_bin is not None
-    root = Path(tempfile.mkdtemp(prefix="helix-faults-"))
     saved = {k: os.environ.get(k) for k in ("HELIX_KAFKA_BOOTSTRAP", "HELIX_REDIS_URL", "HELIX_POSTGRES_DSN")}
-    services: list[Any] = []
     try:
-        kafka = faults.Kafka(root, libs)
-        services.append(kafka)
-        redis = faults.Redis(root)
-        services.append(redis)
-        postgres = faults.Postgres(pg_bin)
-        services.append(postgres)
-        kafka.launch()  # the slowest: it boots while the others start
-        redis.start()
-        postgres.start()
-        kafka.wait_ready()
-        os.environ.update(
-            HELIX_KAFKA_BOOTSTRAP=kafka.bootstrap, HELIX_REDIS_URL=redis.url, HELIX_POSTGRES_DSN=postgres.dsn
-        )
-        yield Private(kafka, redis, postgres)
+        with faults.started(libs, pg_bin) as (kafka, redis, postgres):
+            os.environ.update(
+                HELIX_KAFKA_BOOTSTRAP=kafka.bootstrap, HELIX_REDIS_URL=redis.url, HELIX_POSTGRES_DSN=postgres.dsn
+            )
+            yield Private(kafka, redis, postgres)
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        for service in reversed(services):
-            service.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- helpers ---
@@ -269,58 +249,12 @@ async def folded(client: aioredis.Redis, view: str, topic: str) -> int:
     return sum(int(v) + 1 for k, v in found.items() if k.decode().startswith(topic + ":"))
 
 
-def by_partition(records: list[Record]) -> dict[int, list[Record]]:
-    parts: dict[int, list[Record]] = defaultdict(list)
-    for r in records:
-        parts[r.position.partition].append(r)
-    return parts
-
-
 async def assert_views_match_log(cfg: dict[str, Any], ns: str, *, what: str = "") -> list[Record]:
-    """Every view of `cfg` equals a clean fold of the log: each session's state and guard; the
-    long-term view's messages. Returns the log's records."""
+    """Every view of `cfg` equals a clean fold of the log (`tests.clean_fold`). Returns the log's records."""
     config = load_config(cfg, agent=0)
     topic = names.topic(ns, config.log.topic_prefix)
     records, last = await asyncio.wait_for(read_log(config.log.bootstrap_servers, config.log.topic_prefix, topic), 120)
-    assert records, "the log is empty"
-    parts = by_partition(records)
-    keys = sorted({SessionKey(ns, r.event.session_id) for r in records}, key=lambda k: k.session_id)
-    last_of = {SessionKey(ns, r.event.session_id): r.position.offset for r in records}
-    for agent in range(len(cfg["agents"])):
-        memory = load_config(cfg, agent=agent).memory
-        view = memory.view
-        label = f"{view.name} ({memory.store}){what}"
-        if isinstance(view, View):
-            clean = MemoryStore()
-            for batch in parts.values():
-                for i in range(0, len(batch), 5000):
-                    await project(view, clean, batch[i : i + 5000])
-            expected = await clean.load(view, keys)
-            store = open_store(memory)
-            try:
-                stored = await store.load(view, keys)
-                for p in parts:
-                    assert await store.checkpoint(view, topic, p) == last[p], label
-            finally:
-                await store.close()
-            wrong = [k.session_id for k in keys if stored[k] != expected[k]]
-            assert not wrong, f"{label}: {len(wrong)} of {len(keys)} sessions differ from a clean fold: {wrong[:5]}"
-            assert all(stored[k].applied == last_of[k] for k in keys), label
-        else:
-            clean_lt = MemoryLongTerm()
-            for batch in parts.values():
-                await clean_lt.apply(batch, live=False)
-            projection = open_projection(memory)
-            try:
-                got = await projection.get(keys[0], None)
-                for p in parts:
-                    assert await projection.checkpoint(topic, p) == last[p], label
-            finally:
-                await projection.close()
-            want = await clean_lt.get(keys[0], None)
-            assert want is not None and got == want, (
-                f"{label}: {len(got or [])} messages, a clean fold has {len(want or [])}"
-            )
+    await compare_views(cfg, ns, records, last, topic, what=what)
     return records
 
 

@@ -37,8 +37,9 @@ from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
+from tests.clean_fold import by_partition
 from tests.conftest import ROOT, topic_records, unique, wait_for
-from tests.test_faults import PARTITIONS, Projector, by_partition, caught_up, read_log, running
+from tests.test_faults import PARTITIONS, Projector, caught_up, read_log, running
 
 pytestmark = pytest.mark.timeout(300)
 SESSIONS = 20

@@ -60,6 +60,43 @@ async def test_embedded_summary_keeps_context_bounded(tmp_path: Path) -> None:
         assert (await mem.search("fact 1:", limit=5))[0].metadata == {"helix.summary": "true"}
 
 
+@pytest.mark.parametrize("store", ["memory", "redis", "postgres"])
+async def test_a_summary_asked_while_catching_up_reaches_the_view_caught_up(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Found by the crash stress loop: a writer on the embedded log died after adding a turn that made a
+    summary due and before asking for it. The next process's catch-up asked for it and recorded it on the
+    log, past where its read ended, and folded it into every view attached before, but not into the one
+    catching up: that view never held the summary the log records, not even after later adds."""
+    where = {"redis": {"redis_url": "redis_url"}, "postgres": {"dsn": "postgres_dsn"}}.get(store, {})
+    memory = {"type": "summary", "max_messages": 4, "namespace": unique("sumcatch"), "store": store}
+    memory.update({key: request.getfixturevalue(fixture) for key, fixture in where.items()})
+    cfg = {"log": {"path": str(tmp_path)}, "memory": memory}
+    ns = memory["namespace"]
+    log = open_log(load_config(cfg).log)
+    try:
+        for i in range(6):  # due past 4 messages; the writer died before asking
+            await log.append(Event(ns, "s", MessageAdded(turn(i))))
+    finally:
+        await log.close()
+    async with open_memory(cfg, session_id="s") as mem:
+        async with open_memory(cfg, session_id="t") as other:
+            await other.add(turn(6))  # another session's add moves the checkpoint past the recorded summary
+        got = await mem.get()
+    log = open_log(load_config(cfg).log)
+    try:
+        events = [r.event async for r in log.read(ns, session_id="s")]
+    finally:
+        await log.close()
+    assert [type(e.payload).__name__ for e in events].count("SummaryRecorded") == 1
+    view = load_config(cfg).memory.view
+    state: tuple[Message, ...] = ()
+    for event in events:
+        state = view.fold(state, event)
+    assert got == view.render(state)
+    assert got[0].content.startswith("Summary of the earlier conversation")
+
+
 async def test_openai_summariser_is_called_live_and_never_on_rebuild(
     tmp_path: Path, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

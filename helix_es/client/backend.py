@@ -117,11 +117,29 @@ class Backend:
                             self._behind.add((ident, namespace))
 
     async def _catch_up(self, projection: Projection, namespace: str) -> None:
-        """Fold what the log holds past the checkpoint; only the last batch is live."""
-        driver = Driver(projection, append=self._append_locked)
-        # The same rules as the projector's: a record it would dead-letter is passed over, not folded.
-        records = self.log.read(namespace, on_bad=self._passed_over)
-        await driver.replay(records, live_tail=True, from_checkpoint=True)
+        """Fold what the log holds past the checkpoint; only the last batch is live.
+
+        What the live batch derives (a summary a crash left unasked) lands past where the read ended,
+        and `_append_locked` folds it into the attached views only, not into this one (not attached
+        yet, or behind): so read on from there until a round derives nothing.
+        """
+        derived: list[Event] = []
+
+        async def append(event: Event) -> Position:
+            derived.append(event)
+            return await self._append_locked(event)
+
+        driver = Driver(projection, append=append)
+        start: dict[int, int] | None = None
+        while True:
+            derived.clear()
+            ends: dict[int, int] = {}
+            # The same rules as the projector's: a record it would dead-letter is passed over, not folded.
+            records = self.log.read(namespace, on_bad=self._passed_over, start=start, on_end=ends.__setitem__)
+            await driver.replay(records, live_tail=True, from_checkpoint=True)
+            if not derived:
+                return
+            start = ends
 
     def _passed_over(self, bad: Skipped) -> None:
         self.skipped += 1

@@ -1,0 +1,443 @@
+"""Crash exactness under stress: the fault tests' SIGKILL, in a loop, until a view is not the clean fold.
+
+    python -m tests.crash_stress [--loop 50] [--seed S] [--logs kafka,embedded] [--kills K]
+                                 [--sessions N] [--events N] [--shared]
+
+Opt-in (not collected by pytest, not part of CI's run). Each iteration draws, from its seed, a
+namespace of sessions and a stream of adds (varied lengths, tool exchanges), clears, retractions
+and retried idempotency keys, and:
+
+- kafka: writes the stream to Kafka while `helix-es project` folds it into every session view and
+  long-term view in Redis and PostgreSQL (windows, token window, smart, conversation, summary with
+  the extractive summariser recording its summaries on the log, long-term, vector), and SIGKILLs the
+  projector at random points (a view's checkpoints reaching a random offset, or a random delay),
+  starting it again each time; then lets the last one catch up and stop;
+- embedded: a writer process on the embedded log, whose appends fold inline into the same views in
+  Redis and PostgreSQL, SIGKILLed at random moments (mid-append, mid-write of a view) and started
+  again; the last one catches every view up from the log on open.
+
+Then each view is compared with a clean fold of the log (retries marked as the views mark them):
+every session's state and guard, every partition's checkpoint. On a mismatch it prints the seed, the
+log, the view, the session and the first differing row, and exits 1; `--seed S --loop 1` replays
+that iteration's stream and kill points (the interleaving with the projector is the machine's).
+
+Services: private Kafka, Redis and PostgreSQL started for the run (`tests.faults`, as the fault
+tests do), or with `--shared` the ones the HELIX_* variables name (topics and keys are unique per
+iteration; nothing there is killed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helix_es import Message, ToolCall
+from helix_es.config import load_config
+from helix_es.log.embedded import EmbeddedLog
+from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
+from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, Record
+from tests import faults
+from tests.clean_fold import Mismatch, compare_views
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 4
+WORDS = ("alpha", "beta", "gamma", "delta", "Oslo", "weather", "tool", "path/to/file.py")
+
+
+# --- what each iteration writes ---
+
+
+def views(redis_url: str, dsn: str) -> list[dict[str, Any]]:
+    """Every session view and long-term view the fault harness compares, in both stores where they live."""
+    r: dict[str, Any] = {"store": "redis", "redis_url": redis_url}
+    p: dict[str, Any] = {"store": "postgres", "dsn": dsn}
+    return [
+        {"type": "sliding-window", "window_size": 4, "tool_pairs": "split", **r},
+        {"type": "sliding-window", "window_size": 5, **r},
+        {"type": "token-window", "max_tokens": 60, **r},
+        {"type": "smart", "max_tokens": 80, **r},
+        {"type": "conversation", **r},
+        {"type": "summary", "max_messages": 6, **r},
+        {"type": "long-term", **r},
+        {"type": "conversation", **p},
+        {"type": "conversation", "max_length": 7, **p},
+        {"type": "summary", "max_messages": 5, **p},
+        {"type": "long-term", **p},
+        {"type": "vector", "top_k": 5, **p},
+    ]
+
+
+def stream(rng: random.Random, ns: str, sessions: Sequence[str], n: int, tag: str) -> list[Event]:
+    """`n` writes over `sessions`: turns, tool exchanges, now and then a retraction, a clear (rarely:
+    a long-term clear empties the namespace) or a write retried with its idempotency key."""
+    out: list[Event] = []
+    keyed: list[Event] = []
+    while len(out) < n:
+        sid = rng.choice(sessions)
+        r = rng.random()
+        if r < 0.002:
+            event = Event(ns, sid, MemoryCleared(), idempotency_key=f"{tag}-c{len(out)}")
+        elif r < 0.03:
+            event = Event(ns, sid, MessageRetracted())
+        elif r < 0.06 and keyed:
+            first = rng.choice(keyed[-50:])  # the same key and message again: a retry, folded as nothing
+            event = Event(first.namespace, first.session_id, first.payload, idempotency_key=first.idempotency_key)
+        elif r < 0.1:
+            calls = tuple(ToolCall(f"{tag}-{len(out)}-{j}", "lookup", "{}") for j in range(rng.randint(1, 2)))
+            out.append(Event(ns, sid, MessageAdded(Message("assistant", "", tool_calls=calls))))
+            for call in calls[: rng.randint(0, len(calls))]:
+                out.append(
+                    Event(ns, sid, MessageAdded(Message("tool", "result " * rng.randint(1, 9), tool_call_id=call.id)))
+                )
+            continue
+        else:
+            role = rng.choice(("user", "assistant"))
+            words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+            key = f"{tag}-k{len(out)}" if rng.random() < 0.2 else None
+            event = Event(ns, sid, MessageAdded(Message(role, f"{tag}-{len(out)} {words}")), idempotency_key=key)
+            if key is not None:
+                keyed.append(event)
+        out.append(event)
+    return out[:n]
+
+
+# --- the Kafka track ---
+
+
+@dataclass
+class Services:
+    kafka: str
+    redis: str
+    postgres: str
+
+
+@contextlib.contextmanager
+def private_services() -> Iterator[Services]:
+    libs, pg_bin = faults.kafka_libs(), faults.pg_bin()
+    if libs is None or pg_bin is None or shutil.which("redis-server") is None:
+        raise SystemExit(
+            "crash_stress: needs java with the Kafka jars (scripts/services up once), redis-server, postgres"
+        )
+    with faults.started(libs, pg_bin) as (kafka, redis, postgres):
+        yield Services(kafka.bootstrap, redis.url, postgres.dsn)
+
+
+def shared_services() -> Services:
+    env = os.environ
+    missing = [v for v in ("HELIX_KAFKA_BOOTSTRAP", "HELIX_REDIS_URL", "HELIX_POSTGRES_DSN") if not env.get(v)]
+    if missing:
+        raise SystemExit(f"crash_stress --shared: set {', '.join(missing)} (scripts/services env)")
+    return Services(env["HELIX_KAFKA_BOOTSTRAP"], env["HELIX_REDIS_URL"], env["HELIX_POSTGRES_DSN"])
+
+
+def _env(s: Services) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.update(HELIX_KAFKA_BOOTSTRAP=s.kafka, HELIX_REDIS_URL=s.redis, HELIX_POSTGRES_DSN=s.postgres)
+    env.pop("HELIX_INSTANCE_ID", None)
+    return env
+
+
+class Child:
+    """A process of ours that gets SIGKILLed; stderr to a file (a pipe would fill and block it)."""
+
+    def __init__(self, cmd: list[str], log: Path, env: dict[str, str]) -> None:
+        self.said = log.stat().st_size if log.exists() else 0  # where its own lines begin
+        with log.open("ab") as err:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        self.log = log
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(60)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(120)
+
+    def says(self, text: bytes) -> bool:
+        return text in self.log.read_bytes()[self.said :]
+
+    def tail(self, lines: int = 12) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def _folded(redis_url: str, view: str, topic: str) -> int:
+    import redis.asyncio as aioredis
+
+    from tests.test_faults import folded
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return await folded(client, view, topic)
+    finally:
+        await client.aclose()
+
+
+async def _behind(config: Path) -> list[str]:
+    """The partitions some view has not folded to the log's end, as `view[partition] checkpoint/end`."""
+    from projectors.lag import lag
+
+    report = await asyncio.wait_for(lag(str(config)), 60)
+    if not report.partitions:
+        return ["no partitions yet"]
+    return [f"{p.view}({p.store})[{p.partition}] {p.applied}/{p.end}" for p in report.partitions if p.lag]
+
+
+@dataclass(frozen=True)
+class Size:
+    """Sessions and events of an iteration; None: drawn from its seed."""
+
+    sessions: int | None = None
+    events: int | None = None
+
+
+async def kafka_iteration(
+    s: Services, seed: int, work: Path, kills: int, size: Size, say: Any
+) -> tuple[dict[str, Any], str]:
+    rng = random.Random(seed)
+    prefix, ns = f"cs{seed}-{uuid.uuid4().hex[:6]}", f"ns{seed}"
+    sessions = [f"s{i}" for i in range(rng.randint(4, 50) if size.sessions is None else size.sessions)]
+    n = rng.randint(200, 1500) if size.events is None else size.events
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": s.kafka, "partitions": PARTITIONS, "topic_prefix": prefix},
+        "agents": [
+            {"id": f"a{i}", "memory": {"namespace": ns, "read_timeout": 120, **m}}
+            for i, m in enumerate(views(s.redis, s.postgres))
+        ],
+    }
+    path = work / f"{prefix}.yaml"
+    path.write_text(json.dumps(cfg))
+    topic = names.topic(ns, prefix)
+    cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--progress", "5"]
+    cmd += ["--session-timeout", "6", "--batch-size", str(rng.choice((7, 50, 200, 500)))]
+    log_file = work / f"{prefix}.log"
+    env = {**_env(s), "HELIX_RUNTIME_DIR": str(work / f"{prefix}-run")}
+    events = stream(rng, ns, sessions, n, "k")
+    redis_views = [a for a, m in enumerate(cfg["agents"]) if m["memory"]["store"] == "redis"]
+    watched = load_config(cfg, agent=rng.choice(redis_views)).memory.view.name  # its checkpoints are in Redis
+    kafka_log = KafkaLog(s.kafka, topic_prefix=prefix, partitions=PARTITIONS)
+    points: list[str] = []
+    children: list[Child] = []
+    try:
+        await kafka_log.append(events[0])  # the topic exists before the projector looks for it
+        chunk = rng.choice((5, 20, 100))
+        pause = rng.choice((0.0, 0.01, 0.03))
+
+        async def write() -> None:
+            for i in range(1, len(events), chunk):
+                await asyncio.gather(*(kafka_log.append(e) for e in events[i : i + chunk]))
+                if pause:
+                    await asyncio.sleep(pause)
+
+        writing = asyncio.create_task(write())
+        child = Child(cmd, log_file, env)
+        children.append(child)
+        for _ in range(kills):
+            if rng.random() < 0.5:
+                target = rng.randrange(1, n)
+                point = f"{watched} at {target} events"
+                deadline = time.monotonic() + 60
+                while await _folded(s.redis, watched, topic) < target and time.monotonic() < deadline:
+                    if not child.alive():
+                        raise Mismatch(f"the projector exited:\n{child.tail()}")
+                    await asyncio.sleep(rng.uniform(0, 0.05))
+            else:
+                delay = rng.uniform(1.0, 8.0)
+                point = f"after {delay:.2f}s"
+                await asyncio.sleep(delay)
+            folded = await _folded(s.redis, watched, topic)
+            child.kill()
+            points.append(f"{point} ({watched} had {folded})")
+            child = Child(cmd, log_file, env)
+            children.append(child)
+        await writing
+        while not child.says(b"SIGTERM stops"):  # its signal handlers are set: the stop below is a clean one
+            if not child.alive():
+                raise Mismatch(f"the projector exited:\n{child.tail()}")
+            await asyncio.sleep(0.1)
+        wrote = time.monotonic()
+        deadline = wrote + 300
+        while behind := await _behind(path):
+            if not child.alive():
+                raise Mismatch(f"the projector exited:\n{child.tail()}")
+            if time.monotonic() > deadline:
+                raise Mismatch(f"the views did not catch up in 300 s: {', '.join(behind[:8])}\n{child.tail(8)}")
+            await asyncio.sleep(0.5)
+        caught = time.monotonic()
+        code = child.stop()
+        if code != 0:  # not an inexact view: said, and the views are compared all the same
+            say(f"  NOTE: the projector did not stop cleanly (exit code {code}):\n{child.tail()}")
+    finally:
+        for started in children:
+            started.kill()
+        await kafka_log.close()
+    timing = f"caught up {caught - wrote:.0f}s after the last write, stopped in {time.monotonic() - caught:.0f}s"
+    say(f"  sessions {len(sessions)}, events {n}, kills: {'; '.join(points)}; {timing}")
+    return cfg, ns
+
+
+async def read_kafka(cfg: dict[str, Any], ns: str) -> tuple[list[Record], dict[int, int], str]:
+    from tests.test_faults import read_log
+
+    prefix = cfg["log"]["topic_prefix"]
+    topic = names.topic(ns, prefix)
+    records, last = await read_log(cfg["log"]["bootstrap_servers"], prefix, topic)
+    return records, last, topic
+
+
+# --- the embedded track ---
+
+
+async def writer(config: Path, seed: int, life: int, count: int, sessions: int) -> None:
+    """A writer on the embedded log: opens every view of `config` (each caught up from the log), then
+    appends `count` events drawn from `seed` and `life`, folding them inline."""
+    from helix_es import open_memory
+
+    cfg = json.loads(config.read_text())
+    ns = cfg["agents"][0]["memory"]["namespace"]
+    rng = random.Random(seed * 1000 + life)
+    ids = [f"s{i}" for i in range(sessions)]
+    async with contextlib.AsyncExitStack() as stack:
+        mems = [
+            await stack.enter_async_context(open_memory(cfg, session_id="s0", agent=i))
+            for i in range(len(cfg["agents"]))
+        ]
+        backend = mems[0].backend  # type: ignore[attr-defined]
+        print("ready", file=sys.stderr, flush=True)
+        for event in stream(rng, ns, ids, count, f"e{life}"):
+            await backend.append(event)
+
+
+async def embedded_iteration(
+    s: Services, seed: int, work: Path, kills: int, size: Size, say: Any
+) -> tuple[dict[str, Any], str]:
+    rng = random.Random(seed)
+    ns = f"ns{seed}-{uuid.uuid4().hex[:6]}"
+    prefix = f"ce{seed}-{uuid.uuid4().hex[:6]}"
+    cfg = {
+        "log": {"type": "embedded", "path": str(work / prefix), "fsync": rng.random() < 0.3, "topic_prefix": prefix},
+        "agents": [{"id": f"a{i}", "memory": {"namespace": ns, **m}} for i, m in enumerate(views(s.redis, s.postgres))],
+    }
+    sessions = rng.randint(4, 50) if size.sessions is None else size.sessions
+    path = work / f"{prefix}.json"
+    path.write_text(json.dumps(cfg))
+    log_file = work / f"{prefix}.log"
+    env = _env(s)
+    points = []
+    for life in range(kills + 1):
+        last = life == kills
+        count = 0 if last else rng.randint(100, 800) if size.events is None else size.events // kills
+        cmd = [sys.executable, "-m", "tests.crash_stress", "--writer", str(path), "--seed", str(seed)]
+        cmd += ["--life", str(life), "--count", str(count), "--sessions", str(sessions)]
+        child = Child(cmd, log_file, env)
+        if last:
+            try:
+                code = child.proc.wait(300)
+            finally:
+                child.kill()
+            if code != 0:
+                raise Mismatch(f"the last writer (catching up) failed:\n{child.tail()}")
+            break
+        deadline = time.monotonic() + 60
+        while not child.says(b"ready") and child.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # every view caught up: the kill lands among appends
+        delay = rng.uniform(0.5, 8.0)
+        await asyncio.sleep(delay)
+        child.kill()
+        points.append(f"{delay:.2f}s after ready")
+    say(f"  sessions {sessions}, fsync {cfg['log']['fsync']}, kills: {'; '.join(points)}")
+    return cfg, ns
+
+
+async def read_embedded(cfg: dict[str, Any], ns: str) -> tuple[list[Record], dict[int, int], str]:
+    log = EmbeddedLog(cfg["log"]["path"], topic_prefix=cfg["log"]["topic_prefix"])
+    try:
+        records = [r async for r in log.read(ns, on_bad=lambda bad: None)]
+    finally:
+        await log.close()
+    topic = names.topic(ns, cfg["log"]["topic_prefix"])
+    return records, {0: records[-1].position.offset} if records else {}, topic
+
+
+# --- the loop ---
+
+
+async def loop(args: argparse.Namespace, s: Services) -> int:
+    work = Path(tempfile.mkdtemp(prefix="helix-stress-work-"))
+    tracks = args.logs.split(",")
+    seed0 = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    started = time.monotonic()
+    try:
+        for i in range(args.loop):
+            seed = seed0 + i
+            track = tracks[i % len(tracks)]
+            kills = args.kills if args.kills is not None else random.Random(seed).randint(1, 3)
+            print(f"[{i + 1}/{args.loop}] {track} seed {seed}, {kills} kills", flush=True)
+            run = kafka_iteration if track == "kafka" else embedded_iteration
+            read = read_kafka if track == "kafka" else read_embedded
+            try:
+                size = Size(args.sessions, args.events)
+                cfg, ns = await run(s, seed, work, kills, size, lambda m: print(m, flush=True))
+                records, last, topic = await read(cfg, ns)
+                if records:  # else killed before its first append: nothing to compare
+                    await compare_views(cfg, ns, records, last, topic)
+            except Mismatch as exc:
+                print(f"MISMATCH: log {track}, seed {seed}: {exc}", flush=True)
+                print(f"replay: python -m tests.crash_stress --logs {track} --seed {seed} --loop 1 --kills {kills}")
+                print(f"(kept: {work})")
+                return 1
+            print(f"  exact ({len(records)} records, {time.monotonic() - started:.0f}s so far)", flush=True)
+    except BaseException:
+        print(f"(kept: {work})")
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"{args.loop} iterations, every view exact")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loop", type=int, default=50, help="iterations (default 50)")
+    parser.add_argument("--seed", type=int, default=None, help="first iteration's seed (default: random)")
+    parser.add_argument("--kills", type=int, default=None, help="kills per iteration (default: 1-3, drawn)")
+    parser.add_argument("--logs", default="kafka,embedded", help="tracks, alternated: kafka, embedded")
+    parser.add_argument("--shared", action="store_true", help="use the services HELIX_* name, not private ones")
+    parser.add_argument("--writer", type=Path, help=argparse.SUPPRESS)  # the embedded track's child
+    parser.add_argument("--life", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=None, help="sessions per iteration (default: 4-50, drawn)")
+    parser.add_argument("--events", type=int, default=None, help="events per iteration (default: drawn)")
+    args = parser.parse_args(argv)
+    if args.writer is not None:
+        asyncio.run(writer(args.writer, args.seed, args.life, args.count, args.sessions or 1))
+        return 0
+    # SIGTERM (a timeout's) unwinds as Ctrl-C does: the projectors and writers started are killed on the way.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    if args.shared:
+        return asyncio.run(loop(args, shared_services()))
+    with private_services() as s:
+        return asyncio.run(loop(args, s))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
