@@ -245,15 +245,18 @@ class HelixSession:
     def close(self) -> None:
         """Release the memory (its calls in flight finish first); the session is unusable after.
         Closing again does nothing."""
+        self._release()
+
+    async def aclose(self) -> None:
+        """`close()`, without blocking this loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self._release)
+
+    def _release(self) -> None:  # close's work, whatever a subclass makes of close
         with self._opening:
             self._closed = True
             memory, self._memory = self._memory, None
         if memory is not None:
             memory.close()
-
-    async def aclose(self) -> None:
-        """`close()`, without blocking this loop."""
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     async def __aenter__(self) -> HelixSession:
         await self.memory()
