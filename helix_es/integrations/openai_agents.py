@@ -186,7 +186,7 @@ class HelixSession:
     def _open(self) -> SyncMemory:
         with self._opening:  # many threads' first calls: one opening
             if self._closed:
-                raise SessionClosed(f"{type(self).__name__} is closed (session {self.session_id!r})")
+                raise self._closed_error()
             if self._memory is None:
                 cfg = self._config if isinstance(self._config, Config) else load_config(self._config, agent=self._agent)
                 for i, name in enumerate(cfg.middleware):
@@ -205,7 +205,10 @@ class HelixSession:
         try:
             return await asyncio.wrap_future(memory.submit(lambda m: self._alone(call, m)))
         except MemoryClosed:  # closed by another thread meanwhile
-            raise SessionClosed(f"{type(self).__name__} is closed (session {self.session_id!r})") from None
+            raise self._closed_error() from None
+
+    def _closed_error(self) -> SessionClosed:
+        return SessionClosed(f"{type(self).__name__} is closed (session {self.session_id!r})")
 
     async def _alone(self, call: Callable[[Memory], Awaitable[T]], memory: Memory) -> T:
         if self._calls is None:
@@ -227,7 +230,7 @@ class HelixSession:
         """One `MessageAdded` per item, in order. Every item is checked first: a bad one
         (`InvalidInput` naming `items[i]`) writes none."""
         if self._closed:
-            raise SessionClosed(f"{type(self).__name__} is closed (session {self.session_id!r})")
+            raise self._closed_error()
         if isinstance(items, Mapping) or not isinstance(items, Sequence):
             raise InvalidInput("items", f"must be a list of items, got {type(items).__name__}")
         messages = [item_message(item, f"items[{i}]") for i, item in enumerate(items)]
