@@ -39,7 +39,12 @@ def test_the_frameworks_own_suites_pass_embedded() -> None:
     assert counts(out, "langchain-core 1.8.3 (embedded)") == (28, 0, 0)
 
 
+# On Kafka each test's database is a namespace with a projector of its own: about 1.6 s a test here,
+# so CI runs the tests that cross threads, loops and runners (`python scripts/framework-suites` runs all).
+ON_KAFKA = "concurrent or run_sync or hitl"
+
+
 @pytest.mark.usefixtures("kafka_bootstrap", "redis_url")
 def test_the_agents_sdk_suite_passes_on_kafka_and_redis() -> None:
-    out = suites("--backend", "kafka-redis", "--suite", "agents")
-    assert counts(out, "openai-agents 0.24.0 (kafka-redis)") == (74, 0, 0)
+    out = suites("--backend", "kafka-redis", "--suite", "agents", "-k", ON_KAFKA)
+    assert counts(out, "openai-agents 0.24.0 (kafka-redis)") == (15, 0, 0)
