@@ -21,6 +21,10 @@ code added to the session without that key is read as the items it stands for.
 `pop_item` reads the newest item and appends a `MessageRetracted` (`helix_es.client.memory.retract`):
 the log keeps both, and `helix-es audit` shows what was retracted. Reads are read-your-writes.
 
+The memory lives on helix-es's own event loop (`helix_es.sync`), not on the caller's: a session is
+used from any thread and any event loop (`Runner.run_sync` in worker threads, one `asyncio.run`
+after another) as `SQLiteSession` is, and no asyncio object of one loop is ever awaited from another.
+
 The config is any helix-es config (`open_memory`'s forms, embedded or Kafka). The conversation
 view is the one to use: it holds the whole session. With a window (sliding-window,
 token-window, smart, summary, a capped conversation) `get_items` returns only what the window
@@ -35,22 +39,24 @@ message's text but not its metadata, which holds the item whole.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
 from helix_es.client.memory import retract
-from helix_es.client.open import open_memory
 from helix_es.client.protocol import Memory
 from helix_es.config import Config, load_config
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 from helix_es.model.message import Message, ToolCall
+from helix_es.sync import MemoryClosed, SyncMemory
+from helix_es.sync import open_memory as open_sync
 
 __all__ = ["ITEM", "KIND", "HelixSession", "SessionClosed", "item_message", "message_items"]
 
@@ -60,10 +66,11 @@ _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant"
 _TEXT_KEYS = ("text", "refusal")  # where a content part keeps its text (input_text, output_text, refusal)
 # Middleware that rewrite a message's text but leave metadata, and so the item, as it is.
 _TEXT_MIDDLEWARE = ("redaction",)
+T = TypeVar("T")
 
 
 class SessionClosed(HelixError, RuntimeError):
-    """The session was closed (`aclose`): it reads and writes nothing more."""
+    """The session was closed (`close`, `aclose`): it reads and writes nothing more."""
 
 
 def _clean(text: str) -> str:
@@ -140,9 +147,12 @@ class HelixSession:
     """The SDK's `Session` protocol over one helix-es session: `session_id`, `session_settings`,
     `get_items(limit)`, `add_items`, `pop_item`, `clear_session`.
 
-    The memory opens on first use; `aclose()` (or leaving `async with`) releases it. Calls on one
-    session run one at a time. Two processes popping the same session at once may both take back
-    an item each, and return the same one.
+    The memory opens on first use, on helix-es's own event loop (`helix_es.sync`), so one session
+    serves any thread and any event loop, as `SQLiteSession` does: each call is handed to that
+    loop and awaited, and calls on one session run there one at a time, whichever loop made them.
+    `close()` (sync, as `SQLiteSession`'s), `aclose()` or leaving `async with` releases it. Two
+    processes popping the same session at once may both take back an item each, and return the
+    same one.
     """
 
     session_settings: SessionSettings | None = None
@@ -153,48 +163,65 @@ class HelixSession:
         config: Mapping[str, Any] | str | os.PathLike[str] | Config,
         *,
         agent: str | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
-        if isinstance(session_settings, Mapping):
-            session_settings = SessionSettings(**session_settings)
-        self.session_settings = session_settings if session_settings is not None else SessionSettings()
+        self.session_settings = _settings(session_settings)
         self._config = config
         self._agent = agent
-        self._stack: AsyncExitStack | None = None
-        self._memory: Memory | None = None
+        self._memory: SyncMemory | None = None
+        self._opening = threading.Lock()
         self._closed = False
-        self._lock = asyncio.Lock()
+        self._calls: asyncio.Lock | None = None  # made and used on helix-es's loop only
 
-    async def memory(self) -> Memory:
-        """The helix memory behind the session (opened on first use)."""
-        if self._closed:
-            raise SessionClosed(f"HelixSession {self.session_id!r} is closed")
-        if self._memory is None:
-            cfg = self._config if isinstance(self._config, Config) else load_config(self._config, agent=self._agent)
-            for i, name in enumerate(cfg.middleware):
-                if name in _TEXT_MIDDLEWARE:
-                    raise ConfigError(
-                        f"memory_middleware[{i}]",
-                        f"{name} does not cover Message.metadata, where HelixSession keeps each item whole: "
-                        "the item's text would reach the log as it is",
-                    )
-            stack = AsyncExitStack()
-            self._memory = await stack.enter_async_context(open_memory(cfg, session_id=self.session_id))
-            self._stack = stack
-        return self._memory
+    async def memory(self) -> SyncMemory:
+        """The helix memory behind the session (opened on first use): a `helix_es.sync` memory, so
+        any thread or loop may use it (async code: `await asyncio.wrap_future(memory.submit(...))`)."""
+        memory = self._memory
+        if memory is None or self._closed:
+            # Opening connects to the log and stores: in a worker thread, so this loop keeps running.
+            memory = await asyncio.get_running_loop().run_in_executor(None, self._open)
+        return memory
 
-    async def _items(self) -> list[TResponseInputItem]:
+    def _open(self) -> SyncMemory:
+        with self._opening:  # many threads' first calls: one opening
+            if self._closed:
+                raise self._closed_error()
+            if self._memory is None:
+                cfg = self._config if isinstance(self._config, Config) else load_config(self._config, agent=self._agent)
+                for i, name in enumerate(cfg.middleware):
+                    if name in _TEXT_MIDDLEWARE:
+                        raise ConfigError(
+                            f"memory_middleware[{i}]",
+                            f"{name} does not cover Message.metadata, where HelixSession keeps each item whole: "
+                            "the item's text would reach the log as it is",
+                        )
+                self._memory = open_sync(cfg, session_id=self.session_id)
+            return self._memory
+
+    async def _run(self, call: Callable[[Memory], Awaitable[T]]) -> T:
+        """`call(memory)` on helix-es's loop, alone among this session's calls, awaited from this loop."""
         memory = await self.memory()
-        return [item for m in await memory.get() for item in message_items(m)]
+        try:
+            return await asyncio.wrap_future(memory.submit(lambda m: self._alone(call, m)))
+        except MemoryClosed:  # closed by another thread meanwhile
+            raise self._closed_error() from None
+
+    def _closed_error(self) -> SessionClosed:
+        return SessionClosed(f"{type(self).__name__} is closed (session {self.session_id!r})")
+
+    async def _alone(self, call: Callable[[Memory], Awaitable[T]], memory: Memory) -> T:
+        if self._calls is None:
+            self._calls = asyncio.Lock()
+        async with self._calls:
+            return await call(memory)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with `limit` (else `session_settings.limit`) the newest
         that many (0: none; a negative limit: all, as `SQLiteSession`)."""
         settings = self.session_settings
         wanted = limit if limit is not None or settings is None else settings.limit
-        async with self._lock:
-            items = await self._items()
+        items = await self._run(_items)
         if wanted is None or wanted < 0:
             return items
         return items[-wanted:] if wanted else []
@@ -203,37 +230,36 @@ class HelixSession:
         """One `MessageAdded` per item, in order. Every item is checked first: a bad one
         (`InvalidInput` naming `items[i]`) writes none."""
         if self._closed:
-            raise SessionClosed(f"HelixSession {self.session_id!r} is closed")
+            raise self._closed_error()
         if isinstance(items, Mapping) or not isinstance(items, Sequence):
             raise InvalidInput("items", f"must be a list of items, got {type(items).__name__}")
         messages = [item_message(item, f"items[{i}]") for i, item in enumerate(items)]
-        if not messages:
-            return
-        async with self._lock:
-            memory = await self.memory()
-            for m in messages:
-                await memory.add(m)
+        if messages:
+            await self._run(lambda memory: _add_all(memory, messages))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """The newest item, taken back by a `MessageRetracted` event; None when there is none."""
-        async with self._lock:
-            items = await self._items()
-            if not items:
-                return None
-            await retract(await self.memory(), reason="openai-agents pop_item")
-            return items[-1]
+        return await self._run(_pop)
 
     async def clear_session(self) -> None:
         """A `MemoryCleared` event: the session's views are empty, its history stays on the log."""
-        async with self._lock:
-            await (await self.memory()).clear()
+        await self._run(lambda memory: memory.clear())
+
+    def close(self) -> None:
+        """Release the memory (its calls in flight finish first); the session is unusable after.
+        Closing again does nothing."""
+        self._release()
 
     async def aclose(self) -> None:
-        """Release the memory (its log and store connections); the session is unusable after."""
-        self._closed = True
-        stack, self._stack, self._memory = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
+        """`close()`, without blocking this loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self._release)
+
+    def _release(self) -> None:  # close's work, whatever a subclass makes of close
+        with self._opening:
+            self._closed = True
+            memory, self._memory = self._memory, None
+        if memory is not None:
+            memory.close()
 
     async def __aenter__(self) -> HelixSession:
         await self.memory()
@@ -243,3 +269,32 @@ class HelixSession:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _settings(given: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    """`session_settings` as the SDK's sessions take it; `TypeError` naming a key it does not know."""
+    if given is None:
+        return SessionSettings()
+    if isinstance(given, Mapping):
+        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(SessionSettings)})
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(map(str, unknown))}")
+        return SessionSettings(**given)
+    return given
+
+
+async def _items(memory: Memory) -> list[TResponseInputItem]:
+    return [item for m in await memory.get() for item in message_items(m)]
+
+
+async def _add_all(memory: Memory, messages: list[Message]) -> None:
+    for m in messages:
+        await memory.add(m)
+
+
+async def _pop(memory: Memory) -> TResponseInputItem | None:
+    items = await _items(memory)
+    if not items:
+        return None
+    await retract(memory, reason="openai-agents pop_item")
+    return items[-1]
