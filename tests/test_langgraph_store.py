@@ -348,3 +348,107 @@ async def test_an_index_config_is_checked(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=field):
             async with HelixStore.from_config(cfg):
                 pass
+
+
+async def events_on(tmp_path: Path) -> list[Any]:
+    log = EmbeddedLog(str(tmp_path / "log"), fsync=False)
+    try:
+        return [r.event.payload async for r in log.read("lg")]
+    finally:
+        await log.close()
+
+
+@pytest.mark.parametrize("bad", [(), ("a.b",), ("ok", ""), ("ok", 1), ("nul\x00",)])
+async def test_a_batch_with_a_bad_namespace_label_writes_nothing(tmp_path: Path, bad: tuple[Any, ...]) -> None:
+    from langgraph.store.base import InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        # An empty prefix is a search of everything; an empty path is no item's.
+        for op in [PutOp(bad, "k", {"v": 1}), PutOp(bad, "k", None), *([SearchOp(bad)] if bad else [])]:
+            with pytest.raises(InvalidNamespaceError):  # the good put before it is not written either
+                await store.abatch([PutOp(("good",), "k", {"v": 1}), op])
+        if bad:
+            with pytest.raises(InvalidNamespaceError):
+                await store.abatch([ListNamespacesOp((MatchCondition("suffix", bad),))])
+        with pytest.raises(InvalidNamespaceError):  # the public put also refuses a "langgraph" root
+            await store.aput(("langgraph", "x"), "k", {"v": 1})
+        assert await store.aget(("good",), "k") is None
+    assert await events_on(tmp_path) == []
+
+
+async def test_a_bad_value_late_in_a_batch_writes_nothing(tmp_path: Path) -> None:
+    from langgraph.store.base import PutOp
+
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        with pytest.raises(InvalidInput, match="value"):
+            await store.abatch([PutOp(("a",), "k", {"v": 1}), PutOp(("a",), "j", {"bad": object()})])
+    assert await events_on(tmp_path) == []
+
+
+async def test_empty_prefixes_and_wildcards_answer_as_in_memory_store(tmp_path: Path) -> None:
+    reference = InMemoryStore()
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        for path in [("tenant", "a_%"), ("tenant", "b", "child"), ("a", "b", "f"), ("a", "c", "f"), ("x",)]:
+            await store.aput(path, "k", {"v": 1})
+            await reference.aput(path, "k", {"v": 1})
+        for kwargs in (
+            {"prefix": ("tenant", "*"), "suffix": ("*",)},
+            {"prefix": ("a", "*", "f")},
+            {"suffix": ("*", "f")},
+            {"prefix": ("*", "users"), "suffix": ("*", "settings")},
+            {"prefix": ("a",), "max_depth": 2},
+            {"prefix": ["tenant"], "limit": 1, "offset": 1},
+        ):
+            assert await store.alist_namespaces(**kwargs) == await reference.alist_namespaces(**kwargs), kwargs
+        assert len(await store.asearch(())) == len(await reference.asearch(())) == 5
+        assert [i.namespace for i in await store.asearch(["tenant", "a_%"])] == [("tenant", "a_%")]  # a list too
+        from langgraph.store.base import ListNamespacesOp, MatchCondition
+
+        # A lone string as a condition's path is one label, as in LangGraph's own stores.
+        [listed] = await store.abatch([ListNamespacesOp((MatchCondition("suffix", "f"),))])  # type: ignore[arg-type]
+        assert listed == [("a", "b", "f"), ("a", "c", "f")]
+
+
+async def test_an_async_store_answers_sync_calls_from_other_threads(tmp_path: Path) -> None:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            puts = [pool.submit(store.put, ("t", str(i % 2)), f"k{i}", {"i": i}) for i in range(20)]
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in puts))
+            got = await asyncio.wrap_future(pool.submit(store.get, ("t", "1"), "k3"))
+            assert got is not None and got.value == {"i": 3}
+            assert await asyncio.wrap_future(pool.submit(store.list_namespaces)) == [("t", "0"), ("t", "1")]
+        # On the store's own loop a sync call would wait on itself: a clear error instead of a hang.
+        with pytest.raises(asyncio.InvalidStateError, match="own event loop"):
+            store.get(("t", "1"), "k3")
+        assert len(await store.asearch(("t",), limit=100)) == 20
+    with pytest.raises(RuntimeError, match="closed"):
+        await asyncio.to_thread(store.get, ("t", "1"), "k3")
+
+
+async def test_a_sync_node_uses_the_async_store_in_ainvoke(tmp_path: Path) -> None:
+    from langgraph.config import get_store
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        n: int
+
+    def remember(state: State) -> State:  # a sync node: LangGraph runs it in a worker thread
+        store = get_store()
+        store.put(("nodes",), "seen", {"n": state["n"]})
+        item = store.get(("nodes",), "seen")
+        assert item is not None
+        return {"n": item.value["n"] + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", END)
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        graph = builder.compile(store=store)
+        assert await graph.ainvoke({"n": 41}) == {"n": 42}
+        item = await store.aget(("nodes",), "seen")
+        assert item is not None and item.value == {"n": 41}
