@@ -19,7 +19,7 @@ from helix_es.client import backend as backends
 from helix_es.client.wait import Written
 from helix_es.config import Config, load_section
 from helix_es.model.errors import InvalidInput
-from helix_es.model.events import Event, ItemDeleted, ItemPut, Position
+from helix_es.model.events import Event, ItemDeleted, ItemPut, ItemTouched, Position
 from helix_es.model.message import check_text
 from helix_es.stores.ports import ItemStore
 from helix_es.views.items import StoredItem, check_namespace, session_of
@@ -75,7 +75,7 @@ class Items:
         _check_key(key)
         return ItemDeleted(path, key)
 
-    async def write(self, payloads: Sequence[ItemPut | ItemDeleted]) -> Position:
+    async def write(self, payloads: Sequence[ItemPut | ItemDeleted | ItemTouched]) -> Position:
         """Append checked events in order (each in its path's session); the last one's position."""
         position: Position | None = None
         for payload in payloads:

@@ -5,6 +5,13 @@ with the embedded log, in PostgreSQL or Redis with Kafka (`helix-es project` fol
 as LangGraph's `InMemoryStore` does: its reads see the store as it was before the batch, and of
 several puts of one item in a batch the last one wins. A batch is checked whole before anything is
 written: a bad namespace label (`InvalidNamespaceError`), key, value or TTL in any op writes nothing.
+
+TTLs are LangGraph's (`ttl=TTLConfig(default_ttl=..., refresh_on_read=...)`): an item expires its
+TTL after its last put or refresh, and expired items are never read back. A read with refresh
+(`refresh_on_read`, True by default as in LangGraph, or an op's `refresh_ttl`) appends an
+`ItemTouched` event per live item with a TTL that it returned, so a rebuild folds the same expiries;
+at most one a second per item (`StoredItem.refreshable`). Expired items stay in the view, unread,
+until put again or deleted: sweeping them out comes with the forgetting policies.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -34,7 +42,7 @@ from langgraph.store.base import (
 from helix_es.client.items import Items, check_ttl, open_items
 from helix_es.config import Config
 from helix_es.model.errors import InvalidInput
-from helix_es.model.events import ItemDeleted, ItemPut
+from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched
 from helix_es.sync import run as run_sync
 from helix_es.views.items import StoredItem
 
@@ -57,8 +65,7 @@ class HelixStore(BaseStore):
         own_loop: bool = False,
     ) -> None:
         self.items = items
-        # A read is not an event yet, so it cannot extend a TTL.
-        self.ttl_config = TTLConfig(**{**check_ttl_config(ttl), "refresh_on_read": False})
+        self.ttl_config = check_ttl_config(ttl)
         self._loop = loop  # where `items` lives: the sync methods hand their work to it
         self._own_loop = own_loop  # helix-es's sync loop (`helix_es.sync`), not the caller's
 
@@ -72,24 +79,33 @@ class HelixStore(BaseStore):
         ops = list(ops)
         writes = self._writes(ops)  # every op checked before anything is read or written
         results: list[Result] = []
+        touched: dict[tuple[tuple[str, ...], str], ItemTouched] = {}  # what reads with refresh_ttl extend
+        now = datetime.now(UTC)
         for op in ops:
             if isinstance(op, GetOp):
                 found = await self.items.get(op.namespace, op.key)
                 results.append(None if found is None else _item(found))
+                read = [] if found is None or not op.refresh_ttl else [found]
             elif isinstance(op, SearchOp):
                 hits = await self.items.search(
                     tuple(op.namespace_prefix), where=op.filter, query=op.query, limit=op.limit, offset=op.offset
                 )
                 results.append([_item(h, search=True) for h in hits])
+                read = hits if op.refresh_ttl else []
             elif isinstance(op, ListNamespacesOp):
+                read = []
                 conditions = [(c.match_type, _path(c.path)) for c in op.match_conditions or ()]
                 results.append(
                     await self.items.namespaces(conditions, max_depth=op.max_depth, limit=op.limit, offset=op.offset)
                 )
             else:
                 results.append(None)
-        if writes:
-            await self.items.write(writes)
+                continue
+            for item in read:
+                if item.refreshable(now):
+                    touched[(item.namespace, item.key)] = ItemTouched(item.namespace, item.key)
+        if touched or writes:  # the batch's puts come after its refreshes: a put sets the TTL anew
+            await self.items.write([*touched.values(), *writes])
         return results
 
     def _writes(self, ops: list[Op]) -> list[ItemPut | ItemDeleted]:
