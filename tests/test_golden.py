@@ -3,7 +3,7 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc (v4-v6: envelope.v4.avsc to envelope.v6.avsc) as first released, with
+schemas/envelope.v1-3.avsc (v4-v7: envelope.v4.avsc to envelope.v7.avsc) as first released, with
 fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally.
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
@@ -35,6 +35,7 @@ from helix_es.model.events import (
     Event,
     ItemDeleted,
     ItemPut,
+    ItemTouched,
     MemoryCleared,
     MessageAdded,
     MessageRetracted,
@@ -258,6 +259,13 @@ EXPECTED: dict[str, Event] = {
         uuid.UUID("bbbbbbbb-cccc-4ddd-8eee-ffffffffffff"),
         datetime(2026, 12, 2, 9, 0, 9, tzinfo=UTC),
     ),
+    "ItemTouched": Event(
+        NS,
+        "users/ü-1",
+        ItemTouched(("users", "ü-1"), "prefs"),
+        uuid.UUID("bbbbbbbb-cccc-4ddd-8eee-fffffffffff0"),
+        datetime(2026, 12, 5, 18, 0, 0, tzinfo=UTC),
+    ),
     "CheckpointsDeleted.listed": Event(
         NS,
         "thread-ü",
@@ -294,7 +302,8 @@ TYPES = {
     ],
 }
 TYPES["v6"] = TYPES["v5"]  # v6 adds fields to CheckpointsDeleted, no event type
-HAS_KEYS = {"v4", "v5", "v6"}  # versions with the envelope's idempotency_key
+TYPES["v7"] = [*TYPES["v6"], "ItemTouched"]
+HAS_KEYS = {"v4", "v5", "v6", "v7"}  # versions with the envelope's idempotency_key
 LISTED = {"CheckpointsDeleted.listed"}  # deletions that list checkpoints and blobs: v6 on
 OLDEST = {
     "MessageAdded": "v1",
@@ -304,6 +313,7 @@ OLDEST = {
     "SessionErased": "v3",
     **dict.fromkeys(("MessageRetracted", "CheckpointSaved", "WritesSaved", "CheckpointsDeleted"), "v5"),
     **dict.fromkeys(("ItemPut", "ItemDeleted"), "v5"),
+    "ItemTouched": "v7",
 }
 GOLDEN_CASES = [(version, key) for version, records in RECORDS.items() for key in records]
 
@@ -330,12 +340,12 @@ def writable(key: str, version: str) -> bool:
 
 
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5", "v6"]
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5", "v6", "v7"]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
         assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 6
+    assert len(set(FINGERPRINTS.values())) == 7
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
@@ -365,7 +375,7 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
     # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
     # one that predates keys reads a keyed event without its key.
-    for reader in (1, 2, 3, 4, 5, 6):
+    for reader in (1, 2, 3, 4, 5, 6, 7):
         if kind(key) in TYPES[f"v{reader}"]:
             want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
             if key in LISTED and reader < 6:  # a reader that predates the lists reads the deletion without them

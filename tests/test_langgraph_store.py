@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.store.base import BaseStore, Item
+from langgraph.store.base import BaseStore, GetOp, Item
 from langgraph.store.memory import InMemoryStore
 
 from helix_es.integrations.langgraph_store import HelixStore
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.model.errors import InvalidInput
-from helix_es.model.events import ItemDeleted, ItemPut
+from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched
 from tests.conftest import start_projector, unique
 
 
@@ -213,9 +213,107 @@ async def test_ttl_hides_an_item_once_it_expires(tmp_path: Path) -> None:
         assert await store.aget(("t",), "short") is None
         assert [i.key for i in await store.asearch(("t",))] == ["long"]
         assert await store.alist_namespaces() == [("t",)]
-        before = await store.aget(("t",), "long", refresh_ttl=True)  # a read is no event: it changes nothing
-        assert before is not None and before == await store.aget(("t",), "long")
-        assert store.ttl_config == {"refresh_on_read": False}
+        assert store.ttl_config == {}  # LangGraph's defaults: refresh_on_read, no default TTL
+    # A refresh never brings an expired item back: its read found nothing, so nothing was appended.
+    assert [type(p) for p in await events_on(tmp_path)] == [ItemPut, ItemPut]
+
+
+TTL = 0.004  # minutes: 240 ms
+
+
+async def refreshes(store: HelixStore, step: float) -> None:
+    """An item read with refresh outlives its TTL from its put; one read without refresh does not."""
+    import asyncio
+
+    await store.aput(("r",), "read", {"v": 1}, ttl=TTL * step)
+    await store.aput(("r",), "kept", {"v": 2}, ttl=TTL * step)
+    await store.aput(("r",), "plain", {"v": 3}, ttl=None)
+    for _ in range(3):  # 3 x 60%: past the TTL, alive only by the refreshes
+        await asyncio.sleep(TTL * step * 60 * 0.6)
+        assert await store.aget(("r",), "read") is not None
+        assert await store.aget(("r",), "plain", refresh_ttl=True) is not None  # no TTL: nothing to refresh
+        assert [i.key for i in await store.asearch(("r",), filter={"v": 2}, refresh_ttl=True)] == ["kept"]
+    assert await store.aget(("r",), "kept", refresh_ttl=False) is not None
+    await asyncio.sleep(TTL * step * 60 * 1.2)
+    assert await store.aget(("r",), "read") is None
+    assert [i.key for i in await store.asearch(("r",), refresh_ttl=True)] == ["plain"]
+
+
+async def test_a_read_with_refresh_extends_the_ttl_by_an_event_on_the_log(tmp_path: Path) -> None:
+    import asyncio
+
+    async with HelixStore.from_config(embedded(tmp_path), ttl={"refresh_on_read": True}) as store:
+        await refreshes(store, 1)
+        await store.aput(("again",), "k", {"v": 1}, ttl=TTL)
+        for _ in range(2):
+            await asyncio.sleep(TTL * 60 * 0.6)
+            assert await store.aget(("again",), "k") is not None
+    touched = [p for p in await events_on(tmp_path) if isinstance(p, ItemTouched)]
+    assert {(p.namespace, p.key) for p in touched} == {(("r",), "read"), (("r",), "kept"), (("again",), "k")}
+    # A fresh store folds the log again: the same refreshes, so the item is still live, as it was.
+    async with HelixStore.from_config(embedded(tmp_path)) as again:
+        assert await again.aget(("again",), "k", refresh_ttl=False) is not None
+
+
+async def test_refresh_on_read_false_and_default_ttl(tmp_path: Path) -> None:
+    import asyncio
+
+    ttl = {"default_ttl": TTL, "refresh_on_read": False}
+    async with HelixStore.from_config(embedded(tmp_path), ttl=ttl) as store:  # type: ignore[arg-type]
+        await store.aput(("d",), "k", {"v": 1})  # the default TTL
+        await asyncio.sleep(TTL * 60 * 0.6)
+        assert await store.aget(("d",), "k") is not None  # no refresh: the store says so
+        await asyncio.sleep(TTL * 60 * 0.6)
+        assert await store.aget(("d",), "k", refresh_ttl=True) is None
+    assert not [p for p in await events_on(tmp_path) if isinstance(p, ItemTouched)]
+    for bad, field in (({"default_ttl": -1}, "ttl.default_ttl"), ({"sweep": 1}, "ttl.sweep"), ("x", "ttl")):
+        with pytest.raises(InvalidInput, match=field):
+            HelixStore.from_config(embedded(tmp_path), ttl=bad)  # type: ignore[arg-type]
+
+
+def test_a_refresh_extends_only_a_live_item_with_a_ttl() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from helix_es.views.items import ItemOp, StoredItem, fold_item
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    item = StoredItem(("a",), "k", "{}", t0, t0, t0 + timedelta(minutes=1), ttl_minutes=1.0)
+    touch = ItemTouched(("a",), "k")
+    later = fold_item(item, ItemOp(1, "a", t0 + timedelta(seconds=50), touch))
+    assert later is not None and later.expires_at == t0 + timedelta(seconds=110) and later.updated_at == t0
+    assert fold_item(item, ItemOp(1, "a", t0 + timedelta(seconds=61), touch)) == item  # expired: stays so
+    assert fold_item(None, ItemOp(1, "a", t0, touch)) is None
+    forever = StoredItem(("a",), "k", "{}", t0, t0)
+    assert fold_item(forever, ItemOp(1, "a", t0 + timedelta(days=9), touch)) == forever
+    # At most one refresh per item per tenth of its TTL (at most a second).
+    assert not item.refreshable(t0 + timedelta(seconds=0.5)) and item.refreshable(t0 + timedelta(seconds=1))
+
+
+async def test_refresh_on_kafka(
+    tmp_path: Path, kafka_bootstrap: str, items_at: dict[str, Any], procs: list[Any]
+) -> None:
+    """The projector folds the refreshes into PostgreSQL, Redis and a Redis Cluster as the fold does."""
+    import asyncio
+
+    from langgraph.store.base import PutOp
+
+    cfg = on_kafka(kafka_bootstrap, items_at)
+    cfg["store"]["index"] = INDEX  # a refresh keeps the item's vectors
+    procs.append(start_projector(cfg, tmp_path))
+    async with HelixStore.from_config({**cfg, "store": {**cfg["store"], "read_timeout": 60}}) as store:
+        await store.aput(("w",), "warm", {"text": "ocean river"}, ttl=60)
+        assert await store.aget(("w",), "warm") is not None  # the projector is up: reads wait no more than a fold
+        await refreshes(store, 10)  # 2.4 s TTLs: a projector's round trip is well within a tenth
+        for _ in range(2):  # a refresh keeps the item's vectors
+            [found] = await store.asearch(("w",), query="ocean river")
+            assert (found.key, round(found.score or 0, 3)) == ("warm", 1.0)
+            await asyncio.sleep(6.1)  # past a tenth of its TTL: the search refreshes it
+        # A put in the same batch as a refresh of its item wins: the TTL is the put's.
+        await store.aput(("b",), "k", {"v": 1}, ttl=TTL * 10)
+        await store.abatch([GetOp(("b",), "k"), PutOp(("b",), "k", {"v": 2}, ttl=None)])
+        await asyncio.sleep(TTL * 10 * 60 * 1.2)
+        item = await store.aget(("b",), "k")
+        assert item is not None and item.value == {"v": 2}
 
 
 async def test_bad_input_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
@@ -348,3 +446,107 @@ async def test_an_index_config_is_checked(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=field):
             async with HelixStore.from_config(cfg):
                 pass
+
+
+async def events_on(tmp_path: Path) -> list[Any]:
+    log = EmbeddedLog(str(tmp_path / "log"), fsync=False)
+    try:
+        return [r.event.payload async for r in log.read("lg")]
+    finally:
+        await log.close()
+
+
+@pytest.mark.parametrize("bad", [(), ("a.b",), ("ok", ""), ("ok", 1), ("nul\x00",)])
+async def test_a_batch_with_a_bad_namespace_label_writes_nothing(tmp_path: Path, bad: tuple[Any, ...]) -> None:
+    from langgraph.store.base import InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        # An empty prefix is a search of everything; an empty path is no item's.
+        for op in [PutOp(bad, "k", {"v": 1}), PutOp(bad, "k", None), *([SearchOp(bad)] if bad else [])]:
+            with pytest.raises(InvalidNamespaceError):  # the good put before it is not written either
+                await store.abatch([PutOp(("good",), "k", {"v": 1}), op])
+        if bad:
+            with pytest.raises(InvalidNamespaceError):
+                await store.abatch([ListNamespacesOp((MatchCondition("suffix", bad),))])
+        with pytest.raises(InvalidNamespaceError):  # the public put also refuses a "langgraph" root
+            await store.aput(("langgraph", "x"), "k", {"v": 1})
+        assert await store.aget(("good",), "k") is None
+    assert await events_on(tmp_path) == []
+
+
+async def test_a_bad_value_late_in_a_batch_writes_nothing(tmp_path: Path) -> None:
+    from langgraph.store.base import PutOp
+
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        with pytest.raises(InvalidInput, match="value"):
+            await store.abatch([PutOp(("a",), "k", {"v": 1}), PutOp(("a",), "j", {"bad": object()})])
+    assert await events_on(tmp_path) == []
+
+
+async def test_empty_prefixes_and_wildcards_answer_as_in_memory_store(tmp_path: Path) -> None:
+    reference = InMemoryStore()
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        for path in [("tenant", "a_%"), ("tenant", "b", "child"), ("a", "b", "f"), ("a", "c", "f"), ("x",)]:
+            await store.aput(path, "k", {"v": 1})
+            await reference.aput(path, "k", {"v": 1})
+        for kwargs in (
+            {"prefix": ("tenant", "*"), "suffix": ("*",)},
+            {"prefix": ("a", "*", "f")},
+            {"suffix": ("*", "f")},
+            {"prefix": ("*", "users"), "suffix": ("*", "settings")},
+            {"prefix": ("a",), "max_depth": 2},
+            {"prefix": ["tenant"], "limit": 1, "offset": 1},
+        ):
+            assert await store.alist_namespaces(**kwargs) == await reference.alist_namespaces(**kwargs), kwargs
+        assert len(await store.asearch(())) == len(await reference.asearch(())) == 5
+        assert [i.namespace for i in await store.asearch(["tenant", "a_%"])] == [("tenant", "a_%")]  # a list too
+        from langgraph.store.base import ListNamespacesOp, MatchCondition
+
+        # A lone string as a condition's path is one label, as in LangGraph's own stores.
+        [listed] = await store.abatch([ListNamespacesOp((MatchCondition("suffix", "f"),))])  # type: ignore[arg-type]
+        assert listed == [("a", "b", "f"), ("a", "c", "f")]
+
+
+async def test_an_async_store_answers_sync_calls_from_other_threads(tmp_path: Path) -> None:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            puts = [pool.submit(store.put, ("t", str(i % 2)), f"k{i}", {"i": i}) for i in range(20)]
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in puts))
+            got = await asyncio.wrap_future(pool.submit(store.get, ("t", "1"), "k3"))
+            assert got is not None and got.value == {"i": 3}
+            assert await asyncio.wrap_future(pool.submit(store.list_namespaces)) == [("t", "0"), ("t", "1")]
+        # On the store's own loop a sync call would wait on itself: a clear error instead of a hang.
+        with pytest.raises(asyncio.InvalidStateError, match="own event loop"):
+            store.get(("t", "1"), "k3")
+        assert len(await store.asearch(("t",), limit=100)) == 20
+    with pytest.raises(RuntimeError, match="closed"):
+        await asyncio.to_thread(store.get, ("t", "1"), "k3")
+
+
+async def test_a_sync_node_uses_the_async_store_in_ainvoke(tmp_path: Path) -> None:
+    from langgraph.config import get_store
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        n: int
+
+    def remember(state: State) -> State:  # a sync node: LangGraph runs it in a worker thread
+        store = get_store()
+        store.put(("nodes",), "seen", {"n": state["n"]})
+        item = store.get(("nodes",), "seen")
+        assert item is not None
+        return {"n": item.value["n"] + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", END)
+    async with HelixStore.from_config(embedded(tmp_path)) as store:
+        graph = builder.compile(store=store)
+        assert await graph.ainvoke({"n": 41}) == {"n": 42}
+        item = await store.aget(("nodes",), "seen")
+        assert item is not None and item.value == {"n": 41}

@@ -1,4 +1,4 @@
-"""LangGraph store items on the log: `put` and `delete` append events, reads wait for the view.
+"""LangGraph store items on the log: `write` appends checked put and delete events, reads wait for the view.
 
 The client behind `helix_es.integrations.langgraph.HelixStore`, with no LangGraph import. Each
 write is one `ItemPut` or `ItemDeleted` in the session that carries the item's namespace path
@@ -19,7 +19,7 @@ from helix_es.client import backend as backends
 from helix_es.client.wait import Written
 from helix_es.config import Config, load_section
 from helix_es.model.errors import InvalidInput
-from helix_es.model.events import Event, ItemDeleted, ItemPut, Position
+from helix_es.model.events import Event, ItemDeleted, ItemPut, ItemTouched, Position
 from helix_es.model.message import check_text
 from helix_es.stores.ports import ItemStore
 from helix_es.views.items import StoredItem, check_namespace, session_of
@@ -44,7 +44,7 @@ class Items:
         self.namespace = namespace
         self.written = Written(namespace, consistency=consistency, read_timeout=read_timeout)
 
-    async def put(
+    def put_event(
         self,
         path: tuple[str, ...],
         key: str,
@@ -52,7 +52,8 @@ class Items:
         *,
         index: Literal[False] | Sequence[str] | None = None,
         ttl_minutes: float | None = None,
-    ) -> Position:
+    ) -> ItemPut:
+        """The checked event of a put: a batch checks all its writes before it appends any."""
         check_namespace(path)
         _check_key(key)
         if not isinstance(value, Mapping):
@@ -66,21 +67,22 @@ class Items:
             if isinstance(index, str | bytes | bool) or not all(isinstance(f, str) and f for f in index):
                 raise InvalidInput("index", f"must be False, None or a list of field paths, got {index!r}")
             fields = tuple(index)
-        if ttl_minutes is not None and (
-            isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, int | float) or not ttl_minutes > 0
-        ):
-            raise InvalidInput("ttl", f"must be a number of minutes > 0 or None, got {ttl_minutes!r}")
-        payload = ItemPut(path, key, text, fields, None if ttl_minutes is None else float(ttl_minutes))
-        return await self._append(path, payload)
+        check_ttl(ttl_minutes, "ttl")
+        return ItemPut(path, key, text, fields, None if ttl_minutes is None else float(ttl_minutes))
 
-    async def delete(self, path: tuple[str, ...], key: str) -> Position:
+    def delete_event(self, path: tuple[str, ...], key: str) -> ItemDeleted:
         check_namespace(path)
         _check_key(key)
-        return await self._append(path, ItemDeleted(path, key))
+        return ItemDeleted(path, key)
 
-    async def _append(self, path: tuple[str, ...], payload: ItemPut | ItemDeleted) -> Position:
-        position = await self.backend.append(Event(self.namespace, session_of(path), payload))
-        self.written.wrote(position)
+    async def write(self, payloads: Sequence[ItemPut | ItemDeleted | ItemTouched]) -> Position:
+        """Append checked events in order (each in its path's session); the last one's position."""
+        position: Position | None = None
+        for payload in payloads:
+            position = await self.backend.append(Event(self.namespace, session_of(payload.namespace), payload))
+            self.written.wrote(position)
+        if position is None:
+            raise InvalidInput("ops", "nothing to write")
         return position
 
     async def get(self, path: tuple[str, ...], key: str) -> StoredItem | None:
@@ -134,6 +136,11 @@ def _check_key(key: object) -> None:
     check_text(key, "key", error=InvalidInput)
     if not key:
         raise InvalidInput("key", "must be a non-empty string")
+
+
+def check_ttl(minutes: object, name: str) -> None:
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int | float) or not minutes > 0):
+        raise InvalidInput(name, f"must be a number of minutes > 0 or None, got {minutes!r}")
 
 
 def _check_window(limit: object, offset: object) -> None:

@@ -3,9 +3,15 @@
 Items live in the items view (`helix_es.views.items`) of the config's `store:` mapping: in memory
 with the embedded log, in PostgreSQL or Redis with Kafka (`helix-es project` folds them). A batch behaves
 as LangGraph's `InMemoryStore` does: its reads see the store as it was before the batch, and of
-several puts of one item in a batch the last one wins. TTLs count from the item's last put: a read
-is not an event, so it does not extend them (`ttl_config` says `refresh_on_read: False`, and an
-op's `refresh_ttl` changes nothing; put the item again to extend it).
+several puts of one item in a batch the last one wins. A batch is checked whole before anything is
+written: a bad namespace label (`InvalidNamespaceError`), key, value or TTL in any op writes nothing.
+
+TTLs are LangGraph's (`ttl=TTLConfig(default_ttl=..., refresh_on_read=...)`): an item expires its
+TTL after its last put or refresh, and expired items are never read back. A read with refresh
+(`refresh_on_read`, True by default as in LangGraph, or an op's `refresh_ttl`) appends an
+`ItemTouched` event per live item with a TTL that it returned, so a rebuild folds the same expiries;
+at most one a second per item (`StoredItem.refreshable`). Expired items stay in the view, unread,
+until put again or deleted: sweeping them out comes with the forgetting policies.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     Op,
@@ -28,16 +36,19 @@ from langgraph.store.base import (
     SearchItem,
     SearchOp,
     TTLConfig,
+    validate_op_namespace,
 )
 
-from helix_es.client.items import Items, open_items
+from helix_es.client.items import Items, check_ttl, open_items
 from helix_es.config import Config
 from helix_es.model.errors import InvalidInput
+from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched
 from helix_es.sync import run as run_sync
 from helix_es.views.items import StoredItem
 
 T = TypeVar("T")
 Source = Mapping[str, Any] | str | os.PathLike[str] | Config
+TTL_KEYS = frozenset(TTLConfig.__annotations__)
 
 
 class HelixStore(BaseStore):
@@ -45,53 +56,119 @@ class HelixStore(BaseStore):
 
     supports_ttl = True
 
-    def __init__(self, items: Items, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        items: Items,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        ttl: TTLConfig | None = None,
+        own_loop: bool = False,
+    ) -> None:
         self.items = items
-        self.ttl_config = TTLConfig(refresh_on_read=False)
+        self.ttl_config = check_ttl_config(ttl)
         self._loop = loop  # where `items` lives: the sync methods hand their work to it
+        self._own_loop = own_loop  # helix-es's sync loop (`helix_es.sync`), not the caller's
 
     @staticmethod
-    def from_config(config: Source) -> _Opened:
-        """`async with HelixStore.from_config(cfg) as store` (or `with`, from code with no running loop)."""
-        return _Opened(config)
+    def from_config(config: Source, *, ttl: TTLConfig | None = None) -> _Opened:
+        """`async with HelixStore.from_config(cfg) as store` (or `with`, from code with no running loop).
+        `ttl` is LangGraph's `TTLConfig` (`default_ttl` minutes, `refresh_on_read`)."""
+        return _Opened(config, check_ttl_config(ttl))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        writes = self._writes(ops)  # every op checked before anything is read or written
         results: list[Result] = []
-        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        touched: dict[tuple[tuple[str, ...], str], ItemTouched] = {}  # what reads with refresh_ttl extend
+        now = datetime.now(UTC)
         for op in ops:
             if isinstance(op, GetOp):
                 found = await self.items.get(op.namespace, op.key)
                 results.append(None if found is None else _item(found))
+                read = [] if found is None or not op.refresh_ttl else [found]
             elif isinstance(op, SearchOp):
                 hits = await self.items.search(
-                    op.namespace_prefix, where=op.filter, query=op.query, limit=op.limit, offset=op.offset
+                    tuple(op.namespace_prefix), where=op.filter, query=op.query, limit=op.limit, offset=op.offset
                 )
                 results.append([_item(h, search=True) for h in hits])
+                read = hits if op.refresh_ttl else []
             elif isinstance(op, ListNamespacesOp):
-                conditions = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
+                read = []
+                conditions = [(c.match_type, _path(c.path)) for c in op.match_conditions or ()]
                 results.append(
                     await self.items.namespaces(conditions, max_depth=op.max_depth, limit=op.limit, offset=op.offset)
                 )
-            elif isinstance(op, PutOp):
-                puts[(op.namespace, op.key)] = op
+            else:
                 results.append(None)
-            else:
-                raise InvalidInput("ops", f"unknown store operation {type(op).__name__}")
-        for (namespace, key), put in puts.items():
-            if put.value is None:
-                await self.items.delete(namespace, key)
-            else:
-                await self.items.put(namespace, key, put.value, index=put.index, ttl_minutes=put.ttl)
+                continue
+            for item in read:
+                if item.refreshable(now):
+                    touched[(item.namespace, item.key)] = ItemTouched(item.namespace, item.key)
+        if touched or writes:  # the batch's puts come after its refreshes: a put sets the TTL anew
+            await self.items.write([*touched.values(), *writes])
         return results
+
+    def _writes(self, ops: list[Op]) -> list[ItemPut | ItemDeleted]:
+        """The batch's checked write events, the last put of each item winning; raises on any bad op."""
+        puts: dict[tuple[tuple[str, ...], str], ItemPut | ItemDeleted] = {}
+        for op in ops:
+            if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
+                raise InvalidInput("ops", f"unknown store operation {type(op).__name__}")
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                if not op.namespace:
+                    raise InvalidNamespaceError("Namespace cannot be empty.")
+                if op.value is None:
+                    puts[(op.namespace, op.key)] = self.items.delete_event(op.namespace, op.key)
+                else:
+                    puts[(op.namespace, op.key)] = self.items.put_event(
+                        op.namespace, op.key, op.value, index=op.index, ttl_minutes=op.ttl
+                    )
+        return list(puts.values())
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._run(self.abatch(list(ops)))
 
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
-        if self._loop is None:
+        """A sync call: the work runs on the loop the store lives on, the caller's thread waits."""
+        if self._own_loop:
+            return run_sync(work)
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or loop.is_closed() or not loop.is_running():
             work.close()
-            raise RuntimeError("this HelixStore was opened with `async with`: call its async methods (aget, aput, ...)")
-        return run_sync(work)
+            raise RuntimeError("this HelixStore is closed (its `async with` has ended): open another")
+        if running is loop:  # waiting here would block the very loop that has to do the work
+            work.close()
+            raise asyncio.InvalidStateError(
+                "a HelixStore opened with `async with` was called synchronously from its own event loop: "
+                "await its async methods (aget, aput, ...) there, or call the sync ones from another thread"
+            )
+        return asyncio.run_coroutine_threadsafe(work, loop).result()
+
+
+def check_ttl_config(ttl: object) -> TTLConfig:
+    """LangGraph's `TTLConfig` checked: known keys, a `default_ttl` of minutes > 0 (or None)."""
+    if ttl is None:
+        return TTLConfig()
+    if not isinstance(ttl, Mapping):
+        raise InvalidInput("ttl", f"must be a TTLConfig mapping or None, got {type(ttl).__name__}")
+    unknown = sorted(set(ttl) - TTL_KEYS)
+    if unknown:
+        raise InvalidInput(f"ttl.{unknown[0]}", f"unknown key; known: {', '.join(sorted(TTL_KEYS))}")
+    check_ttl(ttl.get("default_ttl"), "ttl.default_ttl")
+    for flag in ("refresh_on_read", "omit_expired"):
+        if not isinstance(ttl.get(flag, True), bool):
+            raise InvalidInput(f"ttl.{flag}", f"must be true or false, got {ttl[flag]!r}")
+    return TTLConfig(**ttl)  # type: ignore[typeddict-item]
+
+
+def _path(path: str | Iterable[str]) -> tuple[str, ...]:
+    """A match condition's path: LangGraph's own stores take a lone string as a one-label path."""
+    return (path,) if isinstance(path, str) else tuple(path)
 
 
 def _item(found: StoredItem, *, search: bool = False) -> Item:
@@ -112,12 +189,13 @@ class _Opened:
     """`HelixStore.from_config(...)`: an async context manager, and a sync one whose store lives on
     helix-es's own loop (`helix_es.sync`), where sync memories of the same log live too."""
 
-    def __init__(self, config: Source) -> None:
+    def __init__(self, config: Source, ttl: TTLConfig) -> None:
         self.config = config
+        self.ttl = ttl
         self._exit: AbstractAsyncContextManager[HelixStore] | None = None
 
     async def __aenter__(self) -> HelixStore:
-        self._exit = _opened(self.config)
+        self._exit = _opened(self.config, self.ttl, own_loop=False)
         return await self._exit.__aenter__()
 
     async def __aexit__(
@@ -128,7 +206,7 @@ class _Opened:
 
     def __enter__(self) -> HelixStore:
         async def enter() -> HelixStore:
-            self._exit = _opened(self.config, loop=asyncio.get_running_loop())
+            self._exit = _opened(self.config, self.ttl, own_loop=True)
             return await self._exit.__aenter__()
 
         return run_sync(enter())
@@ -139,6 +217,10 @@ class _Opened:
 
 
 @asynccontextmanager
-async def _opened(config: Source, loop: asyncio.AbstractEventLoop | None = None) -> AsyncIterator[HelixStore]:
+async def _opened(config: Source, ttl: TTLConfig, *, own_loop: bool) -> AsyncIterator[HelixStore]:
     async with open_items(config) as items:
-        yield HelixStore(items, loop=loop)
+        store = HelixStore(items, loop=asyncio.get_running_loop(), ttl=ttl, own_loop=own_loop)
+        try:
+            yield store
+        finally:
+            store._loop = None  # later sync calls say it is closed instead of waiting on a loop that moved on

@@ -14,6 +14,7 @@ from helix_es.model.events import (
     Event,
     ItemDeleted,
     ItemPut,
+    ItemTouched,
     MemoryCleared,
     MessageAdded,
     MessageRetracted,
@@ -82,6 +83,7 @@ _BODIES: dict[type, Callable[[Any], dict[str, Any]]] = {
         "ttl_minutes": p.ttl_minutes,
     },
     ItemDeleted: lambda p: {"namespace": list(p.namespace), "key": p.key},
+    ItemTouched: lambda p: {"namespace": list(p.namespace), "key": p.key},
 }
 
 _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
@@ -121,6 +123,7 @@ _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
         b.get("ttl_minutes"),
     ),
     _NS + "ItemDeleted": lambda b: ItemDeleted(tuple(b["namespace"]), b["key"]),
+    _NS + "ItemTouched": lambda b: ItemTouched(tuple(b["namespace"]), b["key"]),
 }
 
 

@@ -164,6 +164,15 @@ class ItemDeleted:
     key: str
 
 
+@dataclass(frozen=True, slots=True)
+class ItemTouched:
+    """A LangGraph store item read with `refresh_ttl` (schema v7): an item with a TTL that is live at
+    the event's time expires its TTL after it. On the log, so a rebuild folds the same expiries."""
+
+    namespace: tuple[str, ...]
+    key: str
+
+
 Payload = (
     MessageAdded
     | MemoryCleared
@@ -176,6 +185,7 @@ Payload = (
     | CheckpointsDeleted
     | ItemPut
     | ItemDeleted
+    | ItemTouched
 )
 
 

@@ -16,19 +16,20 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, InvalidInput
-from helix_es.model.events import ItemDeleted, ItemPut, MemoryCleared, Record, SessionErased
+from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched, MemoryCleared, Record, SessionErased
 from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views.base import IndexView
 from helix_es.views.item_text import texts_at
 from helix_es.views.vector import model_slug
 
 VIEW_NAME = "langgraph-store"
+REFRESH_GRACE = timedelta(seconds=1)
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 
@@ -95,9 +96,19 @@ class StoredItem:
     updated_at: datetime
     expires_at: datetime | None = None
     score: float | None = None  # a semantic search's cosine similarity to its query
+    ttl_minutes: float | None = None  # what a refresh (`ItemTouched`) extends `expires_at` by
 
     def live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
+
+    def refreshable(self, now: datetime) -> bool:
+        """Whether a read at `now` with refresh extends the TTL. Not within a tenth of the TTL (at most
+        a second) of the last put or refresh: hot reads do not each append an event, and the expiry
+        they leave is at most that much short of a full TTL from the read."""
+        if self.ttl_minutes is None or self.expires_at is None or not self.live(now):
+            return False
+        ttl = timedelta(minutes=self.ttl_minutes)
+        return self.expires_at - now <= ttl - min(ttl / 10, REFRESH_GRACE)
 
     def data(self) -> dict[str, Any]:
         return dict(json.loads(self.value))
@@ -110,7 +121,7 @@ class ItemOp:
     offset: int
     session_id: str
     at: datetime
-    payload: ItemPut | ItemDeleted | None  # None: the whole session's items go (a clear, an erasure)
+    payload: ItemPut | ItemDeleted | ItemTouched | None  # None: the session's items go (a clear, an erasure)
 
     @property
     def ident(self) -> tuple[tuple[str, ...], str] | None:
@@ -150,7 +161,7 @@ def ops(records: Sequence[Record]) -> tuple[str, int, list[ItemOp]]:
     out: list[ItemOp] = []
     for r in records:
         payload = r.event.payload
-        if isinstance(payload, ItemPut | ItemDeleted):
+        if isinstance(payload, ItemPut | ItemDeleted | ItemTouched):
             if session_of(payload.namespace) == r.event.session_id:  # a foreign writer's mismatch folds nothing
                 out.append(ItemOp(r.position.offset, r.event.session_id, r.event.timestamp, payload))
         elif isinstance(payload, MemoryCleared | SessionErased):
@@ -159,26 +170,36 @@ def ops(records: Sequence[Record]) -> tuple[str, int, list[ItemOp]]:
 
 
 def fold_item(current: StoredItem | None, op: ItemOp) -> StoredItem | None:
-    """The item after `op` (which names it): the pure fold every store applies."""
+    """The item after `op` (which names it): the pure fold every store applies. A touch extends a
+    live item's TTL from the touch's time; of a missing or expired item, or one without a TTL, it
+    changes nothing (a refresh never brings an item back)."""
     payload = op.payload
+    if isinstance(payload, ItemTouched):
+        if current is None or current.ttl_minutes is None or not current.live(op.at):
+            return current
+        return replace(current, expires_at=op.at + timedelta(minutes=current.ttl_minutes))
     if not isinstance(payload, ItemPut):
         return None
-    expires = None if payload.ttl_minutes is None else op.at + timedelta(minutes=payload.ttl_minutes)
+    ttl = payload.ttl_minutes
+    expires = None if ttl is None else op.at + timedelta(minutes=ttl)
     created = op.at if current is None else current.created_at
-    return StoredItem(payload.namespace, payload.key, payload.value, created, op.at, expires)
+    return StoredItem(payload.namespace, payload.key, payload.value, created, op.at, expires, ttl_minutes=ttl)
 
 
 Ident = tuple[str, str]  # (path id: the session that carries the path, key)
+KEEP: Final = "keep"  # a written item's vectors stay as stored: only its expiry changed (a refresh)
+Vectors = np.ndarray | None | Literal["keep"]
 
 
 def fold_batch(
     current: Mapping[Ident, StoredItem], fresh: Sequence[ItemOp], vectors: Mapping[int, np.ndarray | None]
-) -> tuple[dict[Ident, StoredItem], dict[Ident, np.ndarray | None]]:
-    """The items of the paths `fresh` touches after it (from their `current` items), and the vectors
-    (by offset in `vectors`) of every item a put of `fresh` left: the batch step of the stores that
-    load a batch's paths, fold and write back what changed (PostgreSQL, Redis)."""
+) -> tuple[dict[Ident, StoredItem], dict[Ident, Vectors]]:
+    """The items of the paths `fresh` touches after it (from their `current` items), and of every item
+    the batch changed, the vectors to store (by offset in `vectors`, from the put that left it; `KEEP`
+    after a refresh alone): the batch step of the stores that load a batch's paths, fold and write
+    back what changed (PostgreSQL, Redis)."""
     state = dict(current)
-    put: dict[Ident, np.ndarray | None] = {}
+    put: dict[Ident, Vectors] = {}
     for op in fresh:
         ident = op.ident
         if ident is None:  # a clear or an erasure: every item of the session's path goes
@@ -187,7 +208,13 @@ def fold_batch(
                 put.pop(k, None)
             continue
         k = (op.session_id, ident[1])
-        item = fold_item(state.get(k), op)
+        before = state.get(k)
+        item = fold_item(before, op)
+        if isinstance(op.payload, ItemTouched):
+            if item is not None and item != before:
+                state[k] = item
+                put.setdefault(k, KEEP)  # after a put in this batch, that put's vectors
+            continue
         if item is None:
             state.pop(k, None)
             put.pop(k, None)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from helix_es.model.events import Position, Record
+from helix_es.model.events import ItemTouched, Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views.items import (
     Items,
@@ -64,6 +64,8 @@ class MemoryItems(NoMessages):
                 items.pop(key, None)
             else:
                 items[key] = item
+            if isinstance(op.payload, ItemTouched):  # a refresh: the item's vectors stay
+                continue
             if found is None:
                 self._vectors.pop((namespace, path, key), None)
             else:

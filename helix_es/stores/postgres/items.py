@@ -28,6 +28,7 @@ from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
 from helix_es.views.items import (
+    KEEP,
     Items,
     NoMessages,
     StoredItem,
@@ -54,8 +55,11 @@ CREATE TABLE IF NOT EXISTS helix_store_items (
     updated_at timestamptz NOT NULL,
     expires_at timestamptz,
     vectors bytea,
+    ttl_minutes double precision,
     PRIMARY KEY (view, namespace, path_id, key)
 );
+-- Tables made before refreshes (ItemTouched): their items refresh once put again, or rebuilt.
+ALTER TABLE helix_store_items ADD COLUMN IF NOT EXISTS ttl_minutes double precision;
 """
 )
 
@@ -66,15 +70,20 @@ ON CONFLICT (view, topic, partition) DO UPDATE SET "offset" = helix_checkpoints.
 RETURNING "offset"
 """
 _LOAD = """
-SELECT path_id, key, path, value::text AS value, created_at, updated_at, expires_at FROM helix_store_items
+SELECT path_id, key, path, value::text AS value, created_at, updated_at, expires_at, ttl_minutes
+FROM helix_store_items
 WHERE view = $1 AND namespace = $2 AND path_id = ANY($3::text[])
 """
 _UPSERT = """
-INSERT INTO helix_store_items (view, namespace, path_id, key, path, value, created_at, updated_at, expires_at, vectors)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10)
+INSERT INTO helix_store_items
+    (view, namespace, path_id, key, path, value, created_at, updated_at, expires_at, vectors, ttl_minutes)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11)
 ON CONFLICT (view, namespace, path_id, key) DO UPDATE SET
     value = excluded.value, created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, vectors = excluded.vectors
+    expires_at = excluded.expires_at, vectors = excluded.vectors, ttl_minutes = excluded.ttl_minutes
+"""
+_REFRESH = """
+UPDATE helix_store_items SET expires_at = $5 WHERE view = $1 AND namespace = $2 AND path_id = $3 AND key = $4
 """
 _DELETE = "DELETE FROM helix_store_items WHERE view = $1 AND namespace = $2 AND path_id = $3 AND key = $4"
 _MOVE = 'UPDATE helix_checkpoints SET "offset" = $4 WHERE view = $1 AND topic = $2 AND partition = $3'
@@ -83,7 +92,10 @@ _CHECKPOINTS = """
 SELECT topic, partition, "offset" FROM helix_checkpoints
 WHERE view = $1 AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
 """
-_COLUMNS = "i.path_id, i.key, i.path, i.value::text AS value, i.created_at, i.updated_at, i.expires_at, i.vectors"
+_COLUMNS = (
+    "i.path_id, i.key, i.path, i.value::text AS value, i.created_at, i.updated_at, i.expires_at, i.ttl_minutes, "
+    "i.vectors"
+)
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > $3)"
 _GET = f"""
 SELECT {_COLUMNS} FROM helix_store_items i
@@ -101,7 +113,13 @@ _PATHS = f"SELECT DISTINCT i.path FROM helix_store_items i WHERE i.view = $1 AND
 
 def _row(row: Mapping[str, Any]) -> StoredItem:
     return StoredItem(
-        tuple(row["path"]), row["key"], row["value"], row["created_at"], row["updated_at"], row["expires_at"]
+        tuple(row["path"]),
+        row["key"],
+        row["value"],
+        row["created_at"],
+        row["updated_at"],
+        row["expires_at"],
+        ttl_minutes=row["ttl_minutes"],
     )
 
 
@@ -156,13 +174,17 @@ class PostgresItems(NoMessages):
                     i.created_at,
                     i.updated_at,
                     i.expires_at,
-                    None if put[k] is None else np.asarray(put[k], dtype=np.float32).tobytes(),
+                    None if v is None else np.asarray(v, dtype=np.float32).tobytes(),
+                    i.ttl_minutes,
                 )
                 for k, i in state.items()
-                if k in put
+                if (v := put.get(k, KEEP)) is not KEEP
             ]
             if changed:
                 await conn.executemany(_UPSERT, changed)
+            refreshed = [(self.name, namespace, *k, state[k].expires_at) for k, v in put.items() if v is KEEP]
+            if refreshed:
+                await conn.executemany(_REFRESH, refreshed)
             if last > done:
                 await conn.execute(_MOVE, self.name, topic, partition, last)
         return Applied(len(fresh))

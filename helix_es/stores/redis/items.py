@@ -5,7 +5,8 @@ namespace `<ns>`; every key carries the hash tag `{<ns>}`, so a namespace's item
 
 - `helix:items:{<ns>}:<view>:i:<path id>`: a hash per LangGraph namespace path (its id is the helix
   session that carries it, `helix_es.views.items.session_of`): key -> JSON
-  `[path labels, value (JSON text), created_at, updated_at, expires_at]` (ISO times, expires_at null).
+  `[path labels, value (JSON text), created_at, updated_at, expires_at, ttl_minutes]` (ISO times;
+  expires_at and ttl_minutes null without a TTL; rows written before refreshes have no ttl_minutes).
 - `helix:items:{<ns>}:<view>:v:<path id>`: key -> the item's vectors, float32 bytes (index only).
 - `helix:items:{<ns>}:<view>:applied`: the path guards, path id -> the offset it last applied. A
   path's events all go to one partition (its session's), so one offset orders them.
@@ -42,6 +43,7 @@ from helix_es.stores.redis.cluster import replicated
 from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
 from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
 from helix_es.views.items import (
+    KEEP,
     Ident,
     ItemOp,
     Items,
@@ -72,7 +74,7 @@ return out
 
 # The compare-and-set of a batch, from KEYS[B + 1] (the guards) on: per path its items and vectors hashes.
 # ARGV per path: path id, expected guard, new guard, deletes, sets, the deleted keys, then (key, item,
-# vectors or '') per set. Every guard is checked before anything is written.
+# vectors, '' for none or '=' to keep them) per set. Every guard is checked before anything is written.
 _WRITE = """
 local G = KEYS[B + 1]
 local n = (#KEYS - B - 1) / 2
@@ -93,7 +95,9 @@ for i = 1, n do
   end
   for s = 1, tonumber(ARGV[argi + 4]) do
     redis.call('HSET', items, ARGV[j], ARGV[j + 1])
-    if ARGV[j + 2] == '' then
+    if ARGV[j + 2] == '=' then
+      -- a refresh: the item's vectors stay
+    elseif ARGV[j + 2] == '' then
       redis.call('HDEL', vectors, ARGV[j])
     else
       redis.call('HSET', vectors, ARGV[j], ARGV[j + 2])
@@ -136,14 +140,16 @@ def prefix(namespace: str, view: str) -> str:
 
 def _encode(item: StoredItem) -> str:
     expires = None if item.expires_at is None else item.expires_at.isoformat()
-    row = [list(item.namespace), item.value, item.created_at.isoformat(), item.updated_at.isoformat(), expires]
+    times = [item.created_at.isoformat(), item.updated_at.isoformat(), expires]
+    row = [list(item.namespace), item.value, *times, item.ttl_minutes]
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
 
 def _decode(key: bytes | str, value: bytes | str) -> StoredItem:
-    path, data, created, updated, expires = json.loads(value)
+    path, data, created, updated, expires, *ttl = json.loads(value)
     at = datetime.fromisoformat
-    return StoredItem(tuple(path), text(key), data, at(created), at(updated), None if expires is None else at(expires))
+    ends = None if expires is None else at(expires)
+    return StoredItem(tuple(path), text(key), data, at(created), at(updated), ends, ttl_minutes=(ttl or [None])[0])
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
@@ -253,7 +259,8 @@ class RedisItems(NoMessages):
             keys += self._keys(namespace, path)
             args += [path, "" if expected < 0 else str(expected), newest, len(gone), len(sets), *gone]
             for k, item, v in sets:
-                args += [k, _encode(item), b"" if v is None else np.asarray(v, dtype=np.float32).tobytes()]
+                blob = b"=" if v is KEEP else b"" if v is None else np.asarray(v, dtype=np.float32).tobytes()
+                args += [k, _encode(item), blob]
         checkpoint, seen = names.checkpoint_key(self.name), int(field in self._checkpoints.seen)
         if is_cluster(client):
             if seen and await client.hget(checkpoint, field) is None:
