@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from helix_es import Message, open_memory
 from tests.conftest import unique
@@ -62,7 +63,10 @@ async def test_a_forged_read_after_token_is_a_400_and_the_session_stays_readable
         assert (fresh.status_code, fresh.json()["field"]) == (400, AFTER)
 
 
-async def test_a_token_read_while_kafka_is_unreachable_is_a_503_to_retry(redis_url: str) -> None:
+async def test_a_token_read_while_kafka_is_unreachable_is_a_503_to_retry(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HELIX_KAFKA_BOOTSTRAP", raising=False)  # it would win over the config's address
     config = kafka(f"127.0.0.1:{free_port()}", redis_url, unique("down"), read_timeout=2)  # no broker there
     ns, sid = unique("ta"), unique("s")
     async with client(config) as http:
