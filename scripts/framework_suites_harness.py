@@ -22,7 +22,6 @@ helix-es's loop, one per log; HELIX_KAFKA_BOOTSTRAP and HELIX_REDIS_URL name the
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import fnmatch
 import json
 import os
@@ -48,7 +47,7 @@ class _Backends:
     def __init__(self) -> None:
         self.by_key: dict[str, dict[str, Any]] = {}
         self.folders: list[str] = []
-        self.projectors: list[tuple[asyncio.Event, concurrent.futures.Future[int]]] = []
+        self.projectors: list[_Projector] = []
 
     def config(self, key: str | None) -> dict[str, Any]:
         """The config of database `key` (None: a new one each time)."""
@@ -69,16 +68,16 @@ class _Backends:
             raise ValueError(f"HELIX_SUITE_BACKEND={BACKEND!r}: embedded or kafka-redis")
         config = {"log": log, "memory": memory}
         if BACKEND != "embedded":
-            self.projectors.append(_start_projector(folder, config))
+            self.projectors.append(_Projector(folder, config))
         if key is not None:
             self.by_key[key] = config
         return config
 
     def close(self) -> None:
-        for stop, _ in self.projectors:
-            run_sync(_set(stop))
-        for _, done in self.projectors:
-            code = done.result(timeout=60)
+        for projector in self.projectors:
+            run_sync(projector._stop())
+        for projector in self.projectors:
+            code = projector.done.result(timeout=60)
             assert code == 0, f"the projector stopped with {code}"
         names = [os.path.basename(folder) for folder in self.folders]
         if BACKEND != "embedded" and names:
@@ -101,18 +100,21 @@ async def _delete_topics(prefixes: list[str]) -> None:
         await admin.close()
 
 
-async def _event() -> asyncio.Event:
-    return asyncio.Event()
+class _Projector:
+    """`helix-es project --config F` as a task on helix-es's loop (the sessions' memories are there too),
+    started without waiting on that loop: a history is built inside async code (blockbuster)."""
 
+    def __init__(self, folder: str, config: dict[str, Any]) -> None:
+        self.stop: asyncio.Event | None = None
+        self.done = submit(self._run(folder, config))
 
-async def _set(event: asyncio.Event) -> None:
-    event.set()
+    async def _run(self, folder: str, config: dict[str, Any]) -> int:
+        self.stop = asyncio.Event()  # made first: a later `_stop` on the same loop finds it
+        return await _project(folder, config, self.stop)
 
-
-def _start_projector(folder: str, config: dict[str, Any]) -> tuple[asyncio.Event, concurrent.futures.Future[int]]:
-    """`helix-es project --config F`, as a task on helix-es's loop (the sessions' memories are there too)."""
-    stop = run_sync(_event())
-    return stop, submit(_project(folder, config, stop))
+    async def _stop(self) -> None:
+        assert self.stop is not None
+        self.stop.set()
 
 
 async def _project(folder: str, config: dict[str, Any], stop: asyncio.Event) -> int:
