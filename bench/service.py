@@ -88,6 +88,16 @@ def say(text: str) -> None:
 pct = spine.pct  # ms
 
 
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (every core, user + system; Linux /proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def summary(samples: list[float]) -> dict[str, float]:
     if not samples:
         return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
@@ -253,6 +263,7 @@ class Tally:
     errors: int = 0
     cpu_here: float = 0.0  # CPU seconds of this process (the client side) during the round
     cpu_server: float = 0.0  # CPU seconds of the helix-es serve process during the round
+    cpu_machine: float = 0.0  # CPU seconds of every process on the machine (Kafka, Redis, the projector too)
     reasons: dict[str, int] = field(default_factory=dict)
 
     def error(self, exc: BaseException | str) -> None:
@@ -682,7 +693,10 @@ def figures(tallies: list[tuple[Tally, float]]) -> dict[str, Any]:
         "cpu_ms_per_turn": {
             "this_process": sum(t.cpu_here for t, _ in tallies) / max(1, sum(t.turns for t, _ in tallies)) * 1000,
             "server": sum(t.cpu_server for t, _ in tallies) / max(1, sum(t.turns for t, _ in tallies)) * 1000,
+            "machine": sum(t.cpu_machine for t, _ in tallies) / max(1, sum(t.turns for t, _ in tallies)) * 1000,
         },
+        # the machine's cores busy during the rounds, 0-1: near 1, every turn waits for a core
+        "machine_busy": sum(t.cpu_machine for t, _ in tallies) / (sum(w for _, w in tallies) * (os.cpu_count() or 1)),
         "error_reasons": reasons,
     }
 
@@ -715,9 +729,10 @@ async def level(
     for r in range(args.rounds):
         order = list(systems) if r % 2 == 0 else list(systems)[::-1]
         for name in order:
-            here, server = time.process_time(), setup.server_cpu()
+            here, server, machine = time.process_time(), setup.server_cpu(), machine_cpu()
             tally, wall = await run_round(f"round {r + 1} {name}", systems[name], 1 + r * turns, each)
             tally.cpu_here, tally.cpu_server = time.process_time() - here, setup.server_cpu() - server
+            tally.cpu_machine = machine_cpu() - machine
             results[name].append((tally, wall))
             say(
                 f"{sessions} sessions, round {r + 1}/{args.rounds} {name}: {tally.turns:,} turns in {wall:.1f} s "
@@ -808,6 +823,11 @@ def report(out: dict[str, Any]) -> str:
             f"CPU per turn (add + get): HTTP {lv['http']['cpu_ms_per_turn']['this_process']:.2f} ms in the client + "
             f"{lv['http']['cpu_ms_per_turn']['server']:.2f} ms in the server; in process "
             f"{lv['in_process']['cpu_ms_per_turn']['this_process']:.2f} ms",
+            f"the whole machine ({os.cpu_count()} cores: Kafka, Redis, the projector, client and server): "
+            f"{lv['http']['cpu_ms_per_turn']['machine']:.2f} ms of CPU a turn over HTTP, "
+            f"{lv['in_process']['cpu_ms_per_turn']['machine']:.2f} ms in process; its cores "
+            f"{lv['http']['machine_busy']:.0%} busy during the HTTP rounds, {lv['in_process']['machine_busy']:.0%} "
+            "in process",
             f"the server's own time (its access lines), p50: add {lv['server_side']['add']['p50_ms']:.2f} ms, get "
             f"{lv['server_side']['get']['p50_ms']:.2f} ms, bare round trip {lv['server_side']['hop']['p50_ms']:.2f} "
             f"ms; the server's add / in-process add: {lv['ratio_server_add']:.2f}x",

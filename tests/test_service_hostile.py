@@ -73,6 +73,10 @@ async def test_a_token_read_while_kafka_is_unreachable_is_a_503_to_retry(
         token = _token([f"{config['log']['topic_prefix']}.{ns}", 0, 0, sid])
         answer = await http.get(f"/v1/{ns}/sessions/{sid}/messages", headers={**A, AFTER: token})
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", answer.text
+        # The listings ask the brokers too: retry later, not a 500.
+        for path in ("/v1/namespaces", f"/v1/{ns}/sessions"):
+            listed = await http.get(path, headers=A)
+            assert listed.status_code == 503 and listed.headers["Retry-After"] == "1", (path, listed.text)
 
 
 async def test_a_body_nested_past_the_limit_or_over_the_size_is_refused_naming_it(tmp_path: Path) -> None:

@@ -309,13 +309,20 @@ class KafkaLog:
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
             admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-            await admin.start()
+            try:
+                await admin.start()
+            except BaseException:
+                await admin.close()
+                raise
             self._admin = admin
         return self._admin
 
     async def partitions_of(self, topic: str) -> list[int]:
         """The topic's partitions; none if it does not exist."""
-        (described,) = await (await self._admin_client()).describe_topics([topic])
+        try:
+            (described,) = await (await self._admin_client()).describe_topics([topic])
+        except KafkaError as exc:
+            raise KafkaUnavailable(f"could not describe {topic} at {self.bootstrap_servers}: {exc!r}") from exc
         if described["error_code"] != 0:
             return []
         return sorted(p["partition"] for p in described["partitions"])
@@ -346,7 +353,10 @@ class KafkaLog:
 
     async def namespaces(self) -> list[str]:
         prefix = self.topic_prefix + "."
-        topics = await (await self._admin_client()).list_topics()
+        try:
+            topics = await (await self._admin_client()).list_topics()
+        except KafkaError as exc:  # a listing asked while the brokers are down: retry later, not a crash
+            raise KafkaUnavailable(f"could not list the topics at {self.bootstrap_servers}: {exc!r}") from exc
         return sorted(names.namespace_of(t, self.topic_prefix) for t in topics if t.startswith(prefix))
 
     async def close(self) -> None:
