@@ -202,3 +202,32 @@ async def test_forgotten_thread_leaves_every_store(store: CheckpointStore) -> No
     assert await store.writes(namespace, "a", "", "01") == []
     assert await store.blobs(namespace, "a", "", [("x", '"1"')]) == {}
     assert [s.thread_id for s in await store.listing(namespace, None, None, None, None)] == ["b"]
+
+
+async def test_repeated_rows_in_one_event_fold_as_the_fold_does(store: CheckpointStore) -> None:
+    """One event naming a special write's (task, idx) twice, or a blob twice: the fold keeps the last
+    of each (a regular write, the first). PostgreSQL's one-statement insert refused such an event
+    (a row hit twice by ON CONFLICT DO UPDATE), so the projector stopped on it for good."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    twice = CheckpointSaved(
+        "",
+        "01",
+        None,
+        ser("cp"),
+        ser("md"),
+        None,
+        (ChannelBlob("x", "1", ser("old")), ChannelBlob("x", "1", ser("new"))),
+    )
+    script: list[Payload] = [
+        twice,
+        writes("01", "t1", (-1, "__error__", "boom"), (-1, "__error__", "again"), (0, "x", "a"), (0, "x", "b")),
+        writes("01", "t1", (-3, "__interrupt__", "i1"), (-3, "__interrupt__", "i2")),
+    ]
+    recs = [Record(Event(namespace, "a", p), Position(topic, 0, i)) for i, p in enumerate(script)]
+    ref = reference(recs)["a"]
+    assert (await store.apply(recs)).events == len(recs)
+    assert await rows_of(store, namespace, "a", ref) == expected_rows(ref)
+    assert await store.blobs(namespace, "a", "", [("x", "1")]) == {"x": ser("new")}
+    kept = {(w.idx, w.value) for w in await store.writes(namespace, "a", "", "01")}
+    assert kept == {(-1, ser("again")), (0, ser("a")), (-3, ser("i2"))}

@@ -25,7 +25,7 @@ from helix_es.model.events import (
 )
 from helix_es.stores.ports import Applied
 from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
-from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow
+from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, last_blobs, one_per_row
 
 _T = ("helix_lg_checkpoints", "helix_lg_blobs", "helix_lg_writes")
 _SCHEMA = (
@@ -155,7 +155,7 @@ class PostgresCheckpoints:
             row = (p.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, c.type, c.data, m.type, m.data, p.run_id)
             await conn.execute(_PUT, *key, *row)
             if p.blobs:
-                b = p.blobs
+                b = last_blobs(p.blobs)  # one statement may hit a row once
                 await conn.execute(
                     _BLOBS,
                     *key,
@@ -166,8 +166,8 @@ class PostgresCheckpoints:
                     [x.value.data for x in b],
                 )
         elif isinstance(p, WritesSaved):
-            special = [w for w in p.writes if w.idx < 0]
-            for sql, rows in ((_REPLACE, special), (_ADD, [w for w in p.writes if w.idx >= 0])):
+            kept = one_per_row(p.writes)  # one statement may hit a row once
+            for sql, rows in ((_REPLACE, [w for w in kept if w.idx < 0]), (_ADD, [w for w in kept if w.idx >= 0])):
                 if rows:
                     await conn.execute(
                         sql,
