@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helix_es.model import names
 from helix_es.model.events import (
     ChannelBlob,
     CheckpointSaved,
@@ -231,3 +232,21 @@ async def test_repeated_rows_in_one_event_fold_as_the_fold_does(store: Checkpoin
     assert await store.blobs(namespace, "a", "", [("x", "1")]) == {"x": ser("new")}
     kept = {(w.idx, w.value) for w in await store.writes(namespace, "a", "", "01")}
     assert kept == {(-1, ser("again")), (0, ser("a")), (-3, ser("i2"))}
+
+
+async def test_a_replay_its_guards_skip_moves_the_checkpoint(store: CheckpointStore) -> None:
+    """On a Redis cluster the threads' rows land before the checkpoint: a projector killed in between
+    leaves guards ahead of it. The replay its guards skip whole still moves the checkpoint; it did not,
+    and a projector at the log's end saw that partition behind (or its checkpoint gone) for good."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    recs = records(namespace, topic)
+    assert (await store.apply(recs)).events == len(recs)
+    if isinstance(store, RedisCheckpoints):  # the kill between the threads' write and the checkpoint's
+        client = await store._client()
+        await client.hdel(names.checkpoint_key(store.name), f"{topic}:0")
+    else:
+        pytest.skip("rows and checkpoint move together: in one step (memory), in one transaction (PostgreSQL)")
+    assert await store.checkpoint(topic, 0) is None
+    assert (await store.apply(recs)).events == 0  # every thread's guard has it
+    assert await store.checkpoint(topic, 0) == len(recs) - 1

@@ -88,7 +88,8 @@ class RedisCheckpoints:
                 plans = await self._plans(pipe, by_thread, keys, done, applied)
                 pipe.multi()  # type: ignore[no-untyped-call]
                 count = self._queue(pipe, plans, keys)
-                if count:  # forward only, in the same transaction
+                # Forward only, in the same transaction; also past records every guard had (a cluster's replay).
+                if records[-1].position.offset > done:
                     pipe.eval(ADVANCE, 1, cp_key, field, records[-1].position.offset, 0)
                 await pipe.execute()
             except redis_errors.WatchError:
@@ -109,7 +110,7 @@ class RedisCheckpoints:
         async with client.pipeline(transaction=False) as pipe:
             count = self._queue(pipe, plans, keys)
             await pipe.execute()
-        if count:
+        if records[-1].position.offset > done:  # also past records every guard had: a replay after a kill
             await advance_checkpoint(client, self.name, p.topic, p.partition, records[-1].position.offset)
         return Applied(count)
 
