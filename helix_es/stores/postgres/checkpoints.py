@@ -24,7 +24,15 @@ from helix_es.model.events import (
     WritesSaved,
 )
 from helix_es.stores.ports import Applied
-from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
+from helix_es.stores.postgres.pool import (
+    ADVANCE,
+    CHECKPOINTS,
+    Pg,
+    delete_rows,
+    drop_checkpoints,
+    index_if_missing,
+    transaction,
+)
 from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, last_blobs, one_per_row
 
 _T = ("helix_lg_checkpoints", "helix_lg_blobs", "helix_lg_writes")
@@ -38,8 +46,12 @@ CREATE TABLE IF NOT EXISTS helix_lg_checkpoints (
     run_id text,
     PRIMARY KEY (view, namespace, thread_id, checkpoint_ns, checkpoint_id)
 );
-CREATE INDEX IF NOT EXISTS helix_lg_checkpoints_runs ON helix_lg_checkpoints (view, namespace, run_id);
-CREATE TABLE IF NOT EXISTS helix_lg_blobs (
+"""
+    + index_if_missing(
+        "helix_lg_checkpoints_runs",
+        "CREATE INDEX helix_lg_checkpoints_runs ON helix_lg_checkpoints (view, namespace, run_id)",
+    )
+    + """CREATE TABLE IF NOT EXISTS helix_lg_blobs (
     view text NOT NULL, namespace text NOT NULL, thread_id text NOT NULL,
     checkpoint_ns text NOT NULL, channel text NOT NULL, version text NOT NULL,
     type text NOT NULL, data bytea NOT NULL,
