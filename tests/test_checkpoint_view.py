@@ -250,3 +250,37 @@ async def test_a_replay_its_guards_skip_moves_the_checkpoint(store: CheckpointSt
     assert await store.checkpoint(topic, 0) is None
     assert (await store.apply(recs)).events == 0  # every thread's guard has it
     assert await store.checkpoint(topic, 0) == len(recs) - 1
+
+
+async def test_writes_that_came_after_their_checkpoint_was_deleted_fold_as_the_fold_does(
+    store: CheckpointStore,
+) -> None:
+    """Writes can land after their checkpoint's deletion (a task finishing while its thread is pruned).
+    They stay until their thread is deleted, as in the fold: PostgreSQL dropped them on a deletion that
+    listed their (gone) checkpoint again, and Redis kept them past their thread's deletion, to show up
+    again under a checkpoint saved later with that id."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    script: list[tuple[str, Payload]] = [
+        ("a", saved("01", None, "r1", x="1")),
+        ("a", saved("02", "01", "r1", x="2")),
+        ("a", CheckpointsDeleted("checkpoints", checkpoints=(("", "01"),))),
+        ("a", writes("01", "t1", (0, "x", "late"))),
+        ("a", CheckpointsDeleted("checkpoints", checkpoints=(("", "01"),))),  # gone already: its writes stay
+        ("b", saved("01", None, "r1", x="1")),
+        ("b", CheckpointsDeleted("keep_latest")),
+        ("b", saved("02", "01", "r1", x="2")),
+        ("b", CheckpointsDeleted("checkpoints", checkpoints=(("", "01"),))),
+        ("b", writes("01", "t1", (0, "x", "late"))),
+        ("b", CheckpointsDeleted("thread")),  # every row of the thread goes, those writes too
+        ("b", saved("01", None, "r1", x="1")),
+    ]
+    recs = [Record(Event(namespace, t, p), Position(topic, 0, i)) for i, (t, p) in enumerate(script)]
+    ref = reference(recs)
+    assert (await store.apply(recs)).events == len(recs)
+    for thread, state in ref.items():
+        for cid in ("01", "02"):
+            got = sorted(await store.writes(namespace, thread, "", cid), key=lambda w: (w.task_id, w.idx))
+            assert got == sorted(state.writes.get(("", cid), {}).values(), key=lambda w: (w.task_id, w.idx))
+    assert [w.value for w in await store.writes(namespace, "a", "", "01")] == [ser("late")]
+    assert await store.writes(namespace, "b", "", "01") == []

@@ -100,8 +100,11 @@ _REPLACE = _WRITES.format(
 )
 _ADD = _WRITES.format("NOTHING")
 _THREAD = "view = $1 AND namespace = $2 AND thread_id = $3"
-# A "checkpoints" deletion's rows, and the blobs a deletion lists.
-_LISTED = "SELECT * FROM unnest($4::text[], $5::text[])"
+# A "checkpoints" deletion's rows, and the blobs a deletion lists. Of the listed, those saved: the
+# writes of a checkpoint deleted before they came stay, as in the fold (and Redis).
+_LISTED = f"""
+    SELECT checkpoint_ns, checkpoint_id FROM helix_lg_checkpoints WHERE {_THREAD}
+    AND (checkpoint_ns, checkpoint_id) IN (SELECT * FROM unnest($4::text[], $5::text[]))"""
 _DROP_BLOBS = f"""
 DELETE FROM helix_lg_blobs WHERE {_THREAD}
 AND (checkpoint_ns, channel, version) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))"""
