@@ -43,20 +43,40 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from helix_es import Message, ToolCall
-from helix_es.config import load_config
+from helix_es.config import MemoryConfig, load_served
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, Record
+from helix_es.model.events import (
+    ChannelBlob,
+    CheckpointSaved,
+    CheckpointsDeleted,
+    Event,
+    ItemDeleted,
+    ItemPut,
+    ItemTouched,
+    MemoryCleared,
+    MessageAdded,
+    MessageRetracted,
+    PendingWrite,
+    Record,
+    Serialized,
+    WritesSaved,
+)
+from helix_es.views.checkpoints import EMPTY
+from helix_es.views.items import session_of
 from tests import faults
-from tests.clean_fold import Mismatch, compare_views
+from tests.clean_fold import Mismatch, compare_memories
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
+START = datetime(2026, 1, 1, tzinfo=UTC)  # the item events' clock (TTLs are folded on the events' times)
+ADAPTER_TYPES = ("langgraph-checkpoints", "langgraph-store")
 WORDS = ("alpha", "beta", "gamma", "delta", "Oslo", "weather", "tool", "path/to/file.py")
 
 
@@ -117,6 +137,129 @@ def stream(rng: random.Random, ns: str, sessions: Sequence[str], n: int, tag: st
     return out[:n]
 
 
+def adapters(redis_url: str, dsn: str, ns: str) -> dict[str, Any]:
+    """The LangGraph adapters' views in both stores: the `checkpoints:` and `store:` mappings, and the
+    same views as memories of their types (a document has one mapping of each), over namespaces
+    `<ns>-cp` and `<ns>-st`."""
+    return {
+        "checkpoints": {"store": "redis", "redis_url": redis_url, "namespace": f"{ns}-cp"},
+        "store": {"store": "postgres", "dsn": dsn, "namespace": f"{ns}-st"},
+        "agents": [
+            {"type": "langgraph-checkpoints", "store": "postgres", "dsn": dsn, "namespace": f"{ns}-cp"},
+            {"type": "langgraph-store", "store": "redis", "redis_url": redis_url, "namespace": f"{ns}-st"},
+        ],
+    }
+
+
+def document(log: dict[str, Any], ns: str, s: Services, extra: dict[str, Any]) -> dict[str, Any]:
+    """An iteration's config: every session view over `ns`, and the adapters' views."""
+    more = adapters(s.redis, s.postgres, ns)
+    agents = [{"namespace": ns, **m, **extra} for m in views(s.redis, s.postgres)] + more.pop("agents")
+    return {"log": log, "agents": [{"id": f"a{i}", "memory": m} for i, m in enumerate(agents)], **more}
+
+
+def namespaces(cfg: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(c.memory.namespace for c in load_served(cfg)))
+
+
+def memories(cfg: dict[str, Any], ns: str | None) -> list[MemoryConfig]:
+    """The memories of `cfg` over `ns` (None: all of them), mappings included."""
+    return [c.memory for c in load_served(cfg) if ns is None or c.memory.namespace == ns]
+
+
+def _serialized(rng: random.Random, kind: str = "msgpack") -> Serialized:
+    return Serialized(kind, rng.randbytes(rng.randint(0, 24)))
+
+
+def checkpoint_stream(rng: random.Random, ns: str, n: int, tag: str) -> list[Event]:
+    """`n` checkpoint events over a few threads: saves (with blobs, some "empty"), pending writes (special
+    channels replace), and deletions of every scope with the blobs they list; now and then a clear."""
+    threads = [f"t{i}" for i in range(rng.randint(2, 10))]
+    saved: dict[str, list[tuple[str, str]]] = {t: [] for t in threads}
+    made: dict[str, list[tuple[str, str, str]]] = {t: [] for t in threads}
+    out: list[Event] = []
+    for i in range(n):
+        tid = rng.choice(threads)
+        r = rng.random()
+        if r < 0.5 or not saved[tid]:
+            cns = rng.choice(("", "", "inner:1"))
+            cid = f"{tag}-{i:06d}"  # ids sort as they are made, as LangGraph's do
+            parent = next((c for s, c in reversed(saved[tid]) if s == cns), None)
+            blobs = tuple(
+                ChannelBlob(ch, str(rng.choice((i, i, 1, 2))), _serialized(rng, rng.choice(("msgpack", EMPTY))))
+                for ch in rng.sample(("messages", "a", "b"), rng.randint(0, 3))
+            )
+            made[tid] += [(cns, b.channel, b.version) for b in blobs]
+            saved[tid].append((cns, cid))
+            run = rng.choice((None, "r1", "r2", "r3"))
+            payload: Any = CheckpointSaved(cns, cid, parent, _serialized(rng), _serialized(rng, "json"), run, blobs)
+        elif r < 0.8:
+            cns, cid = rng.choice(saved[tid][-6:])  # maybe one deleted since: a write racing a deletion
+            writes = tuple(
+                PendingWrite(rng.choice((-1, -2, 0, 1, 2)), rng.choice(("a", "b", "__error__")), _serialized(rng))
+                for _ in range(rng.randint(1, 3))
+            )
+            payload = WritesSaved(cns, cid, rng.choice(("task1", "task2")), rng.choice(("", "~1")), writes)
+        elif r < 0.99:
+            scope = rng.choice(("thread", "runs", "keep_latest", "checkpoints", "checkpoints"))
+            listed = tuple(rng.sample(saved[tid], min(len(saved[tid]), rng.randint(0, 3))))
+            dropped = tuple(rng.sample(made[tid], min(len(made[tid]), rng.randint(0, 3))))
+            runs = tuple(rng.sample(("r1", "r2", "r3"), rng.randint(1, 2)))
+            payload = CheckpointsDeleted(
+                scope,
+                runs if scope == "runs" else (),
+                listed if scope == "checkpoints" else (),
+                () if scope == "thread" else dropped,
+            )
+        else:
+            payload = MemoryCleared()
+        out.append(Event(ns, tid, payload))
+    return out
+
+
+def item_stream(rng: random.Random, ns: str, n: int, start: datetime) -> list[Event]:
+    """`n` store item events over a few paths, on a clock that moves 0-30 s an event (so TTLs of
+    seconds to minutes expire along the stream): puts (with and without TTL), deletes, refreshes
+    (`ItemTouched`, of live, expired and missing items); now and then a path's clear."""
+    paths = [("users", f"u{i}") for i in range(rng.randint(1, 4))] + [("users", "u0", "prefs"), ("docs",)]
+    out: list[Event] = []
+    at = start
+    for i in range(n):
+        at += timedelta(seconds=rng.uniform(0, 30))
+        path = rng.choice(paths)
+        key = f"k{rng.randint(0, 6)}"
+        r = rng.random()
+        payload: Any
+        if r < 0.5:
+            value = json.dumps({"n": i, "text": rng.choice(WORDS)})
+            ttl = rng.choice((None, None, 0.2, 1.0, 5.0))
+            payload = ItemPut(path, key, value, rng.choice((None, False)), ttl)
+        elif r < 0.65:
+            payload = ItemDeleted(path, key)
+        elif r < 0.99:
+            payload = ItemTouched(path, key)
+        else:
+            payload = MemoryCleared()
+        out.append(Event(ns, session_of(path), payload, timestamp=at))
+    return out
+
+
+def adapter_events(rng: random.Random, ns: str, n: int, tag: str, start: datetime) -> list[Event]:
+    """`n` events for each adapter view (namespaces as `adapters` names them), interleaved."""
+    return interleave(rng, checkpoint_stream(rng, f"{ns}-cp", n, tag), item_stream(rng, f"{ns}-st", n, start))
+
+
+def interleave(rng: random.Random, *streams: list[Event]) -> list[Event]:
+    """The streams merged at random, each in its own order."""
+    rest = [list(reversed(s)) for s in streams if s]
+    out: list[Event] = []
+    while rest:
+        pick = rng.choices(rest, weights=[len(s) for s in rest])[0]
+        out.append(pick.pop())
+        rest = [s for s in rest if s]
+    return out
+
+
 # --- the Kafka track ---
 
 
@@ -135,7 +278,10 @@ def private_services() -> Iterator[Services]:
             "crash_stress: needs java with the Kafka jars (scripts/services up once), redis-server, postgres"
         )
     with faults.started(libs, pg_bin) as (kafka, redis, postgres):
-        yield Services(kafka.bootstrap, redis.url, postgres.dsn)
+        s = Services(kafka.bootstrap, redis.url, postgres.dsn)
+        # The environment wins over a config's addresses: this process's reads (lag, compare) use these too.
+        os.environ.update(HELIX_KAFKA_BOOTSTRAP=s.kafka, HELIX_REDIS_URL=s.redis, HELIX_POSTGRES_DSN=s.postgres)
+        yield s
 
 
 def shared_services() -> Services:
@@ -195,9 +341,14 @@ async def _folded(redis_url: str, view: str, topic: str) -> int:
 
 async def _behind(config: Path) -> list[str]:
     """The partitions some view has not folded to the log's end, as `view[partition] checkpoint/end`."""
+    from aiokafka.errors import KafkaError
+
     from projectors.lag import lag
 
-    report = await asyncio.wait_for(lag(str(config)), 60)
+    try:
+        report = await asyncio.wait_for(lag(str(config)), 60)
+    except (TimeoutError, KafkaError) as exc:  # a busy broker: asked again, within the catch-up's budget
+        return [f"lag not read ({type(exc).__name__})"]
     if not report.partitions:
         return ["no partitions yet"]
     return [f"{p.view}({p.store})[{p.partition}] {p.applied}/{p.end}" for p in report.partitions if p.lag]
@@ -211,41 +362,40 @@ class Size:
     events: int | None = None
 
 
-async def kafka_iteration(
-    s: Services, seed: int, work: Path, kills: int, size: Size, say: Any
-) -> tuple[dict[str, Any], str]:
+async def kafka_iteration(s: Services, seed: int, work: Path, kills: int, size: Size, say: Any) -> dict[str, Any]:
     rng = random.Random(seed)
-    prefix, ns = f"cs{seed}-{uuid.uuid4().hex[:6]}", f"ns{seed}"
+    run = uuid.uuid4().hex[:6]  # guards are kept per namespace: a seed run again on shared services starts afresh
+    prefix, ns = f"cs{seed}-{run}", f"ns{seed}-{run}"
     sessions = [f"s{i}" for i in range(rng.randint(4, 50) if size.sessions is None else size.sessions)]
     n = rng.randint(200, 1500) if size.events is None else size.events
-    cfg = {
-        "log": {"type": "kafka", "bootstrap_servers": s.kafka, "partitions": PARTITIONS, "topic_prefix": prefix},
-        "agents": [
-            {"id": f"a{i}", "memory": {"namespace": ns, "read_timeout": 120, **m}}
-            for i, m in enumerate(views(s.redis, s.postgres))
-        ],
-    }
+    log = {"type": "kafka", "bootstrap_servers": s.kafka, "partitions": PARTITIONS, "topic_prefix": prefix}
+    cfg = document(log, ns, s, {"read_timeout": 120})
     path = work / f"{prefix}.yaml"
     path.write_text(json.dumps(cfg))
-    topic = names.topic(ns, prefix)
     cmd = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path), "--progress", "5"]
     cmd += ["--session-timeout", "6", "--batch-size", str(rng.choice((7, 50, 200, 500)))]
     log_file = work / f"{prefix}.log"
     env = {**_env(s), "HELIX_RUNTIME_DIR": str(work / f"{prefix}-run")}
     events = stream(rng, ns, sessions, n, "k")
-    redis_views = [a for a, m in enumerate(cfg["agents"]) if m["memory"]["store"] == "redis"]
-    watched = load_config(cfg, agent=rng.choice(redis_views)).memory.view.name  # its checkpoints are in Redis
+    more = rng.randint(100, 600) if size.events is None else max(50, size.events // 5)
+    events = interleave(rng, events, adapter_events(rng, ns, more, "k", START + timedelta(days=seed % 1000)))
+    counts = {space: sum(e.namespace == space for e in events) for space in namespaces(cfg)}
+    watching = rng.choice([m for m in memories(cfg, None) if m.store == "redis"])  # its checkpoints are in Redis
+    watched, topic = watching.view.name, names.topic(watching.namespace, prefix)
     kafka_log = KafkaLog(s.kafka, topic_prefix=prefix, partitions=PARTITIONS)
     points: list[str] = []
     children: list[Child] = []
     try:
-        await kafka_log.append(events[0])  # the topic exists before the projector looks for it
+        firsts = list({e.namespace: e for e in reversed(events)}.values())
+        for first in reversed(firsts):  # every topic exists before the projector looks for it
+            await kafka_log.append(first)
+        rest = [e for e in events if all(e is not f for f in firsts)]
         chunk = rng.choice((5, 20, 100))
         pause = rng.choice((0.0, 0.01, 0.03))
 
         async def write() -> None:
-            for i in range(1, len(events), chunk):
-                await asyncio.gather(*(kafka_log.append(e) for e in events[i : i + chunk]))
+            for i in range(0, len(rest), chunk):
+                await asyncio.gather(*(kafka_log.append(e) for e in rest[i : i + chunk]))
                 if pause:
                     await asyncio.sleep(pause)
 
@@ -254,8 +404,8 @@ async def kafka_iteration(
         children.append(child)
         for _ in range(kills):
             if rng.random() < 0.5:
-                target = rng.randrange(1, n)
-                point = f"{watched} at {target} events"
+                target = rng.randrange(1, counts[watching.namespace])
+                point = f"{watched} of {watching.namespace} at {target} events"
                 deadline = time.monotonic() + 60
                 while await _folded(s.redis, watched, topic) < target and time.monotonic() < deadline:
                     if not child.alive():
@@ -292,8 +442,8 @@ async def kafka_iteration(
             started.kill()
         await kafka_log.close()
     timing = f"caught up {caught - wrote:.0f}s after the last write, stopped in {time.monotonic() - caught:.0f}s"
-    say(f"  sessions {len(sessions)}, events {n}, kills: {'; '.join(points)}; {timing}")
-    return cfg, ns
+    say(f"  sessions {len(sessions)}, events {counts}, kills: {'; '.join(points)}; {timing}")
+    return cfg
 
 
 async def read_kafka(cfg: dict[str, Any], ns: str) -> tuple[list[Record], dict[int, int], str]:
@@ -320,24 +470,26 @@ async def writer(config: Path, seed: int, life: int, count: int, sessions: int) 
     async with contextlib.AsyncExitStack() as stack:
         mems = [
             await stack.enter_async_context(open_memory(cfg, session_id="s0", agent=i))
-            for i in range(len(cfg["agents"]))
+            for i, agent in enumerate(cfg["agents"])
+            if agent["memory"].get("type") not in ADAPTER_TYPES
         ]
         backend = mems[0].backend  # type: ignore[attr-defined]
+        for served in load_served(cfg):
+            if served.memory.type in ADAPTER_TYPES:  # as the saver and the store attach theirs
+                await backend.attach(served.memory, served.memory.namespace)
         print("ready", file=sys.stderr, flush=True)
-        for event in stream(rng, ns, ids, count, f"e{life}"):
+        start = START + timedelta(days=seed % 1000, hours=life)
+        more = adapter_events(rng, ns, count // 2, f"e{life}", start)
+        for event in interleave(rng, stream(rng, ns, ids, count, f"e{life}"), more):
             await backend.append(event)
 
 
-async def embedded_iteration(
-    s: Services, seed: int, work: Path, kills: int, size: Size, say: Any
-) -> tuple[dict[str, Any], str]:
+async def embedded_iteration(s: Services, seed: int, work: Path, kills: int, size: Size, say: Any) -> dict[str, Any]:
     rng = random.Random(seed)
     ns = f"ns{seed}-{uuid.uuid4().hex[:6]}"
     prefix = f"ce{seed}-{uuid.uuid4().hex[:6]}"
-    cfg = {
-        "log": {"type": "embedded", "path": str(work / prefix), "fsync": rng.random() < 0.3, "topic_prefix": prefix},
-        "agents": [{"id": f"a{i}", "memory": {"namespace": ns, **m}} for i, m in enumerate(views(s.redis, s.postgres))],
-    }
+    log = {"type": "embedded", "path": str(work / prefix), "fsync": rng.random() < 0.3, "topic_prefix": prefix}
+    cfg = document(log, ns, s, {})
     sessions = rng.randint(4, 50) if size.sessions is None else size.sessions
     path = work / f"{prefix}.json"
     path.write_text(json.dumps(cfg))
@@ -366,7 +518,7 @@ async def embedded_iteration(
         child.kill()
         points.append(f"{delay:.2f}s after ready")
     say(f"  sessions {sessions}, fsync {cfg['log']['fsync']}, kills: {'; '.join(points)}")
-    return cfg, ns
+    return cfg
 
 
 async def read_embedded(cfg: dict[str, Any], ns: str) -> tuple[list[Record], dict[int, int], str]:
@@ -397,16 +549,19 @@ async def loop(args: argparse.Namespace, s: Services) -> int:
             read = read_kafka if track == "kafka" else read_embedded
             try:
                 size = Size(args.sessions, args.events)
-                cfg, ns = await run(s, seed, work, kills, size, lambda m: print(m, flush=True))
-                records, last, topic = await read(cfg, ns)
-                if records:  # else killed before its first append: nothing to compare
-                    await compare_views(cfg, ns, records, last, topic)
+                cfg = await run(s, seed, work, kills, size, lambda m: print(m, flush=True))
+                total: dict[str, int] = {}
+                for space in namespaces(cfg):
+                    records, last, topic = await read(cfg, space)
+                    if records:  # else killed before its first append: nothing to compare
+                        await compare_memories(memories(cfg, space), space, records, last, topic)
+                    total[space] = len(records)
             except Mismatch as exc:
                 print(f"MISMATCH: log {track}, seed {seed}: {exc}", flush=True)
                 print(f"replay: python -m tests.crash_stress --logs {track} --seed {seed} --loop 1 --kills {kills}")
                 print(f"(kept: {work})")
                 return 1
-            print(f"  exact ({len(records)} records, {time.monotonic() - started:.0f}s so far)", flush=True)
+            print(f"  exact (records: {total}; {time.monotonic() - started:.0f}s so far)", flush=True)
     except BaseException:
         print(f"(kept: {work})")
         raise

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helix_es.model import names
 from helix_es.model.events import (
     ChannelBlob,
     CheckpointSaved,
@@ -202,3 +203,84 @@ async def test_forgotten_thread_leaves_every_store(store: CheckpointStore) -> No
     assert await store.writes(namespace, "a", "", "01") == []
     assert await store.blobs(namespace, "a", "", [("x", '"1"')]) == {}
     assert [s.thread_id for s in await store.listing(namespace, None, None, None, None)] == ["b"]
+
+
+async def test_repeated_rows_in_one_event_fold_as_the_fold_does(store: CheckpointStore) -> None:
+    """One event naming a special write's (task, idx) twice, or a blob twice: the fold keeps the last
+    of each (a regular write, the first). PostgreSQL's one-statement insert refused such an event
+    (a row hit twice by ON CONFLICT DO UPDATE), so the projector stopped on it for good."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    twice = CheckpointSaved(
+        "",
+        "01",
+        None,
+        ser("cp"),
+        ser("md"),
+        None,
+        (ChannelBlob("x", "1", ser("old")), ChannelBlob("x", "1", ser("new"))),
+    )
+    script: list[Payload] = [
+        twice,
+        writes("01", "t1", (-1, "__error__", "boom"), (-1, "__error__", "again"), (0, "x", "a"), (0, "x", "b")),
+        writes("01", "t1", (-3, "__interrupt__", "i1"), (-3, "__interrupt__", "i2")),
+    ]
+    recs = [Record(Event(namespace, "a", p), Position(topic, 0, i)) for i, p in enumerate(script)]
+    ref = reference(recs)["a"]
+    assert (await store.apply(recs)).events == len(recs)
+    assert await rows_of(store, namespace, "a", ref) == expected_rows(ref)
+    assert await store.blobs(namespace, "a", "", [("x", "1")]) == {"x": ser("new")}
+    kept = {(w.idx, w.value) for w in await store.writes(namespace, "a", "", "01")}
+    assert kept == {(-1, ser("again")), (0, ser("a")), (-3, ser("i2"))}
+
+
+async def test_a_replay_its_guards_skip_moves_the_checkpoint(store: CheckpointStore) -> None:
+    """On a Redis cluster the threads' rows land before the checkpoint: a projector killed in between
+    leaves guards ahead of it. The replay its guards skip whole still moves the checkpoint; it did not,
+    and a projector at the log's end saw that partition behind (or its checkpoint gone) for good."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    recs = records(namespace, topic)
+    assert (await store.apply(recs)).events == len(recs)
+    if isinstance(store, RedisCheckpoints):  # the kill between the threads' write and the checkpoint's
+        client = await store._client()
+        await client.hdel(names.checkpoint_key(store.name), f"{topic}:0")
+    else:
+        pytest.skip("rows and checkpoint move together: in one step (memory), in one transaction (PostgreSQL)")
+    assert await store.checkpoint(topic, 0) is None
+    assert (await store.apply(recs)).events == 0  # every thread's guard has it
+    assert await store.checkpoint(topic, 0) == len(recs) - 1
+
+
+async def test_writes_that_came_after_their_checkpoint_was_deleted_fold_as_the_fold_does(
+    store: CheckpointStore,
+) -> None:
+    """Writes can land after their checkpoint's deletion (a task finishing while its thread is pruned).
+    They stay until their thread is deleted, as in the fold: PostgreSQL dropped them on a deletion that
+    listed their (gone) checkpoint again, and Redis kept them past their thread's deletion, to show up
+    again under a checkpoint saved later with that id."""
+    namespace = unique("ns")
+    topic = f"helix.memory.{namespace}"
+    script: list[tuple[str, Payload]] = [
+        ("a", saved("01", None, "r1", x="1")),
+        ("a", saved("02", "01", "r1", x="2")),
+        ("a", CheckpointsDeleted("checkpoints", checkpoints=(("", "01"),))),
+        ("a", writes("01", "t1", (0, "x", "late"))),
+        ("a", CheckpointsDeleted("checkpoints", checkpoints=(("", "01"),))),  # gone already: its writes stay
+        ("b", saved("01", None, "r1", x="1")),
+        ("b", CheckpointsDeleted("keep_latest")),
+        ("b", saved("02", "01", "r1", x="2")),
+        ("b", CheckpointsDeleted("checkpoints", checkpoints=(("", "01"),))),
+        ("b", writes("01", "t1", (0, "x", "late"))),
+        ("b", CheckpointsDeleted("thread")),  # every row of the thread goes, those writes too
+        ("b", saved("01", None, "r1", x="1")),
+    ]
+    recs = [Record(Event(namespace, t, p), Position(topic, 0, i)) for i, (t, p) in enumerate(script)]
+    ref = reference(recs)
+    assert (await store.apply(recs)).events == len(recs)
+    for thread, state in ref.items():
+        for cid in ("01", "02"):
+            got = sorted(await store.writes(namespace, thread, "", cid), key=lambda w: (w.task_id, w.idx))
+            assert got == sorted(state.writes.get(("", cid), {}).values(), key=lambda w: (w.task_id, w.idx))
+    assert [w.value for w in await store.writes(namespace, "a", "", "01")] == [ser("late")]
+    assert await store.writes(namespace, "b", "", "01") == []

@@ -13,16 +13,18 @@ one (a copy first), the reference for tests and rebuilds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import (
+    ChannelBlob,
     CheckpointSaved,
     CheckpointsDeleted,
     Event,
     MemoryCleared,
+    PendingWrite,
     Serialized,
     SessionErased,
     WritesSaved,
@@ -115,6 +117,21 @@ def keeps(existing: bool, idx: int) -> bool:
     """Whether a pending write at an (task_id, idx) already held stays: LangGraph's special
     channels (negative idx) replace, the others never overwrite (as `InMemorySaver.put_writes`)."""
     return existing and idx >= 0
+
+
+def one_per_row(writes: Sequence[PendingWrite]) -> list[PendingWrite]:
+    """One event's writes as the rows they leave, one per idx (its task is the event's), as `apply`
+    folds them: for stores that write an event's rows in one statement, which may hit a row once."""
+    rows: dict[int, PendingWrite] = {}
+    for w in writes:
+        if not keeps(w.idx in rows, w.idx):
+            rows[w.idx] = w
+    return list(rows.values())
+
+
+def last_blobs(blobs: Sequence[ChannelBlob]) -> list[ChannelBlob]:
+    """One event's blobs, one per (channel, version): the last, as `apply` keeps."""
+    return list({(b.channel, b.version): b for b in blobs}.values())
 
 
 def doomed(thread: Thread, payload: CheckpointsDeleted) -> list[tuple[str, str]]:

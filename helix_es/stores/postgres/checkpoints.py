@@ -24,8 +24,16 @@ from helix_es.model.events import (
     WritesSaved,
 )
 from helix_es.stores.ports import Applied
-from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
-from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow
+from helix_es.stores.postgres.pool import (
+    ADVANCE,
+    CHECKPOINTS,
+    Pg,
+    delete_rows,
+    drop_checkpoints,
+    index_if_missing,
+    transaction,
+)
+from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, last_blobs, one_per_row
 
 _T = ("helix_lg_checkpoints", "helix_lg_blobs", "helix_lg_writes")
 _SCHEMA = (
@@ -38,8 +46,12 @@ CREATE TABLE IF NOT EXISTS helix_lg_checkpoints (
     run_id text,
     PRIMARY KEY (view, namespace, thread_id, checkpoint_ns, checkpoint_id)
 );
-CREATE INDEX IF NOT EXISTS helix_lg_checkpoints_runs ON helix_lg_checkpoints (view, namespace, run_id);
-CREATE TABLE IF NOT EXISTS helix_lg_blobs (
+"""
+    + index_if_missing(
+        "helix_lg_checkpoints_runs",
+        "CREATE INDEX helix_lg_checkpoints_runs ON helix_lg_checkpoints (view, namespace, run_id)",
+    )
+    + """CREATE TABLE IF NOT EXISTS helix_lg_blobs (
     view text NOT NULL, namespace text NOT NULL, thread_id text NOT NULL,
     checkpoint_ns text NOT NULL, channel text NOT NULL, version text NOT NULL,
     type text NOT NULL, data bytea NOT NULL,
@@ -88,8 +100,11 @@ _REPLACE = _WRITES.format(
 )
 _ADD = _WRITES.format("NOTHING")
 _THREAD = "view = $1 AND namespace = $2 AND thread_id = $3"
-# A "checkpoints" deletion's rows, and the blobs a deletion lists.
-_LISTED = "SELECT * FROM unnest($4::text[], $5::text[])"
+# A "checkpoints" deletion's rows, and the blobs a deletion lists. Of the listed, those saved: the
+# writes of a checkpoint deleted before they came stay, as in the fold (and Redis).
+_LISTED = f"""
+    SELECT checkpoint_ns, checkpoint_id FROM helix_lg_checkpoints WHERE {_THREAD}
+    AND (checkpoint_ns, checkpoint_id) IN (SELECT * FROM unnest($4::text[], $5::text[]))"""
 _DROP_BLOBS = f"""
 DELETE FROM helix_lg_blobs WHERE {_THREAD}
 AND (checkpoint_ns, channel, version) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))"""
@@ -155,7 +170,7 @@ class PostgresCheckpoints:
             row = (p.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, c.type, c.data, m.type, m.data, p.run_id)
             await conn.execute(_PUT, *key, *row)
             if p.blobs:
-                b = p.blobs
+                b = last_blobs(p.blobs)  # one statement may hit a row once
                 await conn.execute(
                     _BLOBS,
                     *key,
@@ -166,8 +181,8 @@ class PostgresCheckpoints:
                     [x.value.data for x in b],
                 )
         elif isinstance(p, WritesSaved):
-            special = [w for w in p.writes if w.idx < 0]
-            for sql, rows in ((_REPLACE, special), (_ADD, [w for w in p.writes if w.idx >= 0])):
+            kept = one_per_row(p.writes)  # one statement may hit a row once
+            for sql, rows in ((_REPLACE, [w for w in kept if w.idx < 0]), (_ADD, [w for w in kept if w.idx >= 0])):
                 if rows:
                     await conn.execute(
                         sql,

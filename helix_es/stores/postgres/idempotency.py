@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 
 from helix_es.model.events import REMEMBERED_KEYS
 from helix_es.stores.ports import Claim
-from helix_es.stores.postgres.pool import Pg
+from helix_es.stores.postgres.pool import Pg, index_if_missing
 
 _PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS helix_idempotency (
@@ -17,8 +17,10 @@ CREATE TABLE IF NOT EXISTS helix_idempotency (
     "offset" bigint NOT NULL,
     PRIMARY KEY (view, namespace, session_id, key)
 );
-CREATE INDEX IF NOT EXISTS helix_idempotency_newest ON helix_idempotency (view, namespace, session_id, "offset");
-"""
+""" + index_if_missing(
+    "helix_idempotency_newest",
+    'CREATE INDEX helix_idempotency_newest ON helix_idempotency (view, namespace, session_id, "offset")',
+)
 
 # A key's first event wins: of a batch the lowest offset, against the table whatever is there.
 _INSERT = """

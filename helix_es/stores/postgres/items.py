@@ -26,7 +26,15 @@ import numpy as np
 
 from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
-from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, delete_rows, drop_checkpoints, transaction
+from helix_es.stores.postgres.pool import (
+    ADVANCE,
+    CHECKPOINTS,
+    Pg,
+    column_if_missing,
+    delete_rows,
+    drop_checkpoints,
+    transaction,
+)
 from helix_es.views.items import (
     KEEP,
     Items,
@@ -58,9 +66,11 @@ CREATE TABLE IF NOT EXISTS helix_store_items (
     ttl_minutes double precision,
     PRIMARY KEY (view, namespace, path_id, key)
 );
--- Tables made before refreshes (ItemTouched): their items refresh once put again, or rebuilt.
-ALTER TABLE helix_store_items ADD COLUMN IF NOT EXISTS ttl_minutes double precision;
 """
+    # Tables made before refreshes (ItemTouched): their items refresh once put again, or rebuilt.
+    + column_if_missing(
+        "helix_store_items", "ttl_minutes", "ALTER TABLE helix_store_items ADD COLUMN ttl_minutes double precision"
+    )
 )
 
 # Locks the partition's checkpoint row, made if missing: batches of one partition apply one at a time.

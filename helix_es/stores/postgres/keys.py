@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from helix_es.stores.ports import KeyRow
-from helix_es.stores.postgres.pool import Pg
+from helix_es.stores.postgres.pool import Pg, index_if_missing
 
 _PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS helix_keys (
@@ -19,8 +19,10 @@ CREATE TABLE IF NOT EXISTS helix_keys (
     PRIMARY KEY (namespace, session_id, key_id),
     CHECK ((erased_at IS NULL) = (wrapped_key IS NOT NULL))
 );
-CREATE UNIQUE INDEX IF NOT EXISTS helix_keys_live ON helix_keys (namespace, session_id) WHERE erased_at IS NULL;
-"""
+""" + index_if_missing(
+    "helix_keys_live",
+    "CREATE UNIQUE INDEX helix_keys_live ON helix_keys (namespace, session_id) WHERE erased_at IS NULL",
+)
 
 _PG_ROWS = """
 SELECT key_id, wrapped_key, wrapped_by, created_at, erased_at FROM helix_keys

@@ -21,6 +21,24 @@ CREATE TABLE IF NOT EXISTS helix_checkpoints (
 );
 """
 
+
+def index_if_missing(index: str, create: str) -> str:
+    """DDL that runs `create` (a CREATE INDEX) only when `index` is missing. CREATE INDEX IF NOT EXISTS
+    takes its table's SHARE lock before it looks: every store opened would wait for the writes in
+    flight on the table, and hold up the next ones behind it."""
+    return f"DO $$ BEGIN IF to_regclass('{index}') IS NULL THEN {create}; END IF; END $$;\n"
+
+
+def column_if_missing(table: str, column: str, add: str) -> str:
+    """DDL that runs `add` (an ALTER TABLE) only when `table` lacks `column`: ALTER TABLE takes an
+    ACCESS EXCLUSIVE lock even when it changes nothing."""
+    return f"""DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = '{table}' AND column_name = '{column}')
+    THEN {add}; END IF;
+END $$;
+"""
+
+
 # Move a checkpoint forward only (past dead letters): never back over applied events.
 ADVANCE = """
 INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $2, $3, $4)

@@ -39,7 +39,15 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import Position
 from helix_es.model.message import Message
 from helix_es.stores.ports import BatchState, SessionId, Tail, Write
-from helix_es.stores.postgres.pool import CHECKPOINTS, Pg, build_index, delete_rows, drop_checkpoints, transaction
+from helix_es.stores.postgres.pool import (
+    CHECKPOINTS,
+    Pg,
+    build_index,
+    delete_rows,
+    drop_checkpoints,
+    index_if_missing,
+    transaction,
+)
 
 EF_SEARCH = 100  # HNSW candidates per search: recall@10 >= 0.95 at 1M x 384 (bench/vector.py)
 MAX_INDEXED_DIMS = 2000  # pgvector's HNSW limit for `vector`; longer ones are searched exactly
@@ -88,8 +96,11 @@ DO $$ BEGIN
         ALTER TABLE helix_vectors ADD COLUMN dims int GENERATED ALWAYS AS (vector_dims(vec)) STORED;
     END IF;
 END $$;
-CREATE INDEX IF NOT EXISTS helix_vectors_version ON helix_vectors (view, namespace, version);
-CREATE TABLE IF NOT EXISTS helix_vector_namespaces (
+"""
+    + index_if_missing(
+        "helix_vectors_version", "CREATE INDEX helix_vectors_version ON helix_vectors (view, namespace, version)"
+    )
+    + """CREATE TABLE IF NOT EXISTS helix_vector_namespaces (
     view text NOT NULL,
     namespace text NOT NULL,
     cleared_at timestamptz,

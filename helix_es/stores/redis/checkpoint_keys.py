@@ -33,6 +33,7 @@ class ThreadKeys:
         self.nss = f"{base}:nss"
         self.runs = f"{base}:runs"
         self.blobs = f"{base}:blobs"
+        self.wrote = f"{base}:wrote"  # the (checkpoint_ns, checkpoint_id) with writes: a deleted thread's go
         self._base = base
 
     def ids(self, checkpoint_ns: str) -> str:

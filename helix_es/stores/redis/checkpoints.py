@@ -45,6 +45,7 @@ from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matc
 from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, saved_row
 
 Index = dict[tuple[str, str], str]  # (checkpoint_ns, checkpoint_id) -> run id ("" for none)
+Plan = tuple[tuple[str, str], list[Record], Index | None, set[str]]  # thread, records, index, writes held
 
 
 def _index(raw: dict[bytes, bytes]) -> Index:
@@ -88,7 +89,8 @@ class RedisCheckpoints:
                 plans = await self._plans(pipe, by_thread, keys, done, applied)
                 pipe.multi()  # type: ignore[no-untyped-call]
                 count = self._queue(pipe, plans, keys)
-                if count:  # forward only, in the same transaction
+                # Forward only, in the same transaction; also past records every guard had (a cluster's replay).
+                if records[-1].position.offset > done:
                     pipe.eval(ADVANCE, 1, cp_key, field, records[-1].position.offset, 0)
                 await pipe.execute()
             except redis_errors.WatchError:
@@ -109,7 +111,7 @@ class RedisCheckpoints:
         async with client.pipeline(transaction=False) as pipe:
             count = self._queue(pipe, plans, keys)
             await pipe.execute()
-        if count:
+        if records[-1].position.offset > done:  # also past records every guard had: a replay after a kill
             await advance_checkpoint(client, self.name, p.topic, p.partition, records[-1].position.offset)
         return Applied(count)
 
@@ -120,8 +122,9 @@ class RedisCheckpoints:
         keys: dict[tuple[str, str], ThreadKeys],
         done: int,
         applied: list[int],
-    ) -> list[tuple[tuple[str, str], list[Record], Index | None]]:
-        """Per thread, the records past both the checkpoint and its guard, and the index a deletion needs."""
+    ) -> list[Plan]:
+        """Per thread, the records past both the checkpoint and its guard, and what a deletion needs: the
+        index, and the checkpoints that hold writes (a checkpoint deleted before its writes came too)."""
         plans = []
         for (t, recs), guard in zip(by_thread.items(), applied, strict=True):
             fresh = [r for r in recs if r.position.offset > max(done, guard)]
@@ -129,20 +132,21 @@ class RedisCheckpoints:
                 continue
             deletes = any(not isinstance(r.event.payload, (CheckpointSaved, WritesSaved)) for r in fresh)
             index = _index(await reader.hgetall(keys[t].runs)) if deletes else None
-            plans.append((t, fresh, index))
+            wrote = {text(m) for m in await reader.smembers(keys[t].wrote)} if deletes else set()
+            plans.append((t, fresh, index, wrote))
         return plans
 
-    def _queue(self, pipe: Any, plans: list[tuple[tuple[str, str], list[Record], Index | None]], keys: Any) -> int:
+    def _queue(self, pipe: Any, plans: list[Plan], keys: Any) -> int:
         count = 0
-        for t, fresh, index in plans:
+        for t, fresh, index, wrote in plans:
             k = keys[t]
             for r in fresh:
-                self._fold(pipe, k, r.event, index)
+                self._fold(pipe, k, r.event, index, wrote)
             pipe.set(k.applied, fresh[-1].position.offset)
             count += len(fresh)
         return count
 
-    def _fold(self, pipe: Any, k: ThreadKeys, e: Event, index: Index | None) -> None:
+    def _fold(self, pipe: Any, k: ThreadKeys, e: Event, index: Index | None, wrote: set[str]) -> None:
         p = e.payload
         if isinstance(p, CheckpointSaved):
             member = f"{p.checkpoint_ns}{SEP}{p.checkpoint_id}"
@@ -158,6 +162,9 @@ class RedisCheckpoints:
                 index[(p.checkpoint_ns, p.checkpoint_id)] = p.run_id or ""
         elif isinstance(p, WritesSaved):
             key = k.writes(p.checkpoint_ns, p.checkpoint_id)
+            member = f"{p.checkpoint_ns}{SEP}{p.checkpoint_id}"
+            pipe.sadd(k.wrote, member)
+            wrote.add(member)
             for w in p.writes:
                 row = write_value(WriteRow(p.task_id, w.idx, w.channel, w.value, p.task_path))
                 # LangGraph's special channels (negative idx) replace; the others never overwrite.
@@ -184,9 +191,14 @@ class RedisCheckpoints:
                 pipe.hdel(k.runs, member)
                 pipe.zrem(k.ids(cns), cid)
                 pipe.delete(k.writes(cns, cid))
+                pipe.srem(k.wrote, member)
+                wrote.discard(member)
                 del index[(cns, cid)]
-            if scope == "thread":
-                pipe.delete(k.cp, k.runs, k.nss, k.blobs)
+            if scope == "thread":  # with the writes of checkpoints deleted before them
+                for member in wrote:
+                    pipe.delete(k.writes(*member.split(SEP, 1)))
+                wrote.clear()
+                pipe.delete(k.cp, k.runs, k.nss, k.blobs, k.wrote)
                 pipe.srem(threads_key(self.name, e.namespace), e.session_id)
             elif isinstance(p, CheckpointsDeleted) and p.blobs:
                 pipe.hdel(k.blobs, *(SEP.join(ref) for ref in p.blobs))
