@@ -1,29 +1,27 @@
-"""RedisItems on one server and on a Redis Cluster: a replay is a no-op (path guards), results are
-the in-process store's, a stale guard is loaded again, a lost checkpoint refuses, drop is scoped."""
+"""RedisItems on one server and on a Redis Cluster, past the port's suite (tests/test_item_stores.py):
+its keys, a replay its path guards alone skip, a stale guard loaded again, a lost checkpoint refused."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from helix_es.model import names
-from helix_es.model.events import Event, ItemDeleted, ItemPut, MemoryCleared, MessageAdded, Position, Record
+from helix_es.model.events import MessageAdded
 from helix_es.model.message import Message
-from helix_es.providers.embed import EmbedSpec
 from helix_es.stores.memory.items import MemoryItems
-from helix_es.stores.ports import CheckpointLost, ItemStore
+from helix_es.stores.ports import CheckpointLost
 from helix_es.stores.redis import items as items_module
 from helix_es.stores.redis.items import RedisItems, prefix
-from helix_es.views.items import ItemIndex, Items, session_of
+from helix_es.views.items import Items, session_of
 from tests.conftest import unique
+from tests.contracts.item_store import INDEX, PAYLOADS, T0, A, B, C, Of, batch, reads
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-VIEW = Items(store="redis", index=ItemIndex(EmbedSpec("hash", dims=16), ("text",)))
+VIEW = Items(store="redis", index=INDEX)
 
 
 @pytest.fixture(params=["redis", "redis-cluster"])
@@ -45,41 +43,6 @@ async def opened(url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cal
         await store.close()
 
 
-def put(path: tuple[str, ...], key: str, text: str, ttl: float | None = None) -> ItemPut:
-    return ItemPut(path, key, json.dumps({"text": text, "n": len(text) % 3}), ttl_minutes=ttl)
-
-
-def batch(ns: str, topic: str, payloads: list[Any], first: int = 0) -> list[Record]:
-    out = []
-    for i, p in enumerate(payloads):
-        sid = session_of(p.namespace) if isinstance(p, ItemPut | ItemDeleted) else p.session
-        event = Event(ns, sid, p.payload if hasattr(p, "payload") else p, timestamp=T0 + timedelta(seconds=first + i))
-        out.append(Record(event, Position(topic, 0, first + i)))
-    return out
-
-
-class Of:
-    """A payload of another session (a clear or a message), for `batch`."""
-
-    def __init__(self, path: tuple[str, ...], payload: Any) -> None:
-        self.session, self.payload = session_of(path), payload
-
-
-A, B, C = ("users", "u1"), ("users", "u1", "notes"), ("docs", "a b", "ü/%{}")
-PAYLOADS: list[Any] = [
-    put(A, "k1", "ocean river"),
-    put(A, "k2", "coffee tea"),
-    put(B, "k1", "forest mountain"),
-    put(C, "k1", "bread cheese", ttl=1),
-    Of(A, MessageAdded(Message("user", "not an item"))),
-    put(A, "k1", "ocean plane"),  # replaces k1, keeps its created_at
-    ItemDeleted(A, "k2"),
-    put(B, "k2", "train"),
-    Of(B, MemoryCleared()),  # B's items all go
-    put(B, "k3", "gamma delta"),
-]
-
-
 async def everything(store: RedisItems, ns: str) -> dict[str, Any]:
     """Every key under the namespace's prefix and its contents: what a replay must leave alone."""
     client = await store._client()
@@ -87,20 +50,6 @@ async def everything(store: RedisItems, ns: str) -> dict[str, Any]:
     async for key in client.scan_iter(match=prefix(ns, store.name) + "*", count=1000):
         out[key.decode()] = await client.hgetall(key)
     return out
-
-
-async def reads(store: ItemStore, ns: str, now: datetime) -> list[Any]:
-    def shown(items: list[Any]) -> list[Any]:
-        return [(i.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.score) for i in items]
-
-    return [
-        shown(await store.find_items(ns, (), None, 100, 0, now)),
-        shown(await store.find_items(ns, ("users",), {"n": 0}, 100, 0, now)),
-        shown(await store.find_items(ns, (), None, 3, 1, now, query="ocean tea")),
-        shown([i for i in [await store.get_item(ns, p, k, now) for p in (A, B, C) for k in ("k1", "k2", "k3")] if i]),
-        await store.item_namespaces(ns, [], None, 100, 0, now),
-        await store.item_namespaces(ns, [("prefix", ("users",))], 1, 100, 0, now),
-    ]
 
 
 async def test_a_replay_changes_nothing_even_when_the_checkpoint_lags(opened: Callable[[], RedisItems]) -> None:
@@ -173,23 +122,6 @@ async def test_a_lost_checkpoint_refuses_the_write(opened: Callable[[], RedisIte
         await store.apply(records[3:])
     assert await everything(store, ns) == before
     assert await store.checkpoint(topic, 0) is None
-
-
-async def test_drop_removes_a_namespace_items_and_the_topics_checkpoints(opened: Callable[[], RedisItems]) -> None:
-    store = opened()
-    gone, kept = (unique("items"), unique("t")), (unique("items"), unique("t"))
-    for ns, topic in (gone, kept):
-        await store.apply(batch(ns, topic, PAYLOADS))
-    await store.drop([gone[0]], [gone[1]])
-    now = T0 + timedelta(seconds=30)
-    assert await everything(store, gone[0]) == {}
-    assert await store.find_items(gone[0], (), None, 100, 0, now) == []
-    assert await store.checkpoint(gone[1], 0) is None
-    assert await store.checkpoint(kept[1], 0) == len(PAYLOADS) - 1
-    assert len(await store.find_items(kept[0], (), None, 100, 0, now)) == 3
-    # Dropped, the namespace folds afresh from the log.
-    assert (await store.apply(batch(gone[0], gone[1], PAYLOADS))).events == 9
-    assert len(await store.find_items(gone[0], (), None, 100, 0, now)) == 3
 
 
 def _slot(key: str) -> int:

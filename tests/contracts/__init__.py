@@ -11,3 +11,26 @@ it alone) of async tests written against the port only, and abstract fixtures th
 
 so every adapter runs the same tests against its real service (tests/conftest.py).
 """
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+Store = TypeVar("Store", bound=Any)
+
+
+@asynccontextmanager
+async def each_closed(make: Callable[[], Store]) -> AsyncIterator[Callable[[], Store]]:
+    """A factory of adapters over one place (a test opens several, as several projectors would),
+    every one it made closed at the end."""
+    made: list[Store] = []
+
+    def new() -> Store:
+        made.append(make())
+        return made[-1]
+
+    try:
+        yield new
+    finally:
+        for store in made:
+            await store.close()
