@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS helix_store_items (
     PRIMARY KEY (view, namespace, path_id, key)
 );
 """
-    # Tables made before refreshes (ItemTouched): their items refresh once put again, or rebuilt.
+    # Tables made before refreshes (a TTL extended by a read): their items refresh once put again, or rebuilt.
     + column_if_missing(
         "helix_store_items", "ttl_minutes", "ALTER TABLE helix_store_items ADD COLUMN ttl_minutes double precision"
     )
