@@ -192,13 +192,13 @@ ON CONFLICT DO NOTHING
 
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
-# After _APPLY, in its transaction (so it sees the batch's own inserts): a SessionErased deletes its
+# After _APPLY, in its transaction (so it sees the batch's own inserts): an erasure op deletes its
 # session's rows except those after it on its partition (the `erases` rule). Repeating it deletes nothing.
 _ERASE = """
 DELETE FROM {t} WHERE namespace = $1 AND session_id = $2 AND NOT (topic = $3 AND partition = $4 AND "offset" > $5)
 """
 
-# A MessageRetracted, after the rows before it were written: its session's newest row on its partition
+# A retraction op, after the rows before it were written: its session's newest row on its partition
 # before it goes (the `retracted_row` rule). Run only when the checkpoint was below it.
 _RETRACT = """
 DELETE FROM {t} WHERE ctid = (

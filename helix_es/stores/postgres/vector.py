@@ -4,7 +4,7 @@ Tables (created on first use under an advisory lock, with the `vector` extension
 
 - `helix_vectors`: one row per indexed message; primary key (view, namespace, topic,
   partition, offset), so a re-delivered event cannot add a row twice. `vec` is the unit vector
-  (pgvector `vector`, float32 as in `EmbeddingRecorded`), `dims` its length (generated).
+  (pgvector `vector`, float32 as the log's embeddings), `dims` its length (generated).
   `version` is the namespace's write counter when the row was written. `embedding` (bytea) is
   what stores before pgvector wrote; it is no longer written, and rows that only have it are
   copied into `vec` when the schema is made (decoded exactly, as float32 little-endian).
@@ -195,7 +195,7 @@ WITH cleared AS (
 SELECT 1
 """
 
-# After _WRITE, under the namespace row's lock: a SessionErased deletes its session's rows except those
+# After _WRITE, under the namespace row's lock: a write's erasure deletes its session's rows except those
 # after it on its partition, and counts itself only if it deleted any (readers then reload).
 _ERASE = """
 WITH gone AS (

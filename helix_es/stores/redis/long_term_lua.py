@@ -234,7 +234,7 @@ return applied
 )
 
 
-# A SessionErased: delete the session's rows except those after it on its partition (the `erases` rule).
+# An erasure op: delete the session's rows except those after it on its partition (the `erases` rule).
 # KEYS: index; ARGV: key prefix, session id, topic, partition, offset. The session's
 # own rows where the namespace files them by session (see `_ROWS`), else a scan of its index; it
 # runs before the batch's apply script moves the checkpoint.
