@@ -8,6 +8,7 @@ attributes in the package root, and modules of one concern stay small.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,20 @@ def test_modules_stay_small() -> None:
 
 def test_the_package_ships_its_type_information() -> None:
     assert (ROOT / "helix_es" / "py.typed").is_file()
+
+
+def test_no_store_adapter_names_an_event_type() -> None:
+    """A view owns what an event means: its fold turns events into the view's ops, and a store
+    applies ops. An event type named under `helix_es/stores/` (code or comment) is meaning leaking
+    into an adapter, which a new event would then have to touch."""
+    from typing import get_args
+
+    from helix_es.model.events import Payload
+
+    types = [t.__name__ for t in get_args(Payload)]
+    assert len(types) >= 10
+    found = []
+    for path in sorted((ROOT / "helix_es" / "stores").rglob("*.py")):
+        text = path.read_text()
+        found += [f"{path.relative_to(ROOT)}: {t}" for t in types if re.search(rf"\b{t}\b", text)]
+    assert found == []

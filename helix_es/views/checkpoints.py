@@ -13,18 +13,16 @@ one (a copy first), the reference for tests and rebuilds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import (
-    ChannelBlob,
     CheckpointSaved,
     CheckpointsDeleted,
     Event,
     MemoryCleared,
-    PendingWrite,
     Serialized,
     SessionErased,
     WritesSaved,
@@ -101,82 +99,131 @@ class Thread:
         )
 
 
-def saved_row(thread_id: str, payload: CheckpointSaved) -> Saved:
-    return Saved(
-        thread_id,
-        payload.checkpoint_ns,
-        payload.checkpoint_id,
-        payload.parent_checkpoint_id,
-        payload.checkpoint,
-        payload.metadata,
-        payload.run_id,
-    )
-
-
 def keeps(existing: bool, idx: int) -> bool:
     """Whether a pending write at an (task_id, idx) already held stays: LangGraph's special
     channels (negative idx) replace, the others never overwrite (as `InMemorySaver.put_writes`)."""
     return existing and idx >= 0
 
 
-def one_per_row(writes: Sequence[PendingWrite]) -> list[PendingWrite]:
-    """One event's writes as the rows they leave, one per idx (its task is the event's), as `apply`
-    folds them: for stores that write an event's rows in one statement, which may hit a row once."""
-    rows: dict[int, PendingWrite] = {}
-    for w in writes:
-        if not keeps(w.idx in rows, w.idx):
-            rows[w.idx] = w
-    return list(rows.values())
+# --- the view's ops: what an event means to a thread's rows, the one vocabulary every store applies ---
+
+Ref = tuple[str, str]  # a checkpoint's (checkpoint_ns, checkpoint_id)
 
 
-def last_blobs(blobs: Sequence[ChannelBlob]) -> list[ChannelBlob]:
-    """One event's blobs, one per (channel, version): the last, as `apply` keeps."""
-    return list({(b.channel, b.version): b for b in blobs}.values())
+@dataclass(frozen=True, slots=True)
+class PutCheckpoint:
+    """Upsert one checkpoint row and its blobs (one per key: the last an event names)."""
+
+    row: Saved
+    blobs: tuple[tuple[BlobKey, Serialized], ...]
+
+    @property
+    def ref(self) -> Ref:
+        return (self.row.checkpoint_ns, self.row.checkpoint_id)
 
 
-def doomed(thread: Thread, payload: CheckpointsDeleted) -> list[tuple[str, str]]:
-    """The (checkpoint_ns, checkpoint_id) rows a deletion removes (scope "thread": all of them)."""
-    if payload.scope == "checkpoints":
-        return [(ns, cid) for ns, cid in payload.checkpoints if cid in thread.checkpoints.get(ns, ())]
-    if payload.scope == "runs":
-        runs = set(payload.run_ids)
-        return [(ns, cid) for ns, rows in thread.checkpoints.items() for cid, s in rows.items() if s.run_id in runs]
-    if payload.scope == "keep_latest":
-        return [(ns, cid) for ns, rows in thread.checkpoints.items() for cid in sorted(rows)[:-1]]
-    return [(ns, cid) for ns, rows in thread.checkpoints.items() for cid in rows]
+@dataclass(frozen=True, slots=True)
+class PutWrites:
+    """Pending writes of one checkpoint, one per (task_id, idx) as `keeps` leaves them within the op:
+    a row with `replaces` overwrites a held one, the others are inserted only where none is held."""
+
+    ref: Ref
+    rows: tuple[WriteRow, ...]
+
+    @staticmethod
+    def replaces(row: WriteRow) -> bool:
+        return row.idx < 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCheckpoints:
+    """Delete checkpoint rows with their writes (which: `doomed`), and the blobs listed."""
+
+    scope: str  # "checkpoints" (those listed), "runs" (those of `run_ids`), "keep_latest"
+    listed: tuple[Ref, ...] = ()
+    run_ids: tuple[str, ...] = ()
+    blobs: tuple[BlobKey, ...] = ()
+
+    def doomed(self, held: Mapping[Ref, str | None]) -> list[Ref]:
+        """Of the checkpoints `held` (each with its run id), those the op deletes."""
+        if self.scope == "checkpoints":
+            return [ref for ref in self.listed if ref in held]
+        if self.scope == "runs":
+            runs = set(self.run_ids)
+            return [ref for ref, run in held.items() if run is not None and run in runs]
+        latest: dict[str, str] = {}
+        for cns, cid in held:
+            latest[cns] = max(latest.get(cns, cid), cid)
+        return [(cns, cid) for cns, cid in held if cid != latest[cns]]
+
+
+@dataclass(frozen=True, slots=True)
+class DropThread:
+    """Every row of the thread goes: a deleted thread, a cleared or forgotten session."""
+
+
+CheckpointOp = PutCheckpoint | PutWrites | DeleteCheckpoints | DropThread
+
+
+def op_of(event: Event) -> CheckpointOp | None:
+    """What `event` does to its thread's rows (None: nothing; it is not this view's)."""
+    p = event.payload
+    if isinstance(p, CheckpointSaved):
+        row = Saved(
+            event.session_id,
+            p.checkpoint_ns,
+            p.checkpoint_id,
+            p.parent_checkpoint_id,
+            p.checkpoint,
+            p.metadata,
+            p.run_id,
+        )
+        blobs = {(p.checkpoint_ns, b.channel, b.version): b.value for b in p.blobs}
+        return PutCheckpoint(row, tuple(blobs.items()))
+    if isinstance(p, WritesSaved):
+        rows: dict[int, WriteRow] = {}
+        for w in p.writes:
+            if not keeps(w.idx in rows, w.idx):
+                rows[w.idx] = WriteRow(p.task_id, w.idx, w.channel, w.value, p.task_path)
+        return PutWrites((p.checkpoint_ns, p.checkpoint_id), tuple(rows.values()))
+    if isinstance(p, CheckpointsDeleted) and p.scope != "thread":
+        return DeleteCheckpoints(p.scope, tuple(p.checkpoints), tuple(p.run_ids), tuple(p.blobs))
+    if isinstance(p, CheckpointsDeleted | MemoryCleared | SessionErased):
+        return DropThread()
+    return None
+
+
+def held(thread: Thread) -> dict[Ref, str | None]:
+    """A thread's checkpoints, each with its run id: what `DeleteCheckpoints.doomed` reads."""
+    return {(ns, cid): s.run_id for ns, rows in thread.checkpoints.items() for cid, s in rows.items()}
 
 
 def apply(thread: Thread, event: Event) -> Thread:
-    """Fold `event` into `thread` in place (and return it). Events of other kinds leave it as it is,
-    but a cleared or forgotten session drops every row, like a deleted thread."""
-    p = event.payload
-    if isinstance(p, CheckpointSaved):
-        thread.checkpoints.setdefault(p.checkpoint_ns, {})[p.checkpoint_id] = saved_row(event.session_id, p)
-        for blob in p.blobs:
-            thread.blobs[(p.checkpoint_ns, blob.channel, blob.version)] = blob.value
-    elif isinstance(p, WritesSaved):
-        rows = thread.writes.setdefault((p.checkpoint_ns, p.checkpoint_id), {})
-        for w in p.writes:
-            key = (p.task_id, w.idx)
-            if not keeps(key in rows, w.idx):
-                rows[key] = WriteRow(p.task_id, w.idx, w.channel, w.value, p.task_path)
-    elif isinstance(p, CheckpointsDeleted):
-        if p.scope == "thread":
-            return _clear(thread)
-        for ns, cid in doomed(thread, p):
+    """Fold `event` into `thread` in place (and return it): `apply_op` of its op."""
+    op = op_of(event)
+    return thread if op is None else apply_op(thread, op)
+
+
+def apply_op(thread: Thread, op: CheckpointOp) -> Thread:
+    """The in-place step every store mirrors."""
+    if isinstance(op, PutCheckpoint):
+        thread.checkpoints.setdefault(op.row.checkpoint_ns, {})[op.row.checkpoint_id] = op.row
+        thread.blobs.update(op.blobs)
+    elif isinstance(op, PutWrites):
+        rows = thread.writes.setdefault(op.ref, {})
+        for w in op.rows:
+            if not keeps((w.task_id, w.idx) in rows, w.idx):
+                rows[(w.task_id, w.idx)] = w
+    elif isinstance(op, DeleteCheckpoints):
+        for ns, cid in op.doomed(held(thread)):
             del thread.checkpoints[ns][cid]
             thread.writes.pop((ns, cid), None)
-        for gone in p.blobs:
+        for gone in op.blobs:
             thread.blobs.pop(gone, None)
-    elif isinstance(p, (MemoryCleared, SessionErased)):
-        return _clear(thread)
-    return thread
-
-
-def _clear(thread: Thread) -> Thread:
-    thread.checkpoints.clear()
-    thread.blobs.clear()
-    thread.writes.clear()
+    else:
+        thread.checkpoints.clear()
+        thread.blobs.clear()
+        thread.writes.clear()
     return thread
 
 

@@ -14,15 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from helix_es.model.events import (
-    CheckpointSaved,
-    CheckpointsDeleted,
-    MemoryCleared,
-    Record,
-    Serialized,
-    SessionErased,
-    WritesSaved,
-)
+from helix_es.model.events import Record, Serialized
 from helix_es.stores.ports import Applied
 from helix_es.stores.postgres.pool import (
     ADVANCE,
@@ -33,7 +25,16 @@ from helix_es.stores.postgres.pool import (
     index_if_missing,
     transaction,
 )
-from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, last_blobs, one_per_row
+from helix_es.views.checkpoints import (
+    EMPTY,
+    VIEW_NAME,
+    DeleteCheckpoints,
+    PutCheckpoint,
+    PutWrites,
+    Saved,
+    WriteRow,
+    op_of,
+)
 
 _T = ("helix_lg_checkpoints", "helix_lg_blobs", "helix_lg_writes")
 _SCHEMA = (
@@ -162,51 +163,50 @@ class PostgresCheckpoints:
         return Applied(len(fresh))
 
     async def _fold(self, conn: asyncpg.Connection, record: Record) -> None:
-        e = record.event
-        p = e.payload
-        key = (self.name, e.namespace, e.session_id)
-        if isinstance(p, CheckpointSaved):
-            c, m = p.checkpoint, p.metadata
-            row = (p.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, c.type, c.data, m.type, m.data, p.run_id)
-            await conn.execute(_PUT, *key, *row)
-            if p.blobs:
-                b = last_blobs(p.blobs)  # one statement may hit a row once
+        op = op_of(record.event)
+        if op is None:
+            return
+        key = (self.name, record.event.namespace, record.event.session_id)
+        if isinstance(op, PutCheckpoint):
+            r = op.row
+            c, m = r.checkpoint, r.metadata
+            await conn.execute(_PUT, *key, *op.ref, r.parent_checkpoint_id, c.type, c.data, m.type, m.data, r.run_id)
+            if op.blobs:
                 await conn.execute(
                     _BLOBS,
                     *key,
-                    p.checkpoint_ns,
-                    [x.channel for x in b],
-                    [x.version for x in b],
-                    [x.value.type for x in b],
-                    [x.value.data for x in b],
+                    r.checkpoint_ns,
+                    [ch for (_, ch, _), _ in op.blobs],
+                    [v for (_, _, v), _ in op.blobs],
+                    [b.type for _, b in op.blobs],
+                    [b.data for _, b in op.blobs],
                 )
-        elif isinstance(p, WritesSaved):
-            kept = one_per_row(p.writes)  # one statement may hit a row once
-            for sql, rows in ((_REPLACE, [w for w in kept if w.idx < 0]), (_ADD, [w for w in kept if w.idx >= 0])):
+        elif isinstance(op, PutWrites):
+            replace = [w for w in op.rows if op.replaces(w)]
+            for sql, rows in ((_REPLACE, replace), (_ADD, [w for w in op.rows if not op.replaces(w)])):
                 if rows:
                     await conn.execute(
                         sql,
                         *key,
-                        p.checkpoint_ns,
-                        p.checkpoint_id,
-                        p.task_id,
-                        p.task_path,
+                        *op.ref,
+                        rows[0].task_id,
+                        rows[0].task_path,
                         [w.idx for w in rows],
                         [w.channel for w in rows],
                         [w.value.type for w in rows],
                         [w.value.data for w in rows],
                     )
-        elif isinstance(p, CheckpointsDeleted) and p.scope != "thread":
-            if p.scope == "checkpoints":
-                doomed, args = f"(checkpoint_ns, checkpoint_id) IN ({_LISTED})", _columns(p.checkpoints)
+        elif isinstance(op, DeleteCheckpoints):
+            if op.scope == "checkpoints":
+                doomed, args = f"(checkpoint_ns, checkpoint_id) IN ({_LISTED})", _columns(op.listed)
             else:
-                doomed, args = f"(checkpoint_ns, checkpoint_id) IN ({_DOOMED[p.scope]})", [list(p.run_ids)]
+                doomed, args = f"(checkpoint_ns, checkpoint_id) IN ({_DOOMED[op.scope]})", [list(op.run_ids)]
             if args:  # a "checkpoints" deletion may list none, and only blobs
                 await conn.execute(f"DELETE FROM helix_lg_writes WHERE {_THREAD} AND {doomed}", *key, *args)
                 await conn.execute(f"DELETE FROM helix_lg_checkpoints WHERE {_THREAD} AND {doomed}", *key, *args)
-            if p.blobs:
-                await conn.execute(_DROP_BLOBS, *key, *_columns(p.blobs))
-        elif isinstance(p, (CheckpointsDeleted, MemoryCleared, SessionErased)):
+            if op.blobs:
+                await conn.execute(_DROP_BLOBS, *key, *_columns(op.blobs))
+        else:
             for table in _T:
                 await conn.execute(f"DELETE FROM {table} WHERE {_THREAD}", *key)
 

@@ -17,16 +17,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from helix_es.model import names
-from helix_es.model.events import (
-    CheckpointSaved,
-    CheckpointsDeleted,
-    Event,
-    MemoryCleared,
-    Record,
-    Serialized,
-    SessionErased,
-    WritesSaved,
-)
+from helix_es.model.events import Event, Record, Serialized
 from helix_es.stores.ports import Applied, StaleWrite
 from helix_es.stores.redis.checkpoint_keys import (
     SEP,
@@ -42,9 +33,20 @@ from helix_es.stores.redis.checkpoint_keys import (
 )
 from helix_es.stores.redis.pool import Lazy, is_cluster, text
 from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matching, drop_checkpoints
-from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, WriteRow, saved_row
+from helix_es.views.checkpoints import (
+    EMPTY,
+    VIEW_NAME,
+    DeleteCheckpoints,
+    DropThread,
+    PutCheckpoint,
+    PutWrites,
+    Ref,
+    Saved,
+    WriteRow,
+    op_of,
+)
 
-Index = dict[tuple[str, str], str]  # (checkpoint_ns, checkpoint_id) -> run id ("" for none)
+Index = dict[Ref, str | None]  # a checkpoint -> its run id
 Plan = tuple[tuple[str, str], list[Record], Index | None, set[str]]  # thread, records, index, writes held
 
 
@@ -52,7 +54,7 @@ def _index(raw: dict[bytes, bytes]) -> Index:
     out: Index = {}
     for field, run in raw.items():
         cns, _, cid = field.decode().partition(SEP)
-        out[(cns, cid)] = run.decode()
+        out[(cns, cid)] = run.decode() or None  # kept as "" for none
     return out
 
 
@@ -130,7 +132,7 @@ class RedisCheckpoints:
             fresh = [r for r in recs if r.position.offset > max(done, guard)]
             if not fresh:
                 continue
-            deletes = any(not isinstance(r.event.payload, (CheckpointSaved, WritesSaved)) for r in fresh)
+            deletes = any(isinstance(op_of(r.event), DeleteCheckpoints | DropThread) for r in fresh)
             index = _index(await reader.hgetall(keys[t].runs)) if deletes else None
             wrote = {text(m) for m in await reader.smembers(keys[t].wrote)} if deletes else set()
             plans.append((t, fresh, index, wrote))
@@ -147,45 +149,29 @@ class RedisCheckpoints:
         return count
 
     def _fold(self, pipe: Any, k: ThreadKeys, e: Event, index: Index | None, wrote: set[str]) -> None:
-        p = e.payload
-        if isinstance(p, CheckpointSaved):
-            member = f"{p.checkpoint_ns}{SEP}{p.checkpoint_id}"
-            pipe.hset(k.cp, member, saved_value(saved_row(e.session_id, p)))
-            pipe.zadd(k.ids(p.checkpoint_ns), {p.checkpoint_id: 0})
-            pipe.sadd(k.nss, p.checkpoint_ns)
-            pipe.hset(k.runs, member, p.run_id or "")
+        op = op_of(e)
+        if isinstance(op, PutCheckpoint):
+            cns, cid = op.ref
+            member = f"{cns}{SEP}{cid}"
+            pipe.hset(k.cp, member, saved_value(op.row))
+            pipe.zadd(k.ids(cns), {cid: 0})
+            pipe.sadd(k.nss, cns)
+            pipe.hset(k.runs, member, op.row.run_id or "")
             pipe.sadd(threads_key(self.name, e.namespace), e.session_id)
-            if p.blobs:
-                blobs = {f"{p.checkpoint_ns}{SEP}{b.channel}{SEP}{b.version}": blob_value(b.value) for b in p.blobs}
-                pipe.hset(k.blobs, mapping=blobs)
+            if op.blobs:
+                pipe.hset(k.blobs, mapping={SEP.join(ref): blob_value(value) for ref, value in op.blobs})
             if index is not None:
-                index[(p.checkpoint_ns, p.checkpoint_id)] = p.run_id or ""
-        elif isinstance(p, WritesSaved):
-            key = k.writes(p.checkpoint_ns, p.checkpoint_id)
-            member = f"{p.checkpoint_ns}{SEP}{p.checkpoint_id}"
+                index[op.ref] = op.row.run_id
+        elif isinstance(op, PutWrites):
+            key = k.writes(*op.ref)
+            member = SEP.join(op.ref)
             pipe.sadd(k.wrote, member)
             wrote.add(member)
-            for w in p.writes:
-                row = write_value(WriteRow(p.task_id, w.idx, w.channel, w.value, p.task_path))
-                # LangGraph's special channels (negative idx) replace; the others never overwrite.
-                (pipe.hset if w.idx < 0 else pipe.hsetnx)(key, f"{p.task_id}{SEP}{w.idx}", row)
-        elif isinstance(p, (CheckpointsDeleted, MemoryCleared, SessionErased)):
+            for w in op.rows:
+                (pipe.hset if op.replaces(w) else pipe.hsetnx)(key, f"{w.task_id}{SEP}{w.idx}", write_value(w))
+        elif isinstance(op, DeleteCheckpoints | DropThread):
             assert index is not None
-            scope = p.scope if isinstance(p, CheckpointsDeleted) else "thread"
-            if scope == "checkpoints":
-                listed = p.checkpoints if isinstance(p, CheckpointsDeleted) else ()
-                doomed = [ref for ref in listed if ref in index]
-            elif scope == "runs":
-                runs = set(p.run_ids) if isinstance(p, CheckpointsDeleted) else set()
-                doomed = [k_ for k_, run in index.items() if run and run in runs]
-            elif scope == "keep_latest":
-                latest: dict[str, str] = {}
-                for cns, cid in index:
-                    latest[cns] = max(latest.get(cns, cid), cid)
-                doomed = [(cns, cid) for cns, cid in index if cid != latest[cns]]
-            else:
-                doomed = list(index)
-            for cns, cid in doomed:
+            for cns, cid in list(index) if isinstance(op, DropThread) else op.doomed(index):
                 member = f"{cns}{SEP}{cid}"
                 pipe.hdel(k.cp, member)
                 pipe.hdel(k.runs, member)
@@ -194,14 +180,14 @@ class RedisCheckpoints:
                 pipe.srem(k.wrote, member)
                 wrote.discard(member)
                 del index[(cns, cid)]
-            if scope == "thread":  # with the writes of checkpoints deleted before them
+            if isinstance(op, DropThread):  # with the writes of checkpoints deleted before them
                 for member in wrote:
                     pipe.delete(k.writes(*member.split(SEP, 1)))
                 wrote.clear()
                 pipe.delete(k.cp, k.runs, k.nss, k.blobs, k.wrote)
                 pipe.srem(threads_key(self.name, e.namespace), e.session_id)
-            elif isinstance(p, CheckpointsDeleted) and p.blobs:
-                pipe.hdel(k.blobs, *(SEP.join(ref) for ref in p.blobs))
+            elif op.blobs:
+                pipe.hdel(k.blobs, *(SEP.join(ref) for ref in op.blobs))
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         value = await (await self._client()).hget(names.checkpoint_key(self.name), f"{topic}:{partition}")
