@@ -13,7 +13,8 @@ What happens to a fenced block depends on its language:
   file a block names exists; and the commands that need no service run (`helix-es demo` on the
   embedded default). The REST page's curl calls run in tests/test_service.py, against a server.
 - `yaml` loads; a config (a mapping with `memory`, `agents`, `checkpoints` or `store`) loads with
-  the project's own loader, `helix_es.config.load_config`.
+  the project's own loader as `helix-es project` reads it (`helix_es.config.load_served`), and so
+  does a config a shell block writes with a `<<'YAML'` heredoc.
 - `json` loads.
 - A block without a language is a diagram or a program's output; the test that runs the program
   compares its output (the MCP and REST pages).
@@ -195,6 +196,11 @@ def commands(code: str) -> list[str]:
     return lines
 
 
+SERVICE_ADDRESSES = {
+    "HELIX_KAFKA_BOOTSTRAP": "127.0.0.1:9092",
+    "HELIX_REDIS_URL": "redis://127.0.0.1:6379/0",
+    "HELIX_POSTGRES_DSN": "postgresql://helix:helix@127.0.0.1/helix",
+}
 # What an upper-case placeholder stands for, where the parser checks its type.
 PLACEHOLDERS = {"N": "3", "O": "12", "TIME": "now", "NAME": "target@v2", "F": "helix.yaml", "K": "keys.json"}
 
@@ -269,6 +275,20 @@ def test_the_yaml_blocks_load_and_configs_load_as_configs(page: str, n: int, cod
     data = yaml.safe_load(code)
     if isinstance(data, dict) and CONFIG_KEYS & set(data):
         assert load_served(data)  # every view the file names, as `helix-es project` reads it
+
+
+def test_the_configs_a_shell_block_writes_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The block runs after `eval "$(scripts/services up)"`, which sets the services' addresses.
+    for var, value in SERVICE_ADDRESSES.items():
+        monkeypatch.setenv(var, os.environ.get(var, value))
+    written = [
+        (page, body)
+        for page, _, code in blocks("sh")
+        for body in re.findall(r"<<'?YAML'?\n(.*?)^YAML$", code, re.M | re.S)
+    ]
+    assert written, "the rebuild walkthrough's helix.yaml"
+    for page, body in written:
+        assert load_served(yaml.safe_load(body)), page
 
 
 @pytest.mark.parametrize(("page", "n", "code"), blocks("json"), ids=lambda v: str(v)[:40])
