@@ -1,25 +1,28 @@
-"""The REST and MCP reference page (docs/reference/api.md), written from the service's own definitions.
+"""The reference pages of docs/reference/, written from the code's own definitions.
 
-The REST part comes from the OpenAPI document `helix-es serve` answers at /openapi.json
+api.md: the REST part comes from the OpenAPI document `helix-es serve` answers at /openapi.json
 (helix_es.service.openapi.document, with the default session header); the MCP part from the tools
 `helix-es mcp` lists (helix_es.service.mcp.build_server), with their descriptions and input schemas.
+cli.md: every `helix-es` command's help, from the CLI's own argparse parser (helix_es.cli.main).
 
-    python scripts/api_reference.py           # writes docs/reference/api.md
-    python scripts/api_reference.py --check   # exits 1 if the page differs from what it would write
+    python scripts/api_reference.py           # writes both pages
+    python scripts/api_reference.py --check   # exits 1 if a page differs from what it would write
 
-tests/test_docs.py fails when the committed page differs from `render()`.
+tests/test_docs.py fails when a committed page differs from `pages()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "reference" / "api.md"
+REFERENCE = ROOT / "docs" / "reference"
+HELP_COLUMNS = "100"  # argparse wraps help to the terminal's width: one width, whatever the terminal
 METHODS = ("get", "post", "delete")
 LONG_PATTERN = 60  # longer patterns (the session id's, built from str.isprintable) stay in /openapi.json
 
@@ -158,17 +161,62 @@ def render() -> str:
     return "\n".join([*head, *rest(document("X-Session-ID")), *mcp(tools)]).rstrip("\n") + "\n"
 
 
+def render_cli() -> str:
+    import argparse
+
+    from helix_es.cli.main import parser
+
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        top = parser()
+        lines = [
+            "# CLI reference",
+            "",
+            "Generated from the CLI's own parser by `python scripts/api_reference.py`: do not edit by hand. Every "
+            "command exits 0 on success and 2 for bad usage or a bad config; the guides say what else each one "
+            "returns ([Operations](../operations/index.md)).",
+            "",
+            "## `helix-es`",
+            "",
+            "```",
+            top.format_help().rstrip(),
+            "```",
+            "",
+        ]
+        commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+        seen: set[int] = set()
+        for name, sub in commands.choices.items():
+            if id(sub) in seen:  # an alias (history for audit)
+                continue
+            seen.add(id(sub))
+            lines += [f"## `helix-es {name}`", "", "```", sub.format_help().rstrip(), "```", ""]
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def pages() -> dict[Path, str]:
+    return {REFERENCE / "api.md": render(), REFERENCE / "cli.md": render_cli()}
+
+
 def main() -> int:
     sys.path.insert(0, str(ROOT))
-    text = render()
-    if "--check" in sys.argv[1:]:
-        same = PAGE.exists() and PAGE.read_text() == text
-        print("up to date" if same else f"{PAGE.relative_to(ROOT)} differs: run python scripts/api_reference.py")
-        return 0 if same else 1
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    stale = []
+    for page, text in pages().items():
+        if "--check" in sys.argv[1:]:
+            if not page.exists() or page.read_text() != text:
+                stale.append(page)
+            continue
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text)
+        print(f"wrote {page.relative_to(ROOT)}")
+    for page in stale:
+        print(f"{page.relative_to(ROOT)} differs: run python scripts/api_reference.py")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
