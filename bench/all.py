@@ -910,7 +910,8 @@ async def run_redis_cluster(run: Run) -> None:
         f"Redis Cluster: `{r['_command']}`: {r['events']:,} events over {r['sessions']} sessions per round and "
         f"target; fold rounds {', '.join(f'{x:,.0f}' for x in cluster['fold_per_s'])} events/s on the cluster, "
         f"{', '.join(f'{x:,.0f}' for x in one['fold_per_s'])} on one server. No target: on one machine the "
-        "cluster's six servers share the same cores, and a batch costs a `WAIT` per master (README, Redis Cluster)."
+        "cluster's six servers share the same cores, and a batch costs a `WAIT` per master "
+        "(docs/operations/redis-cluster.md)."
     )
 
 

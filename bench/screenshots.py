@@ -1,4 +1,4 @@
-"""The web console's screenshots for the README: a sample conversation, a real server, a real browser.
+"""The web console's screenshots for docs/integrations/console.md: a sample conversation, a real server, a browser.
 
     python bench/screenshots.py [--out bench/screenshots]
 

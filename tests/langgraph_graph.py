@@ -18,7 +18,7 @@ from tests.readme_langgraph_example import builder
 
 
 def graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
-    """The README's graph: plan, ask (an interrupt), act."""
+    """The docs' graph (docs/integrations/langgraph-checkpointer.md): plan, ask (an interrupt), act."""
     return builder.compile(checkpointer=saver)
 
 

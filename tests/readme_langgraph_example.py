@@ -1,4 +1,4 @@
-"""The README's LangGraph example, as it is printed there: tests/test_langgraph_saver.py runs it."""
+"""The example of docs/integrations/langgraph-checkpointer.md, as printed: tests/test_langgraph_saver.py runs it."""
 
 import operator
 from typing import Annotated, Any, TypedDict

@@ -1,4 +1,4 @@
-"""The README's LangGraph store example, as it is printed there: tests/test_langgraph_store.py runs it."""
+"""The example of docs/integrations/langgraph-store.md, as printed there: tests/test_langgraph_store.py runs it."""
 
 from helix_es.integrations.langgraph import HelixStore
 

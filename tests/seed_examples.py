@@ -1,4 +1,4 @@
-"""The seed's three YAML examples, verbatim (../shared/seeds): every test that needs one uses these."""
+"""The seed's three YAML examples, verbatim (docs/usage.md, "Configuration"): every test that needs one uses these."""
 
 SLIDING_WITH_LOGGING = """\
 agents:

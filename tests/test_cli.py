@@ -45,7 +45,7 @@ def test_demo_json_and_history_agree(tmp_path: Path) -> None:
     assert len(turns) == 9
     last_alice = [t for t in turns if t["session"] == "alice"][-1]
     assert last_alice["get"][0]["role"] == "system"  # the window kept the system message
-    # Turn 9 evicts the weather call: its result goes with it (DESIGN.md "Tool calls in views"),
+    # Turn 9 evicts the weather call: its result goes with it (docs/views/index.md, "Tool calls in views"),
     # so the window of 4 holds 3 and no tool result leads it.
     assert [m["role"] for m in last_alice["get"]] == ["system", "assistant", "user", "assistant"]
     assert all(t["get"][1:2] == [] or t["get"][1]["role"] != "tool" for t in turns)

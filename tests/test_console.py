@@ -374,9 +374,9 @@ def test_the_console_builds_the_page_from_text_and_its_own_files_only() -> None:
     assert "url(" not in css and "@import" not in css
 
 
-def test_the_readme_links_and_keys_file_are_the_ones_the_console_and_server_read() -> None:
+def test_the_docs_links_and_keys_file_are_the_ones_the_console_and_server_read() -> None:
     root = Path(__file__).resolve().parent.parent
-    section = (root / "README.md").read_text().split("### Web console (`/ui/`)", 1)[1].split("\n## ", 1)[0]
+    section = (root / "docs" / "integrations" / "console.md").read_text()
     shell = section.split("```sh\n", 1)[1].split("```", 1)[0]
     keys = json.loads(re.search(r"echo '(.*)' > keys\.json", shell).group(1))  # type: ignore[union-attr]
     assert keys and all(isinstance(names, list) for names in keys.values())
@@ -385,4 +385,4 @@ def test_the_readme_links_and_keys_file_are_the_ones_the_console_and_server_read
     assert len(links) >= 2
     for link in links:
         for param in urllib.parse.parse_qs(link):
-            assert f'"{param}"' in app, f"README's link names {param}, which the console does not read"
+            assert f'"{param}"' in app, f"the console page's link names {param}, which the console does not read"

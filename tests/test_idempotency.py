@@ -1,4 +1,4 @@
-"""Idempotent writes (DESIGN.md "Idempotent writes"): a write retried with the same key shows once.
+"""Idempotent writes (docs/usage.md, "Retries and idempotency keys"): a write retried with the same key shows once.
 
 Every scenario writes a script of adds and clears with idempotency keys, retrying some of them (the
 same key again, from this memory, another memory or another process), and compares every view with

@@ -2,7 +2,8 @@
 
 Held against `InMemoryChatMessageHistory` over generated sequences of calls (sync and async),
 tool calls both ways, windows that keep tool exchanges whole, the embedded log, Kafka with Redis
-and Kafka with PostgreSQL, a chain with a fake chat model, and the README's examples.
+and Kafka with PostgreSQL, a chain with a fake chat model, and the examples of
+docs/integrations/ (sync.md, langchain.md).
 """
 
 from __future__ import annotations
@@ -496,7 +497,7 @@ async def test_an_agent_loop_with_tool_calls_stores_the_whole_exchange(tmp_path:
     assert_whole_exchanges(got)
 
 
-# -- the README's examples ------------------------------------------------------------------------
+# -- the docs' examples ----------------------------------------------------------------------------
 
 README_SYNC = """
 import threading

@@ -291,7 +291,7 @@ async def test_read_waits_for_the_view_then_times_out_clearly(
 
 
 def test_readme_example_runs(tmp_path: Path) -> None:
-    """The README's example, in a directory of its own: what it prints is what the README says."""
+    """The docs' example, in a directory of its own: what it prints is what the page says."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "readme_langgraph_example.py")],
         cwd=tmp_path,

@@ -1,4 +1,4 @@
-"""The code's shape, as README "Layout" tells it: checked from the imports themselves.
+"""The code's shape, as docs/architecture.md tells it: checked from the imports themselves.
 
 The layer contracts are import-linter's (pyproject.toml, `lint-imports`, also run by scripts/test);
 these tests add what it cannot say: no module imports the package it belongs to, no lazy

@@ -284,9 +284,9 @@ async def test_a_bad_namespaces_flag_exits_2(tmp_path: Path, flags: list[str]) -
 
 
 def readme_blocks() -> dict[str, str]:
-    """README's MCP section: its YAML config, Python client and the output it prints, by fence language."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### MCP: ", 1)[1].split("\n#", 1)[0]
+    """The MCP page (docs/integrations/mcp.md): its YAML config, Python client and the output it prints, by fence
+    language."""
+    section = (ROOT / "docs" / "integrations" / "mcp.md").read_text()
     blocks = section.split("```")[1::2]
     return {block.split("\n", 1)[0] or "output": block.split("\n", 1)[1] for block in blocks}
 

@@ -4,7 +4,7 @@ The same calls (add_items, get_items with and without a limit, pop_item, clear_s
 generated sequences of every item kind give the same answers, embedded and through Kafka with a
 projector (Redis, PostgreSQL). Items round-trip exactly, other views of the session mean something,
 `pop_item` is a `MessageRetracted` the audit shows, and `Runner.run` with a canned model keeps its
-history in a HelixSession across runs. The README's example runs as written.
+history in a HelixSession across runs. The example of docs/integrations/openai-agents.md runs as written.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ async def test_records_a_projector_cannot_use_are_dead_lettered_and_the_rest_flo
 async def test_the_demo_runs_against_kafka_and_redis_with_the_projector_service(
     tmp_path: Path, kafka_bootstrap: str, redis_url: str
 ) -> None:
-    """README's compose flow: services up, `helix-es project`, then `helix-es demo --config`."""
+    """The compose flow of docs/quickstart.md: services up, `helix-es project`, then `helix-es demo --config`."""
     prefix = unique("demo")
     path = tmp_path / "helix.yaml"
     path.write_text(

@@ -68,7 +68,7 @@ from projectors.lag import lag
 from projectors.rebuild import rebuild
 from tests.conftest import ROOT, Deadline, unique
 
-# Retried idempotency keys (DESIGN.md "Idempotent writes"): every write passes a key
+# Retried idempotency keys (docs/usage.md, "Retries and idempotency keys"): every write passes a key
 # (`add(message, idempotency_key=k)`, `clear(idempotency_key=k)`) and scenarios also send an earlier
 # write again with its key: in its own session it shows once in every view (whatever the message
 # says now, and after a clear or `forget` too); in the other session it is another write. False

@@ -1,7 +1,7 @@
-"""What README.md promises by name, checked literally against the running system.
+"""What the documentation (README.md and docs/) promises by name, checked literally against the running system.
 
 Other programs depend on these names and numbers (operators alert on the consumer groups, read
-the dead-letter topics, script around the exit codes), so each is asserted as the README spells
+the dead-letter topics, script around the exit codes), so each is asserted as the docs spell
 it, not as the code happens to compute it.
 """
 
@@ -26,11 +26,12 @@ from helix_es.config import load_config
 from projectors.lag import lag
 from tests.conftest import ROOT, RUN, Deadline, start_projector, unique, wait_for
 
-README = " ".join((ROOT / "README.md").read_text().split())  # line breaks as spaces
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+README = " ".join(" ".join(page.read_text() for page in DOC_PAGES).split())  # every page; line breaks as spaces
 UNDECODABLE = b"\x00not avro at all"
 
 
-def test_the_readme_says_what_these_tests_check() -> None:
+def test_the_docs_say_what_these_tests_check() -> None:
     for claim in (
         "**Producer** `acks=all`, idempotent.",
         "**Consumer groups** `helix.projector.<store>.<view>` (`.<topic_prefix>` appended for a non-default prefix)",

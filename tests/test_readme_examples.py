@@ -1,8 +1,8 @@
-"""Every framework example README.md prints is the code a test runs: none can drift from what works.
+"""Every framework example the docs print is the code a test runs: none can drift from what works.
 
 The examples live beside the tests that run them (tests/test_langchain_history.py,
 tests/test_openai_agents.py, tests/readme_langgraph_example.py, tests/readme_store_example.py);
-here each must appear in README.md as printed, and the store's runs in a process of its own.
+here each must appear on its page of docs/integrations/ as printed, and the store's runs in a process of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import pytest
 from tests import test_langchain_history, test_openai_agents
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+PAGES = {
+    "sync": "sync.md",
+    "langchain": "langchain.md",
+    "openai-agents": "openai-agents.md",
+    "langgraph-saver": "langgraph-checkpointer.md",
+    "langgraph-store": "langgraph-store.md",
+}
 
 
 def body(path: Path) -> str:
@@ -35,9 +41,10 @@ EXAMPLES = {
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
-def test_the_readme_prints_the_example_the_tests_run(name: str) -> None:
+def test_the_docs_print_the_example_the_tests_run(name: str) -> None:
     code = textwrap.dedent(EXAMPLES[name]).strip("\n")
-    assert f"```python\n{code}\n```" in README, f"README.md's {name} example differs from the one its test runs"
+    page = ROOT / "docs" / "integrations" / PAGES[name]
+    assert f"```python\n{code}\n```" in page.read_text(), f"{page.name}'s example differs from the one its test runs"
 
 
 def test_the_store_example_runs_as_printed(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ def test_within_ten_percent_of_cl100k_on_held_out_text(kind: str, real_tokens: C
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_within_five_percent_of_cl100k_totalled(kind: str, real_tokens: Callable[[str], int]) -> None:
-    """What the README states, per kind: 0.95-1.05 of cl100k_base. Identifier-heavy cloud JSON
+    """What the docs state (docs/views/token-window.md), per kind: 0.95-1.05 of cl100k_base. Identifier-heavy cloud JSON
     and JSON dense with random-case strings (API keys, base64, JWTs) included: the estimator of
     version 2 gave 0.74 on the latter (its random-case strings alone 0.3-0.7)."""
     texts = CORPORA[kind]("eval")

@@ -1,4 +1,4 @@
-"""Tool exchanges stay whole in every view (DESIGN.md "Tool calls in views").
+"""Tool exchanges stay whole in every view (docs/views/index.md, "Tool calls in views").
 
 A seeded agent conversation with 0-3 tool calls per assistant turn is added message by message;
 after every add, each view's `get()` must be valid OpenAI and Anthropic input: every tool message

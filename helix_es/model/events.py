@@ -201,7 +201,8 @@ class Event:
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
     timestamp: datetime = field(default_factory=_now)
     # The caller's key for this add or clear (schema v4): a later event of the session with the
-    # same key is its retry, which every view ignores (DESIGN.md "Idempotent writes").
+    # same key is its retry, which every view ignores (docs/usage.md,
+    # "Retries and idempotency keys").
     idempotency_key: str | None = None
 
 

@@ -4,7 +4,7 @@ Every projection the factory opens claims its batch's idempotency keys in its ow
 (`IdempotencyStore`) before it folds the batch, and the records it finds to be retries go to the
 fold marked `duplicate_of` (the offset of the key's first event): session views move their guard
 past them, namespace-wide views skip them. The first event with a key is the write; the log keeps
-the retry, and audit shows it as a duplicate (DESIGN.md "Idempotent writes").
+the retry, and audit shows it as a duplicate (docs/usage.md, "Retries and idempotency keys").
 """
 
 from __future__ import annotations

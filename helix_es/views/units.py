@@ -1,4 +1,4 @@
-"""The units a view evicts: a tool exchange (DESIGN.md "Tool calls in views") or one message.
+"""The units a view evicts: a tool exchange (docs/views/index.md, "Tool calls in views") or one message.
 
 An exchange is an assistant message with `tool_calls` and the tool messages right after it
 that answer its call ids. Evicting whole units keeps `get()` valid OpenAI and Anthropic input:

@@ -45,7 +45,7 @@ class PostgresKeyStore:
     """`helix_keys` in PostgreSQL. An erased row keeps its id and `erased_at`; its wrapped key is NULL.
 
     PostgreSQL keeps the old row version until VACUUM reclaims it, and WAL and backups keep it
-    longer: all useless without the master key (see the README on backups).
+    longer: all useless without the master key (see docs/operations/erasure.md on backups).
     """
 
     kind = "postgres"

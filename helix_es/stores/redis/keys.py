@@ -41,7 +41,7 @@ class RedisKeyStore:
     """A hash per session, `helix:keys:<ns>:{<sid>}`: key id -> JSON row, and `~live` -> the live id.
 
     Redis keeps erased values in RDB snapshots and the AOF until they are rewritten: useless
-    without the master key, but see the README on backups.
+    without the master key, but see docs/operations/erasure.md on backups.
     """
 
     kind = "redis"

@@ -33,7 +33,7 @@ checkpoint never covers a row a failover could lose, and a row applied twice is 
 `get` is one Lua script: the checkpoint (when a `want` is given; no data is sent while behind),
 `ZRANGE` of the index and `MGET`s. `search` walks the namespace's index in the view's order, one
 script call per `PAGE` rows (the first also checks the checkpoint), and stops at `limit` hits: each
-call does bounded work, so other clients' commands wait at most one page (README, Speed). The script
+call does bounded work, so other clients' commands wait at most one page (docs/speed.md). The script
 tests ASCII contents itself (ASCII lower case equals casefold there) and passes non-ASCII ones on;
 Python applies `casefold`, so the result is exactly the memory store's. Pages are read one after the
 other, so a search that runs while rows are added sees each page as it was when read.
