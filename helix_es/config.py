@@ -19,7 +19,7 @@ from helix_es.model.times import parse_ttl
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
-from helix_es.views.long_term import LongTerm
+from helix_es.views.long_term import LongTerm, check_table
 from helix_es.views.options import DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
 from helix_es.views.options import whole_number as _int
 
@@ -406,8 +406,7 @@ def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -
 
 
 def _long_term_in(view: LongTerm, raw: Mapping[str, Any], store: Any, where: str) -> LongTerm:
-    """A long-term view as its store kind has it: a `table:` only where the kind has tables, and of the
-    addresses written in the YAML only the one the kind uses."""
+    """The long-term view as its store kind has it: a `table:` only if the kind has tables, its address alone."""
     found = registry.KINDS.get(store) if isinstance(store, str) else None
     if "table" in raw and (found is None or not found.tables):
         stores = " or ".join(registry.offering("tables"))
@@ -415,6 +414,7 @@ def _long_term_in(view: LongTerm, raw: Mapping[str, Any], store: Any, where: str
     address = found.address if found is not None else None
     return replace(
         view,
+        table=check_table(raw["table"], f"{where}.table") if "table" in raw else view.table,
         dsn=view.dsn if address == "dsn" else None,
         redis_url=view.redis_url if address == "redis_url" else None,
     )

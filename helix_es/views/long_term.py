@@ -156,12 +156,11 @@ class LongTerm(IndexView):
 
 
 def _build(options: Mapping[str, Any], where: str, store: Any) -> LongTerm:
-    table = check_table(options["table"], f"{where}.table") if "table" in options else DEFAULT_TABLE
     # As written in the YAML; `projection` prefers the addresses config.py resolved (environment included).
-    # Which of them the store kind uses, and whether it has tables, config.py decides from the registry.
+    # Which of them the store kind uses, and its `table:` where the kind has tables, config.py sets from
+    # the registry (`check_table` there).
     return LongTerm(
         store=store if isinstance(store, str) else "memory",  # a bad store is reported by parse_memory
-        table=table,
         dsn=options.get("dsn") or options.get("postgres_dsn"),
         redis_url=options.get("redis_url"),
     )
