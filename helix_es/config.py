@@ -19,6 +19,7 @@ from helix_es.model.times import parse_ttl
 from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
+from helix_es.views.long_term import LongTerm, check_table
 from helix_es.views.options import DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
 from helix_es.views.options import whole_number as _int
 
@@ -271,7 +272,7 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
             f"with log.topic_prefix {log.topic_prefix!r} it names a topic of "
             f"{longest} characters, over Kafka's {names.MAX_TOPIC}: shorten the namespace or the prefix",
         )
-    files = {p.file_path for p in parsed.parts if p.store == "file"}
+    files = {p.file_path for p in parsed.parts if registry.kind(p.store).exported}
     if files:
         if doc.get("log") is not None and log.type == "kafka":
             raise ConfigError("log.type", "store: file keeps memory in local files; it needs the embedded log")
@@ -404,6 +405,21 @@ def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -
     return replace(base, type="composite", view=Composite(tuple(parts)), store="composite")
 
 
+def _long_term_in(view: LongTerm, raw: Mapping[str, Any], store: Any, where: str) -> LongTerm:
+    """The long-term view as its store kind has it: a `table:` only if the kind has tables, its address alone."""
+    found = registry.KINDS.get(store) if isinstance(store, str) else None
+    if "table" in raw and (found is None or not found.tables):
+        stores = " or ".join(registry.offering("tables"))
+        raise ConfigError(f"{where}.table", f"only a {stores} long-term memory has a table, not store: {store}")
+    address = found.address if found is not None else None
+    return replace(
+        view,
+        table=check_table(raw["table"], f"{where}.table") if "table" in raw else view.table,
+        dsn=view.dsn if address == "dsn" else None,
+        redis_url=view.redis_url if address == "redis_url" else None,
+    )
+
+
 def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = None) -> MemoryConfig:
     kind = raw.get("type", "conversation")
     if kind == "composite":
@@ -413,6 +429,8 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     only_keys(raw, COMMON_KEYS | VIEW_KEYS[kind], where, f"a {kind} memory")
     view = VIEW_TYPES[kind](raw, where)
     store = raw.get("store", DEFAULT_STORES.get(kind, "memory"))
+    if isinstance(view, LongTerm):
+        view = _long_term_in(view, raw, store, where)
     adapter = view.adapter if isinstance(view, IndexView) else None
     if adapter is not None and (store not in registry.KINDS or getattr(registry.KINDS[store], adapter) is None):
         stores = " or ".join(registry.offering(adapter))
@@ -428,12 +446,14 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
             "use store: redis or postgres with log: kafka",
         )
     file_path = raw.get("file_path")
-    if store == "file":
+    if store_kind.exported:
         file_path = file_path or ".helix/memory/agent.json"
         if not isinstance(file_path, str) or not file_path.endswith(".json"):
             raise ConfigError(f"{where}.file_path", f"must be a path ending in .json, got {file_path!r}")
     elif file_path is not None:
-        raise ConfigError(f"{where}.file_path", "only store: file uses file_path")
+        raise ConfigError(
+            f"{where}.file_path", f"only store: {' or '.join(registry.offering('exported'))} uses file_path"
+        )
     # A glob (`tenant-*`) lets one projector config serve many namespaces; clients refuse it (open_memory).
     namespace = names.check_namespace_pattern(raw.get("namespace", "default"), f"{where}.namespace", ConfigError)
     consistency = raw.get("consistency", "read-your-writes")

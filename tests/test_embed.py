@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
@@ -263,6 +264,34 @@ async def test_local_model_embeds_meaning() -> None:
     v = await e.embed(["The flight to Oslo leaves at nine", "When does my plane to Norway depart?", "green tea"])
     assert v.shape == (3, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3  # no shared words, same meaning
+
+
+async def test_the_local_embedder_owns_its_model_loaded_once_and_shared_by_every_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No module holds the model: the embedder does, and `build` hands out one embedder per process."""
+    from helix_es.providers import embed
+
+    loads: list[int] = []
+
+    class Model:
+        def encode(self, texts: list[str], **_: Any) -> np.ndarray:
+            return np.ones((len(texts), 384), np.float32)
+
+    def load() -> Model:
+        loads.append(1)
+        return Model()
+
+    monkeypatch.setattr(embed, "_load_local", load)
+    monkeypatch.setattr(embed, "_local_embedder", functools.lru_cache(maxsize=1)(embed.LocalEmbedder))
+    spec = parse_embed({"provider": "local"}, "memory.embed")
+    first, second = spec.build(), spec.build()
+    assert first is second and isinstance(first, embed.LocalEmbedder) and loads == []
+    for e in (first, second, first):
+        assert (await e.embed(["a", "b"])).shape == (2, 384)
+    assert loads == [1]
+    await embed.LocalEmbedder().embed(["c"])  # another instance: a model of its own
+    assert loads == [1, 1]
 
 
 # --- configuration ----------------------------------------------------------------------------

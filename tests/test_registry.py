@@ -48,6 +48,7 @@ async def test_every_kind_builds_adapters_that_satisfy_their_ports(
     assert kind.in_process == (kind.address is None)  # in the process, or somewhere to say where
     where = location(kind, request, tmp_path)
     views_kind = "memory" if kind.in_process else name  # file views are memory views, exported as JSON
+    assert registry.views_kind(name) == views_kind
     ns = unique("reg")
     topic, key = names.topic(ns), SessionKey(ns, "s")
     opened: list[Any] = []
@@ -96,6 +97,9 @@ def test_the_registry_says_who_offers_what() -> None:
     assert registry.offering("vectors") == ["memory", "postgres"]
     assert registry.offering("keys") == ["redis", "postgres", "file"]
     assert registry.offering("vectors") == [k.name for k in registry.KINDS.values() if k.vectors is not None]
+    assert registry.offering("tables") == ["postgres"]  # what else config and projections ask of a kind
+    assert registry.offering("exported") == ["file"]
+    assert [registry.views_kind(k) for k in registry.KINDS] == ["memory", "redis", "postgres", "memory"]
 
 
 @pytest.mark.parametrize("memory", [{"type": "conversation"}, {"type": "long-term"}, {"type": "sliding-window"}])

@@ -58,11 +58,12 @@ from helix_es.projection.driver import Driver
 from helix_es.projection.factory import open_projection
 from helix_es.projection.idempotency import mark_duplicates
 from helix_es.projection.protocol import Projection
+from helix_es.stores.memory import KIND as MEMORY
 from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
 from helix_es.views.base import View
-from helix_es.views.long_term import LongTerm
+from helix_es.views.long_term import DEFAULT_TABLE, LongTerm
 from helix_es.views.vector import Vector
 
 __all__ = [
@@ -318,11 +319,11 @@ def _pick(memory: MemoryConfig, wanted: str | None) -> list[MemoryConfig]:
 
 def _fresh_projection(part: MemoryConfig) -> Projection:
     """The view's projection over fresh in-process state: the same fold, none of the deployment's data."""
-    memory = replace(part, store="memory")
+    memory = replace(part, store=MEMORY.name)
     if isinstance(part.view, View):
         return open_projection(memory, MemoryStore())
-    if isinstance(part.view, LongTerm):  # long-term picks its store from its own options
-        memory = replace(memory, view=replace(part.view, store="memory"))
+    if isinstance(part.view, LongTerm):  # long-term picks its store from its own options; no table there
+        memory = replace(memory, view=replace(part.view, store=MEMORY.name, table=DEFAULT_TABLE))
     return open_projection(memory)
 
 

@@ -49,6 +49,7 @@ from helix_es.model.events import (
     WritesSaved,
 )
 from helix_es.model.message import Message
+from helix_es.stores import registry
 from helix_es.stores.ports import KeyRow
 
 
@@ -165,7 +166,7 @@ async def forget(
         )
     finally:
         await backends.release(cfg.log, backend)
-    if not result.already_erased and any(p.store == "file" for p in cfg.memory.parts):
+    if not result.already_erased and any(registry.kind(p.store).exported for p in cfg.memory.parts):
         await _export(cfg, sid)
     return result
 

@@ -40,7 +40,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from helix_es.client.checkpoints import CheckpointLog
 from helix_es.config import Config, load_section
-from helix_es.integrations._loop import from_sync, on_loop
 from helix_es.integrations.langgraph_store import HelixStore
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
@@ -54,9 +53,14 @@ from helix_es.model.events import (
     WritesSaved,
 )
 from helix_es.sync import run as run_sync
+from helix_es.sync.loop import from_sync, on_loop
 from helix_es.views.checkpoints import EMPTY, Saved
 
 T = TypeVar("T")
+_ON_OWN_LOOP = (
+    "a sync HelixSaver method was called on the event loop the saver was opened on; "
+    "use the async method (await saver.aget_tuple(...), graph.ainvoke) there"
+)
 DELTA_COUNTERS = "counters_since_delta_snapshot"  # a checkpoint's metadata: DeltaChannels not snapshotted since
 LISTED = 2000  # checkpoints or blobs one deletion event lists: well inside the log's event limit
 
@@ -104,7 +108,7 @@ class HelixSaver(BaseCheckpointSaver[str]):
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
         assert self._loop is not None, "open the saver with HelixSaver.from_config"
-        return from_sync(self._loop, coro)
+        return from_sync(self._loop, coro, _ON_OWN_LOOP)
 
     # -- reads ----------------------------------------------------------------------------------
 

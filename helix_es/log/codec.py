@@ -105,6 +105,7 @@ class Codec:
         reader: int | None = None,
     ) -> None:
         known = sorted(versions if versions is not None else load_schemas(), key=lambda v: v.version)
+        self._high: tuple[int, bytes] = (-1, b"")  # `_micros`'s last timestamp tail
         self._by_fp = {v.fingerprint: v for v in known}
         by_version = {v.version: v for v in known}
         self.writer = by_version[writer] if writer is not None else known[-1]
@@ -229,7 +230,7 @@ class Codec:
             _str(str(event.event_id)),
             _str(event.namespace),
             _str(event.session_id),
-            _micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds),
+            self._micros((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds),
             branch,
             _str(m.role),
             _str(m.content),
@@ -247,6 +248,18 @@ class Codec:
         if key_field:
             out.append(_NULL if key is None else _SOME + _str(key))
         return b"".join(out)
+
+    def _micros(self, n: int) -> bytes:
+        """`_long` of a time in µs past the epoch's first second: bytes past the third change about once a
+        second, so this codec keeps the varint tail of the last time's bits 21 and up (`_high`)."""
+        z = n << 1  # zigzag of n >= 0
+        high = z >> 21
+        if high == 0 or n < 0 or n >= 1 << 62:
+            return _long(n)
+        cached = self._high  # read once: another thread may replace it
+        if high != cached[0]:  # `_long` of x writes zigzag(x); this x has zigzag(x) == high
+            cached = self._high = (high, _long(high >> 1) if high & 1 == 0 else _long(-(high >> 1) - 1))
+        return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, ((z >> 14) & 0x7F) | 0x80)) + cached[1]
 
     def decode(self, data: bytes) -> Event:
         return self.read(data)[0]
@@ -326,22 +339,6 @@ def _long(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
-
-
-_high: tuple[int, bytes] = (-1, b"")  # the varint tail of the last timestamp's bits 21 and up
-
-
-def _micros(n: int) -> bytes:
-    """`_long` of a time in µs past the epoch's first second: bytes past the third change about once a second."""
-    global _high
-    z = n << 1  # zigzag of n >= 0
-    high = z >> 21
-    if high == 0 or n < 0 or n >= 1 << 62:
-        return _long(n)
-    cached = _high  # read once: another thread may replace it
-    if high != cached[0]:  # `_long` of x writes zigzag(x); this x has zigzag(x) == high
-        cached = _high = (high, _long(high >> 1) if high & 1 == 0 else _long(-(high >> 1) - 1))
-    return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, ((z >> 14) & 0x7F) | 0x80)) + cached[1]
 
 
 def _str(text: str) -> bytes:

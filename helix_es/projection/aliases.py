@@ -175,7 +175,7 @@ def target_projection(memory: MemoryConfig, target: str, store: ViewStore | None
 def _target_memory(memory: MemoryConfig, target: str) -> MemoryConfig:
     """`memory` with what names a namespace-wide view's data moved to `target` (its checkpoints are by name)."""
     view = memory.view
-    if isinstance(view, LongTerm) and view.store == "postgres":
+    if isinstance(view, LongTerm) and registry.kind(view.store).tables:
         # Long-term rows carry no view column: another target is another table.
         return replace(memory, view=replace(view, table=target_table(view.table, view.name, target)))
     return memory
@@ -241,7 +241,7 @@ class AliasedProjection:
     ) -> None:
         self.memory = memory
         self.view_name = memory.view.name
-        self.kind = memory.store if memory.store != "file" else "memory"
+        self.kind = registry.views_kind(memory.store)
         self.alias = alias_id(self.view_name, topic_prefix)
         self.aliases = aliases
         self.shared_store = store

@@ -23,6 +23,7 @@ from helix_es.projection.summary import SummaryProjection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.summarise import ExtractiveSummariser
 from helix_es.stores import registry
+from helix_es.stores.kind import StoreKind
 from helix_es.stores.ports import (
     AliasStore,
     CheckpointStore,
@@ -31,7 +32,6 @@ from helix_es.stores.ports import (
     LongTermStore,
     SessionKey,
     Snapshot,
-    StoreKind,
     VectorStore,
     ViewStore,
 )

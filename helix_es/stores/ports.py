@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from helix_es.model.events import Event, Position, Record, Serialized
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
 from helix_es.views.checkpoints import Saved, WriteRow
-from helix_es.views.items import Items, StoredItem
+from helix_es.views.items import StoredItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,24 +477,3 @@ class CheckpointStore(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class StoreKind:
-    """One technology's adapters, found by its name (`memory.store`) in `helix_es.stores.registry`.
-
-    Each factory takes the store's location (a Redis URL, a PostgreSQL DSN, a directory; None where
-    the kind lives in the process); None means the kind does not offer that sort of adapter.
-    """
-
-    name: str
-    address: Literal["redis_url", "dsn"] | None  # the config key that says where it lives
-    in_process: bool  # its views live in one process: the embedded log only
-    views: Callable[[str | None], ViewStore]
-    long_term: Callable[[str | None, str, str], LongTermStore]  # (location, table, view name)
-    aliases: Callable[[str | None], AliasStore]
-    vectors: Callable[[str | None], VectorStore] | None = None
-    keys: Callable[[str | None], KeyStore] | None = None
-    idempotency: Callable[[str | None], IdempotencyStore] | None = None
-    items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items
-    checkpoints: Callable[[str | None, str], CheckpointStore] | None = None  # (location, view name)

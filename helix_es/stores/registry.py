@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from helix_es.model.errors import ConfigError
 from helix_es.stores.file import KIND as FILE
+from helix_es.stores.kind import StoreKind
 from helix_es.stores.memory import KIND as MEMORY
-from helix_es.stores.ports import StoreKind
 from helix_es.stores.postgres import KIND as POSTGRES
 from helix_es.stores.redis import KIND as REDIS
 
@@ -21,5 +21,11 @@ def kind(name: str, field: str = "memory.store") -> StoreKind:
 
 
 def offering(what: str) -> list[str]:
-    """The kinds that offer `what` (`vectors`, `keys`), in registry order."""
-    return [k.name for k in KINDS.values() if getattr(k, what) is not None]
+    """The kinds that offer `what` (`vectors`, `keys`, `tables`), in registry order."""
+    return [k.name for k in KINDS.values() if getattr(k, what)]
+
+
+def views_kind(name: str) -> str:
+    """The kind a store's view adapters report (a `file` store keeps its views in `memory` ones)."""
+    found = kind(name)
+    return found.views_from or found.name

@@ -148,26 +148,21 @@ class LongTerm(IndexView):
 
     @property
     def name(self) -> str:
-        # Another table is another materialisation: its own consumer group and checkpoints.
-        if self.store == "postgres" and self.table != DEFAULT_TABLE:
+        # Another table is another materialisation: its own consumer group and checkpoints. Only a
+        # store kind with tables has one (`helix_es.config` refuses `table:` for the others).
+        if self.table != DEFAULT_TABLE:
             return f"{self.kind}-{self.table}"
         return self.kind
 
 
 def _build(options: Mapping[str, Any], where: str, store: Any) -> LongTerm:
-    table = DEFAULT_TABLE
-    if "table" in options:
-        if store != "postgres":
-            raise ConfigError(f"{where}.table", f"only a postgres long-term memory has a table, not store: {store}")
-        table = check_table(options["table"], f"{where}.table")
     # As written in the YAML; `projection` prefers the addresses config.py resolved (environment included).
-    dsn = options.get("dsn") or options.get("postgres_dsn")
-    redis_url = options.get("redis_url")
+    # Which of them the store kind uses, and its `table:` where the kind has tables, config.py sets from
+    # the registry (`check_table` there).
     return LongTerm(
         store=store if isinstance(store, str) else "memory",  # a bad store is reported by parse_memory
-        table=table,
-        dsn=dsn if store == "postgres" else None,
-        redis_url=redis_url if store == "redis" else None,
+        dsn=options.get("dsn") or options.get("postgres_dsn"),
+        redis_url=options.get("redis_url"),
     )
 
 

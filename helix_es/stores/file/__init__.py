@@ -4,11 +4,11 @@ JSON by the client) and its data keys in one file per session."""
 from __future__ import annotations
 
 from helix_es.stores.file.keys import DEFAULT_DIRECTORY, FileKeyStore
+from helix_es.stores.kind import StoreKind
 from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.views import MemoryStore
-from helix_es.stores.ports import StoreKind
 
 KIND = StoreKind(
     "file",
@@ -19,4 +19,6 @@ KIND = StoreKind(
     aliases=lambda _: MemoryAliases(),
     keys=lambda directory: FileKeyStore(directory or DEFAULT_DIRECTORY),
     idempotency=lambda _: MemoryIdempotency(),
+    exported=True,
+    views_from="memory",
 )

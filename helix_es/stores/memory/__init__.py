@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from helix_es.stores.kind import StoreKind
 from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.memory.checkpoints import MemoryCheckpoints
 from helix_es.stores.memory.idempotency import MemoryIdempotency
@@ -9,7 +10,6 @@ from helix_es.stores.memory.items import MemoryItems
 from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.memory.views import MemoryStore
-from helix_es.stores.ports import StoreKind
 
 KIND = StoreKind(
     "memory",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helix_es.stores.ports import StoreKind
+from helix_es.stores.kind import StoreKind
 from helix_es.stores.postgres.aliases import PostgresAliases
 from helix_es.stores.postgres.checkpoints import PostgresCheckpoints
 from helix_es.stores.postgres.idempotency import PostgresIdempotency
@@ -30,4 +30,5 @@ KIND = StoreKind(
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
     items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
     checkpoints=lambda dsn, name: PostgresCheckpoints(_dsn(dsn), name),
+    tables=True,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helix_es.stores.ports import StoreKind
+from helix_es.stores.kind import StoreKind
 from helix_es.stores.redis.aliases import RedisAliases
 from helix_es.stores.redis.checkpoints import RedisCheckpoints
 from helix_es.stores.redis.idempotency import RedisIdempotency
