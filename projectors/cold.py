@@ -4,7 +4,7 @@ aiokafka decodes every fetch answer in Python, one entry per partition asked for
 tens of milliseconds per thousand partitions. In the folding process, even on a thread of its
 own, that decode held the interpreter lock while busy partitions waited for it: add-to-visible
 p99 137 ms with 6,000 idle partitions and nothing else changing, beside 51 ms with the lock
-handed over ten times as often. So a child process (`python -m projectors.cold`) holds the idle
+handed over ten times as often. So a child process (`helix_es/log/idle_poll.py`) holds the idle
 partitions and long-polls them; when some have records it pauses them and names them, and the
 folding process fetches them with its busy partitions' consumer from its own positions. What
 the child fetched is never decoded into events.
@@ -21,21 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import signal
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from helix_es.log import idle_poll
+from helix_es.log.idle_poll import LINE_LIMIT, partitions
+from helix_es.log.kafka_clients import TopicPartition
 
-DATA_METADATA_AGE_MS = 30_000  # leaders are looked up again at once on a fetch error anyway
 STOP_SECONDS = 10.0  # how long a stop waits for the child to leave before it is killed
-LINE_LIMIT = 64 * 1024 * 1024  # an assignment of 100,000 partitions is about 5 MB of JSON
-
-
-def _tps(items: Iterable[list[Any]]) -> list[TopicPartition]:
-    return [TopicPartition(t, p) for t, p, *_ in items]
 
 
 class ColdWatch:
@@ -53,8 +46,7 @@ class ColdWatch:
     async def start(self) -> None:
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-m",
-            "projectors.cold",
+            idle_poll.__file__,  # by its path: the child imports no helix_es (see there)
             self.bootstrap_servers,
             str(self.wait_ms),
             stdin=asyncio.subprocess.PIPE,
@@ -71,7 +63,7 @@ class ColdWatch:
     async def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         while line := await self._proc.stdout.readline():
-            self.woken.update(_tps(json.loads(line)["woke"]))
+            self.woken.update(partitions(json.loads(line)["woke"]))
             self._woke.set()
         self._gone = f"exited with code {await self._proc.wait()}"
         self._woke.set()
@@ -124,84 +116,3 @@ class ColdWatch:
             await proc.wait()
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
-
-
-# ---------------------------------------------------------------------------- the child
-
-
-def _apply(consumer: AIOKafkaConsumer, message: dict[str, Any]) -> None:
-    if "assign" in message:
-        at = message["assign"]
-        consumer.assign(_tps(at))
-        for t, p, offset in at:
-            consumer.seek(TopicPartition(t, p), offset)
-        if message.get("paused"):
-            consumer.pause(*_tps(message["paused"]))
-    for t, p, offset in message.get("seek", []):
-        consumer.seek(TopicPartition(t, p), offset)
-    if "resume" in message:
-        for t, p, offset in message["resume"]:
-            consumer.seek(TopicPartition(t, p), offset)
-        consumer.resume(*_tps(message["resume"]))
-
-
-def consumer_for(bootstrap_servers: str, fetch_max_wait_ms: int) -> AIOKafkaConsumer:
-    """A consumer of partitions assigned by hand, read from the views' checkpoints (no offsets committed)."""
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        metadata_max_age_ms=DATA_METADATA_AGE_MS,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_wait_ms=fetch_max_wait_ms,
-    )
-
-
-async def watch(bootstrap_servers: str, wait_ms: int) -> None:
-    loop = asyncio.get_running_loop()
-    stdin = asyncio.StreamReader(limit=LINE_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
-    consumer = consumer_for(bootstrap_servers, wait_ms)
-    await consumer.start()
-    out = sys.stdout.buffer
-    stopped = asyncio.Event()
-    assigned = asyncio.Event()
-
-    async def commands() -> None:
-        while line := await stdin.readline():
-            _apply(consumer, json.loads(line))
-            assigned.set()
-        stopped.set()
-
-    reader = asyncio.create_task(commands())
-    out.write(b'{"ready":true}\n')
-    out.flush()
-    try:
-        while not stopped.is_set():
-            if not consumer.assignment():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(assigned.wait(), 1.0)
-                assigned.clear()
-                continue
-            woke = list(await consumer.getmany(timeout_ms=wait_ms, max_records=1))  # paused ones are left out
-            if woke:
-                consumer.pause(*woke)
-                out.write(json.dumps({"woke": [list(tp) for tp in woke]}, separators=(",", ":")).encode() + b"\n")
-                out.flush()
-    finally:
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
-        await consumer.stop()
-
-
-def main(argv: list[str]) -> None:
-    # Ctrl-C reaches the whole process group: the folding process stops, then closes our stdin.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    with contextlib.suppress(BrokenPipeError):
-        asyncio.run(watch(argv[0], int(argv[1])))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

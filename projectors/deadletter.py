@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from aiokafka import AIOKafkaProducer, ConsumerRecord
-from aiokafka.admin import AIOKafkaAdminClient
-
+from helix_es.log import kafka_clients as clients
 from helix_es.log.check import Checker
 from helix_es.log.kafka import create_topic
+from helix_es.log.kafka_clients import ConsumerRecord, Producer
 from helix_es.model import names
 
 __all__ = ["Checker", "DeadLetters"]  # Checker: where it lived before it moved to the library
@@ -29,26 +28,20 @@ class DeadLetters:
     def __init__(self, bootstrap_servers: str, prefix: str = names.DEFAULT_TOPIC_PREFIX) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: Producer | None = None
         self._topics: set[str] = set()
 
     async def park(self, record: ConsumerRecord[bytes, bytes], error: Exception, view: str) -> str:
         topic = names.dlq_topic(names.namespace_of(record.topic, self.prefix), self.prefix)
         if self._producer is None:
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True
-            )
+            self._producer = clients.producer(self.bootstrap_servers)
             await self._producer.start()
         if topic not in self._topics:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-            await admin.start()
-            try:
+            async with clients.admin_session(self.bootstrap_servers) as admin:
                 # As many replicas as the topic it came from: on a cluster it outlives a broker too.
                 (source,) = await admin.describe_topics([record.topic])
                 replicas = max((len(p["replicas"]) for p in source["partitions"]), default=1)
                 await create_topic(admin, topic, 1, replicas)
-            finally:
-                await admin.close()
             self._topics.add(topic)
         headers = [
             ("helix.source", f"{record.topic}:{record.partition}:{record.offset}".encode()),

@@ -10,10 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-
+from helix_es.log import kafka_clients as clients
 from helix_es.log.kafka import track
+from helix_es.log.kafka_clients import TopicPartition
 from helix_es.model import names
 from helix_es.projection.aliases import current_target, target_projection
 from helix_es.projection.factory import open_store
@@ -42,20 +41,16 @@ class LagReport:
 
 
 async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with clients.admin_session(bootstrap) as admin:
         wanted = re.compile(pattern)
         topics = sorted(t for t in await admin.list_topics() if wanted.match(t))
         described = await admin.describe_topics(topics) if topics else []
-    finally:
-        await admin.close()
     tps = [
         TopicPartition(d["topic"], p["partition"]) for d in described if d["error_code"] == 0 for p in d["partitions"]
     ]
     if not tps:
         return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = clients.consumer(bootstrap, from_start=False, committed_only=False)
     await consumer.start()
     try:
         await track(consumer, {tp.topic for tp in tps})

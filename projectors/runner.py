@@ -33,12 +33,12 @@ from typing import Protocol, TypeVar
 
 import asyncpg
 import redis.exceptions as redis_errors
-from aiokafka import ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from helix_es.log import kafka_errors
 from helix_es.log.check import Checker
 from helix_es.log.codec import Codec
-from helix_es.log.kafka import KafkaLog, KafkaUnavailable
+from helix_es.log.kafka import KafkaLog
+from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition
 from helix_es.model import names
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.driver import Driver
@@ -64,9 +64,6 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
     TimeoutError,
     StaleWrite,  # another projector kept winning the session guards: reload and try again
-    KafkaUnavailable,
-    KafkaConnectionError,
-    KafkaTimeoutError,
     redis_errors.ConnectionError,  # includes BusyLoadingError (a restarted Redis loading its data)
     redis_errors.TimeoutError,
     redis_errors.ReadOnlyError,  # a replica while a failover promotes another server
@@ -87,7 +84,7 @@ def transient(exc: BaseException) -> bool:
             return False
         if isinstance(cause, _TRANSIENT):
             return True
-        if isinstance(cause, KafkaError) and cause.retriable:
+        if cause is not None and kafka_errors.transient(cause):  # the brokers away, or a retriable error
             return True
         if isinstance(cause, asyncpg.InterfaceError) and "connection is closed" in str(cause):
             return True

@@ -19,12 +19,9 @@ import logging
 import re
 from collections.abc import Iterable
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.client import AIOKafkaClient
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-
+from helix_es.log import kafka_clients as clients
 from helix_es.log.kafka import create_topic
+from helix_es.log.kafka_clients import MetadataClient, RebalanceListener, TopicPartition
 from helix_es.model import names
 from projectors.tiers import Background
 
@@ -33,7 +30,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_MS = 500
 
 
-class _Owned(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+class _Owned(RebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
     def __init__(self, shards: Shards) -> None:
         self.s = shards
 
@@ -70,22 +67,22 @@ class Shards:
         self.replication_factor = replication_factor
         self.metadata_interval = metadata_interval  # how soon a new namespace's topic is found
         session_ms = max(1, round(session_timeout * 1000))
-        self.group = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap_servers,
+        self.group = clients.consumer(
+            bootstrap_servers,
+            from_start=False,
+            committed_only=False,
             group_id=group_id,
-            enable_auto_commit=False,
             session_timeout_ms=session_ms,
             # A heartbeat is how a member hears of a rebalance: often, so a process that joins gets its
             # shards within about half a second (the group holds no data, a heartbeat costs little).
             heartbeat_interval_ms=max(1, min(session_ms // 3, HEARTBEAT_MS)),
             group_instance_id=group_instance_id,
-            partition_assignment_strategy=(RoundRobinPartitionAssignor,),
         )
         self.group_instance_id = group_instance_id
         # Its own connections (a broker answers a connection's requests in order, and a consumer's
         # may be holding a long poll), on the background loop (its answer takes long to decode).
         self.bg = background
-        self.metadata: AIOKafkaClient | None = None
+        self.metadata: MetadataClient | None = None
         self.owned: set[int] = set()
         self.deals = 0  # rebalances of the group seen: processes came or went, never a new topic
         self.count = names.SHARDS  # the shards topic's partitions, once read
@@ -97,21 +94,17 @@ class Shards:
     async def start(self) -> None:
         """Join the group and watch the topics."""
         await self._ensure_topic()
-        self.metadata = await self.bg.run(self._bootstrap())
+        self.metadata = await self.bg.run(clients.metadata_client(self.bootstrap_servers))
         self.group.subscribe([self.topic], listener=_Owned(self))
         await self.group.start()
         await self._look()  # the first deal needs the topics
         self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self._watch())]
 
     async def _ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-        await admin.start()
-        try:
+        async with clients.admin_session(self.bootstrap_servers) as admin:
             await create_topic(admin, self.topic, names.SHARDS, self.replication_factor)
             [described] = await admin.describe_topics([self.topic])
             self.count = len(described["partitions"]) or names.SHARDS  # an older topic keeps its count
-        finally:
-            await admin.close()
 
     async def _poll(self) -> None:
         """A group member must poll (aiokafka's max poll interval); the shards topic stays empty."""
@@ -125,11 +118,6 @@ class Shards:
                 await self._look()
             except Exception as exc:  # a broker away: the next look tries again; what we have stays
                 log.debug("could not read the cluster's topics: %s", exc)
-
-    async def _bootstrap(self) -> AIOKafkaClient:
-        client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)
-        await client.bootstrap()
-        return client
 
     async def _topics(self) -> dict[str, int]:
         """The namespace topics and their partition counts (on the background loop)."""

@@ -23,9 +23,8 @@ import time
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-from aiokafka import ConsumerRecord, TopicPartition
-
-from projectors.cold import ColdWatch, consumer_for
+from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition, fold_consumer
+from projectors.cold import ColdWatch
 
 IDLE_SECONDS = 30.0  # a hot partition without records this long goes back to the cold watcher
 # A new namespace's partitions start hot; most never get a record (a session writes to one): these
@@ -78,7 +77,7 @@ class Tiers:
 
     def __init__(self, bootstrap_servers: str) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self.hot = consumer_for(bootstrap_servers, HOT_FETCH_WAIT_MS)
+        self.hot = fold_consumer(bootstrap_servers, HOT_FETCH_WAIT_MS)
         self.cold = ColdWatch(bootstrap_servers, COLD_WAIT_MS)
         self.assigned: set[TopicPartition] = set()
         self._hot: set[TopicPartition] = set()

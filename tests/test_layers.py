@@ -100,3 +100,25 @@ def test_no_store_adapter_names_an_event_type() -> None:
         text = path.read_text()
         found += [f"{path.relative_to(ROOT)}: {t}" for t in types if re.search(rf"\b{t}\b", text)]
     assert found == []
+
+
+def _imports_of(path: Path) -> set[str]:
+    """The top-level packages a module imports (anywhere in it: functions and TYPE_CHECKING blocks too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_log_layer_imports_the_kafka_client() -> None:
+    log = ROOT / "helix_es" / "log"
+    wrong = [
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if not path.is_relative_to(log) and "aiokafka" in _imports_of(path)
+    ]
+    assert wrong == [], f"import aiokafka only under helix_es/log/ (use helix_es.log.kafka_clients): {wrong}"

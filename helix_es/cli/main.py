@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from helix_es._version import __version__
+from helix_es.log.kafka_clients import CLIENT_LOGGER
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
 
 # One module per command, each with add_command(subparsers); `--help` lists them in this order.
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    logging.getLogger(CLIENT_LOGGER).setLevel(logging.WARNING)
     try:
         # A command may pick its event loop (serve: uvloop when installed).
         with asyncio.Runner(loop_factory=getattr(args, "loop_factory", None)) as runner:

@@ -11,11 +11,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from aiokafka.errors import KafkaError
-
 from helix_es.config import LogConfig
 from helix_es.log.check import Skipped
-from helix_es.log.kafka import KafkaUnavailable
+from helix_es.log.kafka_errors import unavailable
 from helix_es.log.port import OnEnd
 from helix_es.log.tolerant import AuditCodec
 from helix_es.model.events import Record
@@ -37,17 +35,18 @@ async def read_records(
     log = open_log(config, AuditCodec())  # shows unknown events instead of refusing them
     bad: list[Skipped] = []
     try:
-        # Asked first so that auditing a namespace never creates its embedded log file (a read from
-        # kept offsets has found it before).
-        if not start and namespace not in await log.namespaces():
-            return [], bad
-        read = log.read(namespace, session_id=session_id, on_bad=bad.append, start=start, on_end=on_end)
-        return [r async for r in read], bad
-    except KafkaError as exc:
-        raise KafkaUnavailable(
-            f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
-            "check the brokers (scripts/services status) or log.bootstrap_servers"
-        ) from exc
+        with unavailable(
+            lambda exc: (
+                f"could not read the log from Kafka at {config.bootstrap_servers}: {exc!r}; "
+                "check the brokers (scripts/services status) or log.bootstrap_servers"
+            )
+        ):
+            # Asked first so that auditing a namespace never creates its embedded log file (a read from
+            # kept offsets has found it before).
+            if not start and namespace not in await log.namespaces():
+                return [], bad
+            read = log.read(namespace, session_id=session_id, on_bad=bad.append, start=start, on_end=on_end)
+            return [r async for r in read], bad
     finally:
         await log.close()
 

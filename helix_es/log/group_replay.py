@@ -11,10 +11,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-
+from helix_es.log import kafka_clients as clients
 from helix_es.log.codec import Codec
+from helix_es.log.kafka_clients import Consumer, RebalanceListener, TopicPartition
 from helix_es.log.replay import DECODE_SLICE, DEFAULT_BATCH, Check, Checkpoint, KafkaSource
 from helix_es.model.events import Record
 
@@ -67,7 +66,7 @@ class GroupSource(KafkaSource):
         self._topics_at: float = -TOPICS_SECONDS
         self.ends_seen: dict[tuple[str, int], int] = {}  # what `all_ends` found last
 
-    def _consumer(self, bootstrap_servers: str, **group: Any) -> AIOKafkaConsumer:
+    def _consumer(self, bootstrap_servers: str, **group: Any) -> Consumer:
         return super()._consumer(
             bootstrap_servers,
             group_id=self.group,
@@ -165,7 +164,7 @@ class GroupSource(KafkaSource):
                     yield records
 
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Rebalance(RebalanceListener):  # type: ignore[misc]
     def __init__(self, source: GroupSource) -> None:
         self.source = source
 
@@ -195,7 +194,7 @@ class GroupWatch:
 
     def __init__(self, bootstrap_servers: str, group: str) -> None:
         self.group = group
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+        self.admin = clients.admin(bootstrap_servers)
         self._started = False
 
     async def members(self) -> list[str]:

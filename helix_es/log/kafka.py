@@ -6,8 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaError,
@@ -17,8 +16,11 @@ from aiokafka.errors import (
 )
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
+from helix_es.log import kafka_clients as clients
 from helix_es.log.check import Checker, OnBad, concerns, skipped
 from helix_es.log.codec import Codec
+from helix_es.log.kafka_clients import Admin, Consumer, Producer, TopicPartition
+from helix_es.log.kafka_errors import KafkaUnavailable
 from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Unclaimed
 from helix_es.model import names
 from helix_es.model.errors import EventTooLarge, HelixError
@@ -38,7 +40,7 @@ def default_min_insync(replication_factor: int) -> int:
 
 
 async def create_topic(
-    admin: AIOKafkaAdminClient,
+    admin: Admin,
     topic: str,
     partitions: int,
     replication_factor: int,
@@ -70,18 +72,13 @@ async def create_topic(
         await asyncio.sleep(0.05)
 
 
-async def track(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
+async def track(consumer: Consumer, topics: set[str]) -> None:
     """Make `consumer` know the partitions of `topics` too: a consumer knows those of the topics it tracks
     only, and offsets asked of any other partition wait on stale metadata until they time out."""
     client = consumer._client
     if not topics <= client._topics:
         client.set_topics(sorted(client._topics | topics))
         await client.force_metadata_update()
-
-
-class KafkaUnavailable(HelixError):
-    """The brokers did not answer, or gave up on a write. An `add` that raised this may have landed
-    (a broker can fail after writing): retrying it is safe, and with an idempotency key shows once."""
 
 
 class KeyPartitioner:
@@ -122,9 +119,9 @@ class KafkaLog:
         self.min_insync_replicas = min_insync_replicas  # None: default_min_insync(replication_factor)
         self.codec = codec or Codec()
         self._producer_config = producer_config or {}
-        self._producer: AIOKafkaProducer | None = None
-        self._admin: AIOKafkaAdminClient | None = None
-        self._ends: AIOKafkaConsumer | None = None  # asks partitions' end offsets
+        self._producer: Producer | None = None
+        self._admin: Admin | None = None
+        self._ends: Consumer | None = None  # asks partitions' end offsets
         self._topics: set[str] = set()
         self._topic_of: dict[str, str] = {}  # namespace -> its topic, once it exists
         self._topic_lock = asyncio.Lock()
@@ -133,14 +130,12 @@ class KafkaLog:
         self._stopping: set[asyncio.Future[None]] = set()  # producers retired, still flushing
         self.replaced = 0  # producers retired as broken
 
-    async def _started(self) -> AIOKafkaProducer:
+    async def _started(self) -> Producer:
         if self._producer is None:
             async with self._start_lock:
                 if self._producer is None:
-                    producer = AIOKafkaProducer(
-                        bootstrap_servers=self.bootstrap_servers,
-                        acks="all",
-                        enable_idempotence=True,
+                    producer = clients.producer(
+                        self.bootstrap_servers,
                         linger_ms=0,
                         max_request_size=MAX_EVENT_BYTES + 100_000,
                         # aiokafka keeps one open batch per partition and makes `send` wait while it is
@@ -215,7 +210,7 @@ class KafkaLog:
             return Position(meta.topic, meta.partition, meta.offset)
         raise AssertionError("unreachable")
 
-    def _retire(self, producer: AIOKafkaProducer, *, broken: bool = True) -> None:
+    def _retire(self, producer: Producer, *, broken: bool = True) -> None:
         """Stop using `producer` if it cannot send again: its sequence numbers went wrong (`broken`:
         aiokafka does not renumber after a failed batch, so every later batch on that partition gets
         OutOfOrderSequenceNumber, for good), or its sender stopped (it fails every later send then).
@@ -253,12 +248,7 @@ class KafkaLog:
         topic = names.topic(namespace, self.topic_prefix)
         check = None if on_bad is None else Checker(self.topic_prefix)
         want = None if session_id is None else session_id.encode()
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-        )
+        consumer = clients.consumer(self.bootstrap_servers)
         await consumer.start()
         try:
             tps = [TopicPartition(topic, p) for p in await self.partitions_of(topic)]
@@ -306,9 +296,9 @@ class KafkaLog:
         finally:
             await consumer.stop()
 
-    async def _admin_client(self) -> AIOKafkaAdminClient:
+    async def _admin_client(self) -> Admin:
         if self._admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            admin = clients.admin(self.bootstrap_servers)
             try:
                 await admin.start()
             except BaseException:
@@ -334,9 +324,7 @@ class KafkaLog:
             if not tps:
                 return {}
             if self._ends is None:
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed"
-                )
+                consumer = clients.consumer(self.bootstrap_servers, from_start=False)
                 try:
                     await consumer.start()
                 except BaseException:

@@ -20,12 +20,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-
+from helix_es.log import kafka_clients as clients
 from helix_es.log.check import Checker
 from helix_es.log.codec import Codec, session_id_of
 from helix_es.log.frames import FRAME, TailReader
+from helix_es.log.kafka_clients import Consumer, TopicPartition
 from helix_es.model import names
 from helix_es.model.errors import LogCorrupted
 from helix_es.model.events import Event, Record, record_at
@@ -116,12 +115,9 @@ class KafkaSource:
         self.skipped = 0
         self._started = False
 
-    def _consumer(self, bootstrap_servers: str, **group: Any) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(
-            bootstrap_servers=bootstrap_servers,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
+    def _consumer(self, bootstrap_servers: str, **group: Any) -> Consumer:
+        return clients.consumer(
+            bootstrap_servers,
             max_partition_fetch_bytes=FETCH_BYTES,
             fetch_max_bytes=16 * FETCH_BYTES,
             fetch_max_wait_ms=100,
@@ -137,7 +133,7 @@ class KafkaSource:
     async def _topics(self) -> dict[str, list[int]]:
         """Every namespace topic of the deployment (of `namespaces`) and its partitions."""
         if self.admin is None:
-            self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            self.admin = clients.admin(self.bootstrap_servers)
             await self.admin.start()
         topics = sorted(t for t in await self.admin.list_topics() if self.pattern.fullmatch(t))
         if not topics:
