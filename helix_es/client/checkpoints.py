@@ -79,11 +79,7 @@ class CheckpointLog:
     async def caught_up(self, thread_id: str | None) -> None:
         """Wait until the view has applied this saver's writes to `thread_id` (None: to every thread)."""
         assert self._backend is not None and self._view is not None, "open() first"
-        await self._backend.current(self._view, self.namespace)
-        if self._backend.inline:  # each append was folded before it returned (or `current` caught up)
-            return
-        generation = getattr(self._view, "generation", 0)
-        await self.written.wait(cast(Behind, self._view), scope=thread_id, generation=generation)
+        await self.written.caught_up(self._backend, cast(Behind, self._view), scope=thread_id)
 
     async def close(self) -> None:
         backend, self._backend, self._view = self._backend, None, None

@@ -126,10 +126,7 @@ class Items:
         return await self.view.item_namespaces(self.namespace, conditions, max_depth, limit, offset, now)
 
     async def _caught_up(self) -> None:
-        await self.backend.current(self.view, self.namespace)  # type: ignore[arg-type]
-        if self.backend.inline:  # each append was folded before it returned (or `current` caught up)
-            return
-        await self.written.wait(self.view, generation=getattr(self.view, "generation", 0))
+        await self.written.caught_up(self.backend, self.view)
 
 
 def _check_key(key: object) -> None:

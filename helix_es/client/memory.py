@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -12,7 +11,7 @@ from typing import NoReturn
 
 from helix_es.client import backend as backends
 from helix_es.client.protocol import Memory
-from helix_es.client.wait import pauses
+from helix_es.client.wait import poll
 from helix_es.model import names
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.model.events import (
@@ -183,17 +182,10 @@ class ViewMemory(EventWriter):
             self._seen_last_write = self.last_write is None
         # Views only move forward, so once our last write was seen, every later state covers it.
         want = None if self._seen_last_write or self.consistency == "eventual" else self.last_write
-        result = await op(want)
+        result = await poll(lambda: op(want), self.read_timeout)  # None only while the view lacks `want`
         if result is None:
             assert want is not None
-            for pause in pauses(self.read_timeout):
-                await asyncio.sleep(pause)
-                result = await op(want)
-                if result is not None:
-                    break
-            else:
-                await self._timed_out(want)
-        assert result is not None
+            await self._timed_out(want)
         if want is not None and want == self.last_write:  # not a write made while this read waited
             self._seen_last_write = True
         return result

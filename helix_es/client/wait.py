@@ -1,5 +1,5 @@
-"""Read-your-writes for clients of namespace-wide views (LangGraph items and checkpoints), and the
-poll schedule every read-your-writes read shares (`ViewMemory` too).
+"""Read-your-writes: the one wait every client's reads share (`poll`: `ViewMemory`, and through
+`Written` the clients of namespace-wide views, LangGraph items and checkpoints).
 
 A client remembers the offsets it wrote on each partition; before a read it waits until the view
 has applied them. Views only move forward, so an offset the view was once seen to cover needs no
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar, cast
 
+from helix_es.client.backend import Backend
 from helix_es.model.errors import ConsistencyTimeout
 from helix_es.model.events import Position
 
@@ -24,6 +25,8 @@ FIRST_POLL_CAP = 0.002
 FIRST_POLLS_FOR = 0.03
 POLL_CAP = 0.01
 
+T = TypeVar("T")
+
 
 def pauses(timeout: float) -> Iterator[float]:
     """The sleeps between a read's looks at the view, until `timeout` seconds have passed since the first.
@@ -33,6 +36,19 @@ def pauses(timeout: float) -> Iterator[float]:
     while (now := time.monotonic()) - started < timeout:
         yield pause
         pause = min(pause * 2, FIRST_POLL_CAP if now - started < FIRST_POLLS_FOR else POLL_CAP)
+
+
+async def poll(look: Callable[[], Awaitable[T | None]], timeout: float) -> T | None:
+    """`look()` until it gives something other than None, pausing as `pauses(timeout)` says; None when it
+    still gave nothing `timeout` seconds after its first answer (the caller raises its ConsistencyTimeout)."""
+    found = await look()
+    if found is None:
+        for pause in pauses(timeout):
+            await asyncio.sleep(pause)
+            found = await look()
+            if found is not None:
+                break
+    return found
 
 
 class Behind(Protocol):
@@ -79,19 +95,30 @@ class Written:
         wants = [w for w in wants if self._covered.get((w.topic, w.partition), -1) < w.offset]
         if not wants:
             return
-        behind = await view.behind(wants)
-        ticks = pauses(self.read_timeout)
-        while behind is not None:
-            pause = next(ticks, None)
-            if pause is None:
-                raise ConsistencyTimeout(
-                    f"view {view.name} of {self.namespace} has not applied offset {behind.offset} of "
-                    f"{behind.topic}[{behind.partition}] this client wrote; waited {self.read_timeout}s. "
-                    "Is a projector running for it (helix-es project --config FILE)? Or set consistency: eventual."
-                )
-            await asyncio.sleep(pause)
-            wants = [behind, *(w for w in wants if w != behind)]
+        behind: Position | None = None
+
+        async def applied() -> bool | None:
+            nonlocal wants, behind
+            if behind is not None:  # asked first next time: the one most likely still behind
+                wants = [behind, *(w for w in wants if w != behind)]
             behind = await view.behind(wants)
+            return True if behind is None else None
+
+        if await poll(applied, self.read_timeout) is None:
+            assert behind is not None
+            raise ConsistencyTimeout(
+                f"view {view.name} of {self.namespace} has not applied offset {behind.offset} of "
+                f"{behind.topic}[{behind.partition}] this client wrote; waited {self.read_timeout}s. "
+                "Is a projector running for it (helix-es project --config FILE)? Or set consistency: eventual."
+            )
         for w in wants:
             where = (w.topic, w.partition)
             self._covered[where] = max(w.offset, self._covered.get(where, -1))
+
+    async def caught_up(self, backend: Backend, view: Behind, *, scope: str | None = None) -> None:
+        """Before a read of `view` through `backend`: follow its alias, then `wait` (not on an inline
+        backend: each append was folded before it returned, or `current` caught the view up)."""
+        await backend.current(cast(Any, view), self.namespace)  # a view's store, or its projection
+        if backend.inline:
+            return
+        await self.wait(view, scope=scope, generation=getattr(view, "generation", 0))
