@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from helix_es.log import kafka_clients as clients
-from helix_es.log.kafka import track
+from helix_es.log.kafka import ends_of
 from helix_es.log.kafka_clients import TopicPartition
 from helix_es.model import names
 from helix_es.projection.aliases import current_target, target_projection
@@ -41,22 +40,7 @@ class LagReport:
 
 
 async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
-    async with clients.admin_session(bootstrap) as admin:
-        wanted = re.compile(pattern)
-        topics = sorted(t for t in await admin.list_topics() if wanted.match(t))
-        described = await admin.describe_topics(topics) if topics else []
-    tps = [
-        TopicPartition(d["topic"], p["partition"]) for d in described if d["error_code"] == 0 for p in d["partitions"]
-    ]
-    if not tps:
-        return {}
-    consumer = clients.consumer(bootstrap, from_start=False, committed_only=False)
-    await consumer.start()
-    try:
-        await track(consumer, {tp.topic for tp in tps})
-        return dict(await consumer.end_offsets(tps))
-    finally:
-        await consumer.stop()
+    return await ends_of(bootstrap, pattern, committed_only=False)  # the high watermarks, as always
 
 
 async def lag(source: str) -> LagReport:

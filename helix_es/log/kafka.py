@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -79,6 +80,27 @@ async def track(consumer: Consumer, topics: set[str]) -> None:
     if not topics <= client._topics:
         client.set_topics(sorted(client._topics | topics))
         await client.force_metadata_update()
+
+
+async def ends_of(bootstrap_servers: str, pattern: str, *, committed_only: bool = True) -> dict[TopicPartition, int]:
+    """The end offset of every partition of the topics `pattern` matches, asked once (`committed_only`: as
+    `kafka_clients.consumer`'s). `helix-es lag` compares them with the views' checkpoints."""
+    async with clients.admin_session(bootstrap_servers) as admin:
+        wanted = re.compile(pattern)
+        topics = sorted(t for t in await admin.list_topics() if wanted.match(t))
+        described = await admin.describe_topics(topics) if topics else []
+    tps = [
+        TopicPartition(d["topic"], p["partition"]) for d in described if d["error_code"] == 0 for p in d["partitions"]
+    ]
+    if not tps:
+        return {}
+    consumer = clients.consumer(bootstrap_servers, from_start=False, committed_only=committed_only)
+    await consumer.start()
+    try:
+        await track(consumer, {tp.topic for tp in tps})
+        return dict(await consumer.end_offsets(tps))
+    finally:
+        await consumer.stop()
 
 
 class KeyPartitioner:
