@@ -46,6 +46,7 @@ class ColdWatch:
     async def start(self) -> None:
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",
             idle_poll.__file__,  # by its path: the child imports no helix_es (see there)
             self.bootstrap_servers,
             str(self.wait_ms),

@@ -1,26 +1,39 @@
 """The idle partitions' long poll: a projector's child process that only says which partitions woke
 (why, and the JSON lines it reads and writes: `projectors.cold`).
 
-The parent runs this file by its path, not as a module of helix_es: its directory comes first on
-`sys.path`, so `kafka_clients` (the standard library and aiokafka only) is imported alone, without the
-helix_es package, whose import would add most of a second to every projector's start.
+The parent runs this file by its path (`python -P`: its directory stays off `sys.path`), not as a
+module of helix_es: it loads its sibling `kafka_clients` (the standard library and aiokafka only) from
+its file, without the helix_es package, whose import would add most of a second to every projector's start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import signal
 import sys
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-if __package__:
+
+def _sibling(name: str) -> ModuleType:
+    """The module `name` of this file's directory, loaded from its file alone."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING or __package__:
     from helix_es.log import kafka_clients as clients
 else:  # run by its path, as the parent does
-    import kafka_clients as clients  # type: ignore[import-not-found,no-redef,unused-ignore]
+    clients = _sibling("kafka_clients")
 
 LINE_LIMIT = 64 * 1024 * 1024  # an assignment of 100,000 partitions is about 5 MB of JSON
 
