@@ -30,8 +30,8 @@ try:
 except ModuleNotFoundError:  # run as `python bench/<script>.py`: bench/ itself is on the path
     import cli as bench_cli  # type: ignore[no-redef]
 from helix_es import Event, Message, MessageAdded
-from helix_es.client.audit import audit
 from helix_es.config import load_config
+from helix_es.history.audit import audit
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.service.histories import SessionHistories

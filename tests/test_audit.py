@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from helix_es import ConfigError, InvalidInput, Message, ToolCall, load_config, open_memory
-from helix_es.client.audit import AuditedEvent, audit, parse_time
+from helix_es.history.audit import AuditedEvent, audit, parse_time
 from helix_es.log.codec import Codec, load_schemas, schema_version
 from helix_es.log.embedded import LogFile
 from helix_es.log.tolerant import AuditCodec, UnknownPayload

@@ -22,8 +22,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from helix_es import Message, open_memory
-from helix_es.client.audit import audit
 from helix_es.client.keys import close_shared_keys
+from helix_es.history.audit import audit
 from helix_es.log.check import Checker, concerns, skipped
 from helix_es.log.codec import Codec, event_to_record
 from helix_es.log.embedded import EmbeddedLog

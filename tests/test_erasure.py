@@ -31,8 +31,8 @@ from helix_es.client.encryption import (
     encryption_middleware,
     envelope_key_ids,
 )
-from helix_es.client.erasure import NotShreddable, erased_by, erasure_of, forget, is_erased
 from helix_es.client.keys import StoredSessionKeys, shreddable
+from helix_es.history.erasure import NotShreddable, erased_by, erasure_of, forget, is_erased
 from helix_es.log.codec import Codec, load_schemas
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog

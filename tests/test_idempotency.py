@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from helix_es import Message, ToolCall, load_config, open_memory
-from helix_es.client.audit import audit
 from helix_es.client.keys import close_shared_keys
+from helix_es.history.audit import audit
 from helix_es.model import names
 from helix_es.model.events import REMEMBERED_KEYS, Event, MessageAdded, Position, Record
 from helix_es.projection.factory import open_idempotency, open_projection

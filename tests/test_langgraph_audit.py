@@ -15,8 +15,8 @@ from tests.conftest import cli, require_module, start_projector, stop, wait_for
 
 require_module("langgraph", "LangGraph")
 
-from helix_es.client.erasure import NotShreddable, forget  # noqa: E402
 from helix_es.client.keys import close_shared_keys  # noqa: E402
+from helix_es.history.erasure import NotShreddable, forget  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
 from helix_es.stores.postgres.checkpoints import PostgresCheckpoints  # noqa: E402
 from tests import langgraph_graph as lg  # noqa: E402

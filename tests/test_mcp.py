@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from helix_es.client.audit import audit
+from helix_es.history.audit import audit
 from tests.conftest import ROOT, require_module, start_projector, unique
 
 require_module("mcp", "the MCP server (helix_es.service.mcp)")

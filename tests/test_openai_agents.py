@@ -25,9 +25,9 @@ from agents.models.interface import Model
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from helix_es import Message, open_memory
-from helix_es.client.audit import audit
 from helix_es.client.encryption import envelope_key_id, sealable
-from helix_es.client.erasure import forget
+from helix_es.history.audit import audit
+from helix_es.history.erasure import forget
 from helix_es.integrations.openai_agents import ITEM, KIND, HelixSession, SessionClosed
 from helix_es.model.errors import ConfigError, InvalidInput
 from helix_es.model.events import MessageAdded

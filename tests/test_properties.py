@@ -52,12 +52,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from helix_es import Message, ToolCall, open_memory
-from helix_es.client.audit import audit
 from helix_es.client.encryption import EncryptedMemory
-from helix_es.client.erasure import forget
 from helix_es.client.keys import close_shared_keys, provider_from_env
 from helix_es.client.protocol import Memory
 from helix_es.config import load_config
+from helix_es.history.audit import audit
+from helix_es.history.erasure import forget
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import Position
 from helix_es.projection.aliases import target_projection

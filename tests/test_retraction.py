@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from helix_es import Event, Message, MessageAdded, ToolCall, open_memory
-from helix_es.client.audit import audit
 from helix_es.client.memory import retract
+from helix_es.history.audit import audit
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import MemoryCleared, MessageRetracted, Position, Record, SummaryRecorded
 from helix_es.projection.fold import fold_batch

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from helix_es.client.audit import audit
 from helix_es.config import load_config
+from helix_es.history.audit import audit
 from helix_es.projection.factory import open_log
 from tests.conftest import ROOT, cli, require_module, start_projector, unique
 from tests.served import free_port

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from helix_es import ConfigError, Event, Message, MessageAdded, ToolCall, load_config, open_memory
-from helix_es.client.audit import audit
+from helix_es.history.audit import audit
 from helix_es.model.events import SummaryRecorded
 from helix_es.model.tokens import message_tokens
 from helix_es.views.base import State, View

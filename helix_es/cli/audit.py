@@ -1,4 +1,4 @@
-"""`helix-es audit` (alias `history`): a session's history from the log, as text or JSON (helix_es.client.audit)."""
+"""`helix-es audit` (alias `history`): a session's history from the log, as text or JSON (helix_es.history.audit)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from helix_es.client.audit import AuditError, AuditReport, audit, describe_message, quote
 from helix_es.config import audit_config
+from helix_es.history.audit import AuditError, AuditReport, audit, describe_message, quote
 from helix_es.model.errors import InvalidInput
 
 # --- text for people --------------------------------------------------------------------------------

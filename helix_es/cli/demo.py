@@ -8,9 +8,9 @@ import tempfile
 import uuid
 from typing import Any
 
-from helix_es.client.audit import audit
 from helix_es.client.open import open_memory
 from helix_es.config import Config, load_config
+from helix_es.history.audit import audit
 from helix_es.model.message import Message, ToolCall
 from projectors.rebuild import rebuild
 

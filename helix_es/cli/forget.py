@@ -1,4 +1,4 @@
-"""`helix-es forget`: erase a session by crypto-shredding (helix_es.client.erasure.forget)."""
+"""`helix-es forget`: erase a session by crypto-shredding (helix_es.history.erasure.forget)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from helix_es.client.checkpoint_forget import forget_thread
-from helix_es.client.erasure import NotShreddable, forget
 from helix_es.client.keys import close_shared_keys
 from helix_es.config import audit_config, read_source, sections_only
+from helix_es.history.checkpoint_forget import forget_thread
+from helix_es.history.erasure import NotShreddable, forget
 from helix_es.model import names
 
 

@@ -38,8 +38,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from helix_es.client.checkpoints import CheckpointLog
 from helix_es.config import Config, load_section
+from helix_es.framework_stores.checkpoints import CheckpointLog
 from helix_es.integrations.langgraph_store import HelixStore
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput

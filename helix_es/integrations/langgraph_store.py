@@ -39,8 +39,8 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from helix_es.client.items import Items, check_ttl, open_items
 from helix_es.config import Config
+from helix_es.framework_stores.items import Items, check_ttl, open_items
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched
 from helix_es.sync import run as run_sync

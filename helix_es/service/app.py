@@ -27,11 +27,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, compile_path
 from starlette.staticfiles import StaticFiles
 
-from helix_es.client.audit import audit
-from helix_es.client.erasure import forget
 from helix_es.client.keys import close_shared_keys
 from helix_es.client.sessions import expect
 from helix_es.config import Config
+from helix_es.history.audit import audit
+from helix_es.history.erasure import forget
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from helix_es.client.erasure import NotShreddable
+from helix_es.history.erasure import NotShreddable
 from helix_es.model.errors import ConsistencyTimeout, HelixError, InvalidInput
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from helix_es.client.log_records import LogTail, read_records
 from helix_es.config import LogConfig
+from helix_es.history.log_records import LogTail, read_records
 from helix_es.log.check import Skipped
 from helix_es.model.events import Record
 
@@ -25,7 +25,7 @@ class _History:
 
 
 class SessionHistories:
-    """A `helix_es.client.log_records.RecordReader` that keeps what it read, per session."""
+    """A `helix_es.history.log_records.RecordReader` that keeps what it read, per session."""
 
     def __init__(self, max_records: int = 50_000, max_sessions: int = 1000) -> None:
         self.max_records = max_records

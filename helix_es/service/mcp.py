@@ -25,9 +25,9 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from helix_es._version import __version__
-from helix_es.client.audit import audit
 from helix_es.client.protocol import Memory
 from helix_es.config import Config
+from helix_es.history.audit import audit
 from helix_es.model import names
 from helix_es.model.errors import HelixError, InvalidInput
 from helix_es.model.events import Position

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from helix_es.client.log_records import LogTail
 from helix_es.config import Config
+from helix_es.history.log_records import LogTail
 from helix_es.log.tolerant import AuditCodec
 from helix_es.model.errors import InvalidInput
 from helix_es.model.times import iso, utc

@@ -1,7 +1,7 @@
 """Reading a namespace's or a session's records as audits do: events this version cannot interpret
 are shown (`AuditCodec`), records the projector would dead-letter are passed over and reported.
 
-`read_records` is a `RecordReader`; `helix_es.client.audit.audit` takes another (a server passes
+`read_records` is a `RecordReader`; `helix_es.history.audit.audit` takes another (a server passes
 one that keeps what it read, `helix_es.service.histories`).
 """
 

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from helix_es.client.audit_checkpoints import CHECKPOINT_EVENTS
-from helix_es.client.audit_checkpoints import describe as describe_checkpoint
-from helix_es.client.audit_checkpoints import payload_json as checkpoint_json
-from helix_es.client.describe import describe_message, quote
-from helix_es.client.erasure import Erasure, erased_by, erasure_of
-from helix_es.client.log_records import RecordReader, read_records
-from helix_es.client.reveal import Opener, opener
 from helix_es.config import Config, MemoryConfig, load_config
+from helix_es.history.audit_checkpoints import CHECKPOINT_EVENTS
+from helix_es.history.audit_checkpoints import describe as describe_checkpoint
+from helix_es.history.audit_checkpoints import payload_json as checkpoint_json
+from helix_es.history.describe import describe_message, quote
+from helix_es.history.erasure import Erasure, erased_by, erasure_of
+from helix_es.history.log_records import RecordReader, read_records
+from helix_es.history.reveal import Opener, opener
 from helix_es.log.check import Skipped
 from helix_es.log.tolerant import UnknownPayload, jsonable
 from helix_es.model import names

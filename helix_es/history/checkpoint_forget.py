@@ -1,6 +1,6 @@
 """`forget` a LangGraph thread: destroy its data keys, then append `SessionErased`, which every checkpoint view folds.
 
-As `helix_es.client.erasure.forget` does for a memory session: the thread's values on the log
+As `helix_es.history.erasure.forget` does for a memory session: the thread's values on the log
 were sealed with its keys (`checkpoints: {encryption: true}` and `HELIX_KEY_STORE`), so once the
 keys are gone nothing can open them, on the log or in any backup; the views drop the thread's
 rows. A value that was not sealed by a key of the store cannot be shredded: `forget_thread`
@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from helix_es.client.encryption import KeyProvider
-from helix_es.client.erasure import ForgetResult, NotShreddable, erase
 from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
 from helix_es.config import load_section
+from helix_es.history.erasure import ForgetResult, NotShreddable, erase
 from helix_es.model import names
 from helix_es.projection.factory import open_log
 from helix_es.views.checkpoints import Checkpoints
