@@ -1,1 +1,1 @@
-"""The client: Memory, composite, middleware, sessions, encryption, redaction, audit and erasure."""
+"""The memory's read and write path: Memory, composite, middleware, sessions, encryption, redaction, the wait."""
