@@ -15,7 +15,11 @@ Needs HELIX_KAFKA_BOOTSTRAP and HELIX_REDIS_URL. Creates `--namespaces` namespac
 4. **existing namespaces under churn**: meanwhile `--sessions` sessions in existing namespaces
    add and `get` in turn (add-to-visible), one turn every `--pause` seconds each (an agent's
    pace), p50 / p99 / max, next to the same before the churn and to raw aiokafka
-   produce-to-consume in the same run.
+   produce-to-consume in the same run (target: the p99 under churn <= 2x the raw anchor's p99
+   under the same churn);
+5. **broker memory**: where the broker listens on this machine, its heap live after a full
+   collection (`jcmd`) and its resident memory, before the namespaces and after them: the cost of
+   a thousand namespaces at `--partitions` each.
 
 Everything it made (topics, keys) is deleted at the end; its empty consumer group expires.
 """
@@ -28,6 +32,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -57,6 +62,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def say(text: str) -> None:
     print(f"tenants {time.strftime('%H:%M:%S')}: {text}", file=sys.stderr, flush=True)
+
+
+def broker_memory(bootstrap: str) -> dict[str, float] | None:
+    """The local broker's heap live after a full collection and its resident memory, in MB (None
+    where no broker of this machine listens on `bootstrap`'s port, or the JDK's jcmd is missing)."""
+    port = bootstrap.split(",")[0].rsplit(":", 1)[-1]
+    try:
+        listening = subprocess.run(["ss", "-Htlnp", f"sport = :{port}"], capture_output=True, text=True).stdout
+        pid = int(re.search(r"pid=(\d+)", listening).group(1))  # type: ignore[union-attr]
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=True)
+        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60).stdout
+        heap = int(re.search(r"heap\s+total \d+K, used (\d+)K", info).group(1)) / 1024  # type: ignore[union-attr]
+    except (OSError, AttributeError, subprocess.SubprocessError):
+        return None
+    rss = next(
+        int(x.split()[1]) for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:")
+    )
+    return {"heap_live_mb": heap, "rss_mb": rss / 1024}
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -364,8 +387,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     projector = None
     try:
         t = time.perf_counter()
+        bootstrap = os.environ["HELIX_KAFKA_BOOTSTRAP"]
+        out["broker_before"] = broker_memory(bootstrap)
         await bench.create_topics()
         await bench.seed()
+        out["broker_after"] = broker_memory(bootstrap)
         # This process's own heap (seeding a thousand namespaces): its collector's full passes
         # would show up in the figures as the store's latency (the projector keeps them short too).
         heap.settle(0)
@@ -432,7 +458,21 @@ def report(out: dict[str, Any]) -> str:
         row("... of which the add, until the log acked it", out["existing_under_churn_acked"]),
         row("anchor: raw aiokafka produce-to-consume", out["anchor_visible"]),
         row("anchor: the same while one namespace appears a second", out["anchor_visible_under_churn"]),
+        "",
+        f"existing namespaces under churn, p99 over the raw anchor's under the same churn: "
+        f"{out['existing_under_churn']['p99_ms'] / out['anchor_visible_under_churn']['p99_ms']:.2f}x (target <= 2x)",
     ]
+    before, after = out.get("broker_before"), out.get("broker_after")
+    if before and after:
+        per = 1000 / out["namespaces"]
+        lines.append(
+            f"broker: heap live {before['heap_live_mb']:.0f} -> {after['heap_live_mb']:.0f} MB, resident "
+            f"{before['rss_mb']:.0f} -> {after['rss_mb']:.0f} MB; per 1,000 namespaces of {out['partitions']} "
+            f"partitions: heap +{(after['heap_live_mb'] - before['heap_live_mb']) * per:.0f} MB, "
+            f"resident +{(after['rss_mb'] - before['rss_mb']) * per:.0f} MB"
+        )
+    else:
+        lines.append("broker: memory not measured (no local broker on that port, or no jcmd)")
     return "\n".join(lines)
 
 
