@@ -17,7 +17,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from helix_es.model import names
-from helix_es.model.events import Event, Record, Serialized
+from helix_es.model.events import Record, Serialized
 from helix_es.stores.ports import Applied, StaleWrite
 from helix_es.stores.redis.checkpoint_keys import (
     SEP,
@@ -36,6 +36,7 @@ from helix_es.stores.redis.views import ADVANCE, advance_checkpoint, delete_matc
 from helix_es.views.checkpoints import (
     EMPTY,
     VIEW_NAME,
+    CheckpointOp,
     DeleteCheckpoints,
     DropThread,
     PutCheckpoint,
@@ -47,7 +48,9 @@ from helix_es.views.checkpoints import (
 )
 
 Index = dict[Ref, str | None]  # a checkpoint -> its run id
-Plan = tuple[tuple[str, str], list[Record], Index | None, set[str]]  # thread, records, index, writes held
+Thread = tuple[str, str]  # (namespace, thread id)
+# thread, its fresh records' ops (decoded once: the deletion check reads them too), index, writes held
+Plan = tuple[Thread, list[Record], list[CheckpointOp | None], Index | None, set[str]]
 
 
 def _index(raw: dict[bytes, bytes]) -> Index:
@@ -132,24 +135,33 @@ class RedisCheckpoints:
             fresh = [r for r in recs if r.position.offset > max(done, guard)]
             if not fresh:
                 continue
-            deletes = any(isinstance(op_of(r.event), DeleteCheckpoints | DropThread) for r in fresh)
+            ops = [op_of(r.event) for r in fresh]
+            deletes = any(isinstance(op, DeleteCheckpoints | DropThread) for op in ops)
             index = _index(await reader.hgetall(keys[t].runs)) if deletes else None
             wrote = {text(m) for m in await reader.smembers(keys[t].wrote)} if deletes else set()
-            plans.append((t, fresh, index, wrote))
+            plans.append((t, fresh, ops, index, wrote))
         return plans
 
     def _queue(self, pipe: Any, plans: list[Plan], keys: Any) -> int:
         count = 0
-        for t, fresh, index, wrote in plans:
+        for t, fresh, ops, index, wrote in plans:
             k = keys[t]
-            for r in fresh:
-                self._fold(pipe, k, r.event, index, wrote)
+            for op in ops:
+                self._fold(pipe, k, t, op, index, wrote)
             pipe.set(k.applied, fresh[-1].position.offset)
             count += len(fresh)
         return count
 
-    def _fold(self, pipe: Any, k: ThreadKeys, e: Event, index: Index | None, wrote: set[str]) -> None:
-        op = op_of(e)
+    def _fold(
+        self,
+        pipe: Any,
+        k: ThreadKeys,
+        t: tuple[str, str],
+        op: CheckpointOp | None,
+        index: Index | None,
+        wrote: set[str],
+    ) -> None:
+        namespace, thread_id = t
         if isinstance(op, PutCheckpoint):
             cns, cid = op.ref
             member = f"{cns}{SEP}{cid}"
@@ -157,7 +169,7 @@ class RedisCheckpoints:
             pipe.zadd(k.ids(cns), {cid: 0})
             pipe.sadd(k.nss, cns)
             pipe.hset(k.runs, member, op.row.run_id or "")
-            pipe.sadd(threads_key(self.name, e.namespace), e.session_id)
+            pipe.sadd(threads_key(self.name, namespace), thread_id)
             if op.blobs:
                 pipe.hset(k.blobs, mapping={SEP.join(ref): blob_value(value) for ref, value in op.blobs})
             if index is not None:
@@ -185,7 +197,7 @@ class RedisCheckpoints:
                     pipe.delete(k.writes(*member.split(SEP, 1)))
                 wrote.clear()
                 pipe.delete(k.cp, k.runs, k.nss, k.blobs, k.wrote)
-                pipe.srem(threads_key(self.name, e.namespace), e.session_id)
+                pipe.srem(threads_key(self.name, namespace), thread_id)
             elif op.blobs:
                 pipe.hdel(k.blobs, *(SEP.join(ref) for ref in op.blobs))
 
