@@ -127,6 +127,11 @@ class ItemOp:
     def ident(self) -> tuple[tuple[str, ...], str] | None:
         return None if self.payload is None else (self.payload.namespace, self.payload.key)
 
+    @property
+    def refresh(self) -> bool:
+        """A read's refresh: the item's expiry moves, its vectors stay."""
+        return isinstance(self.payload, ItemTouched)
+
 
 def rank(
     found: Sequence[tuple[StoredItem, np.ndarray | None]], query: np.ndarray, limit: int, offset: int
@@ -210,7 +215,7 @@ def fold_batch(
         k = (op.session_id, ident[1])
         before = state.get(k)
         item = fold_item(before, op)
-        if isinstance(op.payload, ItemTouched):
+        if op.refresh:
             if item is not None and item != before:
                 state[k] = item
                 put.setdefault(k, KEEP)  # after a put in this batch, that put's vectors

@@ -15,13 +15,12 @@ import numpy as np
 from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, SessionKey
 from helix_es.views.items import (
-    KEEP,
     Items,
     NoMessages,
     StoredItem,
     choose,
     embed,
-    fold_batch,
+    fold_item,
     list_namespaces,
     namespace_of,
     ops,
@@ -49,27 +48,28 @@ class MemoryItems(NoMessages):
         done = self._checkpoints.get((topic, partition), -1)
         namespace = records[0].event.namespace
         fresh = [op for op in batch if op.offset > done]
-        embedded = await embed(self.embedder, self.view.index, fresh)  # before the atomic step: it awaits
-        vectors = {op.offset: v for op, v in zip(fresh, embedded, strict=True)}
+        vectors = await embed(self.embedder, self.view.index, fresh)  # before the atomic step: it awaits
         paths = self._namespaces.setdefault(namespace, {})
-        current = {
-            (sid, key): item
-            for sid in {op.session_id for op in fresh}
-            for key, item in paths.get(namespace_of(sid), {}).items()
-        }
-        state, put = fold_batch(current, fresh, vectors)
-        for sid, key in current.keys() - state.keys():
-            path = namespace_of(sid)
-            paths[path].pop(key, None)
-            self._vectors.pop((namespace, path, key), None)
-        for (sid, key), item in state.items():
-            path = namespace_of(sid)
-            paths.setdefault(path, {})[key] = item
-            found = put.get((sid, key), KEEP)
-            if isinstance(found, np.ndarray):
-                self._vectors[(namespace, path, key)] = found
-            elif found is None:
+        for op, found in zip(fresh, vectors, strict=True):
+            ident = op.ident
+            if ident is None:  # a clear or an erasure: every item of the session's path goes
+                path = namespace_of(op.session_id)
+                for key in paths.pop(path, {}):
+                    self._vectors.pop((namespace, path, key), None)
+                continue
+            path, key = ident
+            items = paths.setdefault(path, {})
+            item = fold_item(items.get(key), op)
+            if item is None:
+                items.pop(key, None)
+            else:
+                items[key] = item
+            if op.refresh:  # the item's vectors stay
+                continue
+            if found is None:
                 self._vectors.pop((namespace, path, key), None)
+            else:
+                self._vectors[(namespace, path, key)] = found
         last = records[-1].position.offset
         if last > done:
             self._checkpoints[(topic, partition)] = last
