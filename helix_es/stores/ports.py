@@ -11,8 +11,6 @@ if a session's guard moved since it was loaded, so two projectors never interlea
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +24,7 @@ from helix_es.model.message import Message
 from helix_es.views.base import State, View
 from helix_es.views.checkpoints import Saved, WriteRow
 from helix_es.views.items import StoredItem
+from helix_es.views.rows import Row, RowChange, Scan, Table
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,31 +298,6 @@ class KeyStore(Protocol):
     async def close(self) -> None: ...
 
 
-def key_row_json(row: KeyRow) -> str:
-    return json.dumps(
-        {
-            "wrapped_key": None if row.wrapped_key is None else base64.b64encode(row.wrapped_key).decode(),
-            "wrapped_by": row.wrapped_by,
-            "created_at": row.created_at.isoformat(),
-            "erased_at": None if row.erased_at is None else row.erased_at.isoformat(),
-        }
-    )
-
-
-def key_row_from(namespace: str, session_id: str, key_id: str, doc: Mapping[str, Any]) -> KeyRow:
-    wrapped = doc.get("wrapped_key")
-    erased = doc.get("erased_at")
-    return KeyRow(
-        namespace,
-        session_id,
-        key_id,
-        None if wrapped is None else base64.b64decode(wrapped),
-        doc.get("wrapped_by"),
-        datetime.fromisoformat(doc["created_at"]),
-        None if erased is None else datetime.fromisoformat(erased),
-    )
-
-
 # --- idempotency keys: which write a retry repeats ---
 
 
@@ -405,6 +379,47 @@ class ItemStore(Protocol):
     ) -> list[tuple[str, ...]]: ...
 
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+# --- rows of a namespace-wide view (helix_es.views.rows) ---
+
+
+class RowStore(Protocol):
+    """One view's tables kept by one technology: it applies row changes, knowing no event type.
+
+    `apply` writes one partition's changes, in order, and its checkpoint in one atomic step (on a
+    Redis Cluster: one step per namespace, then the checkpoint; every change is idempotent, so a
+    step applied again changes nothing). It refuses with `StaleWrite` when the stored checkpoint is
+    no longer `after` (another projector moved it: reload and fold again), and with
+    `CheckpointLost` when one this store had seen is gone.
+    """
+
+    name: str  # the view's (or its rebuild target's) name: its marks and checkpoints
+    kind: str
+    tables: Mapping[str, Table]
+
+    async def apply(
+        self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
+    ) -> None: ...
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None: ...
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        """Move the checkpoint past records that were dead-lettered (never backwards)."""
+        ...
+
+    async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
+        """The rows `scan` asks for; None while the partition of `want` is behind `want.offset`
+        (the checkpoint is read in the same round trip as the rows)."""
+        ...
+
+    async def mark(self, namespace: str, mark: str) -> int | None: ...
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        """Delete the rows and marks of `namespaces` and the view's checkpoints of `topics`."""
+        ...
 
     async def close(self) -> None: ...
 

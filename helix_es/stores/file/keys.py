@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from helix_es.model import names
-from helix_es.stores.ports import KeyRow, key_row_from, key_row_json
+from helix_es.stores.key_rows import key_row_from, key_row_json
+from helix_es.stores.ports import KeyRow
 
 DEFAULT_DIRECTORY = ".helix/keys"  # beside the embedded log's default .helix/log
 

@@ -6,7 +6,8 @@ import json
 from datetime import datetime
 
 from helix_es.model import names
-from helix_es.stores.ports import KeyRow, key_row_from, key_row_json
+from helix_es.stores.key_rows import key_row_from, key_row_json
+from helix_es.stores.ports import KeyRow
 from helix_es.stores.redis.pool import Client, Lazy, text
 
 _LIVE = "~live"  # the hash field naming the live key; key ids never contain "~"

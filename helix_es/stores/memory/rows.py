@@ -1,0 +1,141 @@
+"""In-process rows (`helix_es.views.rows`): the embedded default and the reference of the other stores.
+
+Per table and namespace, the rows' order tuples in a sorted list (`bisect`) beside a dict of the
+rows and one from key to order. `apply` has no await inside, so nothing runs between its steps:
+that is the atomic step. The data lives as long as the store; the embedded backend rebuilds it
+from the log when it attaches the view.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from helix_es.model.events import Position
+from helix_es.stores.ports import StaleWrite
+from helix_es.views.rows import (
+    Cut,
+    Delete,
+    Put,
+    Row,
+    RowChange,
+    Scan,
+    Table,
+    check_changes,
+    check_scan,
+    namespace_of,
+    sortable,
+)
+
+Order = tuple[Any, ...]
+
+
+@dataclass
+class _Rows:
+    order: list[Order] = field(default_factory=list)  # sorted
+    rows: dict[Order, Row] = field(default_factory=dict)
+    keys: dict[tuple[Any, ...], Order] = field(default_factory=dict)
+
+    def insert(self, table: Table, row: Row) -> None:
+        place = table.order_of(row)
+        bisect.insort(self.order, place)
+        self.rows[place] = dict(row)
+        self.keys[table.key_of(row)] = place
+
+    def delete(self, table: Table, row: Row) -> None:
+        place = self.keys.pop(table.key_of(row), None)
+        if place is not None:
+            del self.rows[place]
+            del self.order[bisect.bisect_left(self.order, place)]
+
+
+class MemoryRows:
+    kind = "memory"
+
+    def __init__(self, name: str, tables: Sequence[Table]) -> None:
+        self.name = name
+        self.tables: Mapping[str, Table] = {t.name: t for t in tables}
+        self._rows: dict[tuple[str, str], _Rows] = {}  # (table, namespace) ->
+        self._marks: dict[tuple[str, str], int] = {}  # (namespace, mark) -> value
+        self._checkpoints: dict[tuple[str, int], int] = {}
+
+    async def apply(
+        self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
+    ) -> None:
+        check_changes(self.tables, changes)
+        stored = self._checkpoints.get((topic, partition))
+        if stored != after:
+            raise StaleWrite(f"{self.name}: checkpoint of {topic}[{partition}] is {stored}, not {after}")
+        for change in changes:
+            table = self.tables[change.table]
+            rows = self._rows.setdefault((table.name, namespace_of(change)), _Rows())
+            if isinstance(change, Put):
+                self._put(table, rows, change)
+            elif isinstance(change, Delete):
+                rows.delete(table, change.row)
+            else:
+                self._cut(rows, change)
+        self._checkpoints[(topic, partition)] = max(checkpoint, stored if stored is not None else -1)
+
+    def _put(self, table: Table, rows: _Rows, put: Put) -> None:
+        row = put.row
+        if put.floor is not None and table.floor is not None:
+            mark = self._marks.get((str(row["namespace"]), put.floor))
+            if mark is not None and sortable(table.type(table.floor), row[table.floor]) <= mark:
+                return
+        if table.key_of(row) in rows.keys:
+            if not put.replace:
+                return
+            rows.delete(table, row)
+        rows.insert(table, row)
+
+    def _cut(self, rows: _Rows, cut: Cut) -> None:
+        mark = (cut.namespace, cut.mark)
+        self._marks[mark] = max(cut.upto, self._marks.get(mark, cut.upto))
+        end = bisect.bisect_left(rows.order, (self._marks[mark] + 1,))  # every order with floor <= mark sorts before
+        for place in rows.order[:end]:
+            row = rows.rows.pop(place)
+            del rows.keys[self.tables[cut.table].key_of(row)]
+        del rows.order[:end]
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        return self._checkpoints.get((topic, partition))
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        self._checkpoints[(topic, partition)] = max(offset, self._checkpoints.get((topic, partition), -1))
+
+    async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
+        table = check_scan(self.tables, scan)
+        if want is not None:
+            applied = self._checkpoints.get((want.topic, want.partition))
+            if applied is None or applied < want.offset:
+                return None
+        rows = self._rows.get((table.name, scan.namespace))
+        if rows is None or scan.limit == 0:
+            return []
+        out: list[Row] = []
+        for place in reversed(rows.order) if scan.newest_first else rows.order:
+            row = rows.rows[place]
+            if scan.passes(table, row):
+                out.append(row)
+                if scan.limit is not None and len(out) >= scan.limit:
+                    break
+        return out
+
+    async def mark(self, namespace: str, mark: str) -> int | None:
+        return self._marks.get((namespace, mark))
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        gone = set(namespaces)
+        for key in [k for k in self._rows if k[1] in gone]:
+            del self._rows[key]
+        for key in [k for k in self._marks if k[0] in gone]:
+            del self._marks[key]
+        logs = set(topics)
+        for key in [k for k in self._checkpoints if k[0] in logs]:
+            del self._checkpoints[key]
+
+    async def close(self) -> None:
+        pass
