@@ -131,11 +131,11 @@ class MemoryRows:
         gone = set(namespaces)
         for key in [k for k in self._rows if k[1] in gone]:
             del self._rows[key]
-        for key in [k for k in self._marks if k[0] in gone]:
-            del self._marks[key]
+        for mark in [k for k in self._marks if k[0] in gone]:
+            del self._marks[mark]
         logs = set(topics)
-        for key in [k for k in self._checkpoints if k[0] in logs]:
-            del self._checkpoints[key]
+        for cp in [k for k in self._checkpoints if k[0] in logs]:
+            del self._checkpoints[cp]
 
     async def close(self) -> None:
         pass
