@@ -12,7 +12,9 @@ the store checks inside the atomic step: a `Put` with a `floor` is skipped at or
 `Cut` raised, whichever partition raised it.
 
 Values are Python's: `text` str, `int` int (64-bit), `time` a timezone-aware datetime kept to the
-microsecond, `json` anything `json.dumps` takes. Rows are identified by their order (`Table.order`,
+microsecond, `json` a JSON document as text (or None). Stores keep that text as it is, or, like
+PostgreSQL's jsonb, with their own spacing and key order, never another value: a fold encodes once
+and a reader decodes once, and no store pays for a document it only passes on. Rows are identified by their order (`Table.order`,
 which ends with the key), so a row's order columns never change: a fold that moves a row deletes
 it and puts it again.
 """
@@ -100,7 +102,7 @@ def _fits(kind: ColumnType, value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     if kind == "time":
         return isinstance(value, datetime) and value.tzinfo is not None
-    return True
+    return isinstance(value, str)  # json: the document's text
 
 
 def micros_of(value: datetime) -> int:
