@@ -24,8 +24,8 @@ from helix_es.model.events import CheckpointSaved, CheckpointsDeleted, WritesSav
 from helix_es.projection.factory import location, open_checkpoints, open_items, open_projection, open_store
 from helix_es.projection.fold import project
 from helix_es.projection.idempotency import mark_duplicates
+from helix_es.projection.long_term import LongTermRows
 from helix_es.stores.memory.idempotency import MemoryIdempotency
-from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.memory.views import MemoryStore
 from helix_es.stores.ports import SessionKey
@@ -112,7 +112,7 @@ async def compare_memories(
                         f"{label}, session {k.session_id}: guard {stored[k].applied}, clean fold {expected[k].applied}"
                     )
         else:
-            clean_lt = MemoryLongTerm()
+            clean_lt = LongTermRows.in_process()
             for batch in marked:
                 await clean_lt.apply(batch, live=False)
             projection = open_projection(memory)

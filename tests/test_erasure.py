@@ -38,11 +38,11 @@ from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased, SummaryRecorded
+from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.embed import HashEmbedder
 from helix_es.stores.file.keys import FileKeyStore
-from helix_es.stores.memory.long_term import MemoryLongTerm
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.ports import KeyStore, SessionKey
 from helix_es.stores.postgres.keys import PostgresKeyStore
@@ -383,7 +383,7 @@ async def long_term(request: pytest.FixtureRequest) -> AsyncIterator[Projection]
     elif request.param == "postgres":
         projection = PostgresLongTerm(request.getfixturevalue("postgres_dsn"))
     else:
-        projection = MemoryLongTerm()
+        projection = LongTermRows.in_process()
     yield projection
     await projection.close()
 

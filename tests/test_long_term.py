@@ -27,8 +27,9 @@ from helix_es.model import names
 from helix_es.model.events import Position, SessionErased
 from helix_es.projection.factory import open_projection
 from helix_es.projection.idempotency import IdempotentProjection
+from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection
-from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
 from helix_es.stores.redis.long_term import RedisLongTerm, prefix
@@ -71,8 +72,8 @@ def unwrapped(projection: Projection) -> Projection:
 async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
     """The session id kept beside each message, read from the store itself, in view order."""
     projection = unwrapped(projection)
-    if isinstance(projection, MemoryLongTerm):
-        return projection.sessions(namespace)
+    if isinstance(projection, LongTermRows):
+        return [r["session_id"] for r in await projection.rows(namespace)]
     if isinstance(projection, RedisLongTerm):
         base = prefix(namespace, projection.name)
         members = cast(list[bytes], await projection.redis.zrange(base + "index", 0, -1))
@@ -98,7 +99,7 @@ async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
 class TestMemoryLongTerm(LongTermContract):
     @pytest.fixture
     async def store(self) -> AsyncIterator[Projection]:
-        s = MemoryLongTerm()
+        s = LongTermRows.in_process()
         yield s
         await s.close()
 
@@ -106,8 +107,8 @@ class TestMemoryLongTerm(LongTermContract):
         return await stored_sessions(store, namespace)
 
     async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
-        assert isinstance(store, MemoryLongTerm)
-        store._checkpoints.pop((topic, partition))
+        assert isinstance(store, LongTermRows) and isinstance(store.store, MemoryRows)
+        store.store._checkpoints.pop((topic, partition))
 
 
 class TestRedisLongTerm(LongTermContract):

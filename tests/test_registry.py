@@ -13,11 +13,22 @@ import pytest
 
 from helix_es import ConfigError, load_config
 from helix_es.model import names
+from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
-from helix_es.stores.ports import EMPTY, AliasStore, KeyStore, LongTermStore, SessionKey, VectorStore, ViewStore
+from helix_es.stores.ports import (
+    EMPTY,
+    AliasStore,
+    KeyStore,
+    LongTermStore,
+    RowStore,
+    SessionKey,
+    VectorStore,
+    ViewStore,
+)
 from helix_es.views.conversation import Conversation
 from helix_es.views.long_term import DEFAULT_TABLE
+from helix_es.views.long_term_rows import tables
 from tests.conftest import unique
 
 
@@ -60,7 +71,16 @@ async def test_every_kind_builds_adapters_that_satisfy_their_ports(
         assert await views.read(Conversation(), key) == EMPTY  # it answers, from its real service
         assert await views.checkpoint(Conversation(), topic, 0) is None
 
-        long_term = kind.long_term(where, DEFAULT_TABLE, "long-term")
+        if kind.rows is not None:
+            rows = kind.rows(where, unique("rows"), tables(DEFAULT_TABLE))
+            opened.append(rows)
+            assert_satisfies(rows, RowStore)
+            assert rows.kind == views_kind
+        if kind.long_term is not None:
+            long_term: LongTermStore = kind.long_term(where, DEFAULT_TABLE, "long-term")
+        else:  # kept as rows
+            assert kind.rows is not None
+            long_term = LongTermRows(kind.rows(where, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
         opened.append(long_term)
         assert_satisfies(long_term, LongTermStore)
         assert_satisfies(long_term, Projection)

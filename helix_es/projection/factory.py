@@ -17,6 +17,7 @@ from helix_es.log.port import EventLog
 from helix_es.model.errors import ConfigError
 from helix_es.projection.checkpoints import CheckpointProjection
 from helix_es.projection.idempotency import IdempotentProjection
+from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection, WideProjection
 from helix_es.projection.session import SessionProjection
 from helix_es.projection.summary import SummaryProjection
@@ -39,6 +40,7 @@ from helix_es.views.base import IndexView, View
 from helix_es.views.checkpoints import Checkpoints
 from helix_es.views.items import Items
 from helix_es.views.long_term import LongTerm
+from helix_es.views.long_term_rows import tables as long_term_tables
 from helix_es.views.summary import Summary
 from helix_es.views.vector import Vector
 
@@ -120,6 +122,9 @@ def open_long_term(memory: MemoryConfig) -> LongTermStore:
     if kind is None:
         raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {view.store!r}")
     where = _located(memory, kind, f"a {kind.name} long-term memory")
+    if kind.long_term is None:
+        assert kind.rows is not None, kind.name
+        return LongTermRows(kind.rows(where, view.name, long_term_tables(view.table)), view.table)
     return kind.long_term(where, view.table, view.name)
 
 

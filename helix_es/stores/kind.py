@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,10 +13,12 @@ from helix_es.stores.ports import (
     ItemStore,
     KeyStore,
     LongTermStore,
+    RowStore,
     VectorStore,
     ViewStore,
 )
 from helix_es.views.items import Items
+from helix_es.views.rows import Table
 
 
 @dataclass(frozen=True)
@@ -31,13 +33,15 @@ class StoreKind:
     address: Literal["redis_url", "dsn"] | None  # the config key that says where it lives
     in_process: bool  # its views live in one process: the embedded log only
     views: Callable[[str | None], ViewStore]
-    long_term: Callable[[str | None, str, str], LongTermStore]  # (location, table, view name)
+    # (location, table, view name); None: the long-term view is kept as rows (`rows`)
+    long_term: Callable[[str | None, str, str], LongTermStore] | None
     aliases: Callable[[str | None], AliasStore]
     vectors: Callable[[str | None], VectorStore] | None = None
     keys: Callable[[str | None], KeyStore] | None = None
     idempotency: Callable[[str | None], IdempotencyStore] | None = None
     items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items
     checkpoints: Callable[[str | None, str], CheckpointStore] | None = None  # (location, view name)
+    rows: Callable[[str | None, str, Sequence[Table]], RowStore] | None = None  # (location, view name, tables)
     tables: bool = False  # its long-term memory lives in a table the config may name (`table:`)
     exported: bool = False  # its views are exported as JSON to `file_path`, the embedded log kept beside it
     views_from: str | None = None  # the kind whose view adapters it keeps its views in, if another's

@@ -14,15 +14,16 @@ the store checks inside the atomic step: a `Put` with a `floor` is skipped at or
 Values are Python's: `text` str, `int` int (64-bit), `time` a timezone-aware datetime kept to the
 microsecond, `json` a JSON document as text (or None). Stores keep that text as it is, or, like
 PostgreSQL's jsonb, with their own spacing and key order, never another value: a fold encodes once
-and a reader decodes once, and no store pays for a document it only passes on. Rows are identified by their order (`Table.order`,
-which ends with the key), so a row's order columns never change: a fold that moves a row deletes
-it and puts it again.
+and a reader decodes once, and no store pays for a document it only passes on.
+
+Rows are identified by their order (`Table.order`, which ends with the key), so a row's order
+columns never change: a fold that moves a row deletes it and puts it again.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -52,8 +53,11 @@ class Table:
     lookups: tuple[str, ...] = ()
     text: str | None = None
     floor: str | None = None
+    _types: dict[str, ColumnType] = field(init=False, repr=False, compare=False)
+    _orders: tuple[tuple[str, bool, bool], ...] = field(init=False, repr=False, compare=False)  # (column, time?, text?)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_types", dict(self.columns))
         names = [c for c, _ in self.columns]
         for n in (self.name, *names):
             if not _NAME.fullmatch(n):
@@ -72,37 +76,42 @@ class Table:
             raise ValueError(f"table {self.name!r}: floor must be order's second column, of type int or time")
         if self.text is not None and self.type(self.text) != "text":
             raise ValueError(f"table {self.name!r}: text must name a text column")
+        orders = tuple((c, self._types[c] == "time", self._types[c] == "text") for c in self.order[1:])
+        object.__setattr__(self, "_orders", orders)
 
     def type(self, column: str) -> ColumnType:
-        return dict(self.columns)[column]
+        return self._types[column]
 
     def check(self, row: Row) -> None:
         """Refuse a row that misses a column or holds a value of the wrong type (a fold's bug, caught early)."""
         for name, kind in self.columns:
-            if name not in row:
+            value = row.get(name, _MISSING)
+            if value is _MISSING:
                 raise ValueError(f"table {self.name!r}: row has no {name!r}")
-            value = row[name]
-            if value is None and kind == "json":
-                continue
             if not _fits(kind, value):
                 raise ValueError(f"table {self.name!r}: {name!r} must be {kind}, got {value!r}")
 
     def order_of(self, row: Row) -> tuple[Any, ...]:
         """The row's place in the table, namespace left out (rows of one namespace are compared)."""
-        return tuple(sortable(self.type(c), row[c]) for c in self.order[1:])
+        return tuple(
+            micros_of(row[c]) if time else row[c].encode() if text else row[c] for c, time, text in self._orders
+        )
 
     def key_of(self, row: Row) -> tuple[Any, ...]:
         return tuple(row[c] for c in self.key[1:])
 
 
+_MISSING = object()
+
+
 def _fits(kind: ColumnType, value: Any) -> bool:
     if kind == "text":
-        return isinstance(value, str)
+        return type(value) is str
     if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+        return type(value) is int and -(2**63) <= value < 2**63
     if kind == "time":
         return isinstance(value, datetime) and value.tzinfo is not None
-    return isinstance(value, str)  # json: the document's text
+    return value is None or type(value) is str  # json: the document's text
 
 
 def micros_of(value: datetime) -> int:
@@ -176,13 +185,19 @@ class Scan:
     limit: int | None = None
     newest_first: bool = False
 
-    def passes(self, table: Table, row: Row) -> bool:
+    def test(self, table: Table) -> Callable[[Row], bool]:
         """The filter, as the stores that filter rows themselves apply it."""
-        if any(row.get(c) != v for c, v in self.where.items()):
-            return False
-        if self.contains is not None and table.text is not None:
-            return self.contains.casefold() in str(row[table.text]).casefold()
-        return True
+        where = tuple(self.where.items())
+        needle = None if self.contains is None or table.text is None else self.contains.casefold()
+        text = table.text or ""
+
+        def passes(row: Row) -> bool:
+            for column, value in where:
+                if row.get(column) != value:
+                    return False
+            return needle is None or needle in row[text].casefold()
+
+        return passes
 
 
 def check_scan(tables: Mapping[str, Table], scan: Scan) -> Table:

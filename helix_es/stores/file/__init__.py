@@ -7,7 +7,7 @@ from helix_es.stores.file.keys import DEFAULT_DIRECTORY, FileKeyStore
 from helix_es.stores.kind import StoreKind
 from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.memory.idempotency import MemoryIdempotency
-from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.memory.views import MemoryStore
 
 KIND = StoreKind(
@@ -15,7 +15,8 @@ KIND = StoreKind(
     address=None,
     in_process=True,
     views=lambda _: MemoryStore(),
-    long_term=lambda _, table, name: MemoryLongTerm(name=name),
+    long_term=None,
+    rows=lambda _, name, tables: MemoryRows(name, tables),
     aliases=lambda _: MemoryAliases(),
     keys=lambda directory: FileKeyStore(directory or DEFAULT_DIRECTORY),
     idempotency=lambda _: MemoryIdempotency(),

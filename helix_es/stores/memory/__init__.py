@@ -7,7 +7,7 @@ from helix_es.stores.memory.aliases import MemoryAliases
 from helix_es.stores.memory.checkpoints import MemoryCheckpoints
 from helix_es.stores.memory.idempotency import MemoryIdempotency
 from helix_es.stores.memory.items import MemoryItems
-from helix_es.stores.memory.long_term import MemoryLongTerm
+from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.memory.views import MemoryStore
 
@@ -16,7 +16,8 @@ KIND = StoreKind(
     address=None,
     in_process=True,
     views=lambda _: MemoryStore(),
-    long_term=lambda _, table, name: MemoryLongTerm(name=name),
+    long_term=None,
+    rows=lambda _, name, tables: MemoryRows(name, tables),
     aliases=lambda _: MemoryAliases(),
     vectors=lambda _: MemoryVectorStore(),
     idempotency=lambda _: MemoryIdempotency(),

@@ -9,6 +9,7 @@ from the log when it attaches the view.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,10 +116,17 @@ class MemoryRows:
         rows = self._rows.get((table.name, scan.namespace))
         if rows is None or scan.limit == 0:
             return []
+        places = reversed(rows.order) if scan.newest_first else rows.order
+        found = rows.rows
+        if not scan.where and scan.contains is None:  # a whole read (`get`): no test per row
+            if scan.limit is None:
+                return [found[p] for p in places]
+            return [found[p] for p in itertools.islice(places, scan.limit)]
         out: list[Row] = []
-        for place in reversed(rows.order) if scan.newest_first else rows.order:
-            row = rows.rows[place]
-            if scan.passes(table, row):
+        passes = scan.test(table)
+        for place in places:
+            row = found[place]
+            if passes(row):
                 out.append(row)
                 if scan.limit is not None and len(out) >= scan.limit:
                     break

@@ -1,0 +1,53 @@
+"""The long-term view as rows: `helix_es.views.long_term_rows`'s fold over any `RowStore`, read as messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from helix_es.model.events import Position, Record
+from helix_es.model.message import Message, decode_json
+from helix_es.projection.rows import RowProjection
+from helix_es.stores.memory.rows import MemoryRows
+from helix_es.stores.ports import RowStore, SessionKey
+from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, ops
+from helix_es.views.long_term_rows import CLEARED, LongTermFold, Wants, tables
+from helix_es.views.rows import Row, Scan
+
+
+class _Fold(LongTermFold):
+    mark = CLEARED
+
+    def ops(self, records: Sequence[Record]) -> tuple[str, int, list[Op]]:
+        return ops(records)
+
+    def offset(self, op: Op) -> int:
+        return op.offset
+
+
+class LongTermRows(RowProjection[Op, Wants]):
+    """A long-term memory kept by a row store: `get` and `search` answer messages in event-time order."""
+
+    def __init__(self, store: RowStore, table: str) -> None:
+        fold = _Fold(table)
+        super().__init__(store, fold)
+        self.table = fold.rows.name
+
+    @classmethod
+    def in_process(cls, name: str = VIEW_NAME, table: str = DEFAULT_TABLE) -> LongTermRows:
+        """A long-term memory kept in this process (the embedded default's, a clean fold's)."""
+        return cls(MemoryRows(name, tables(table)), table)
+
+    async def rows(self, namespace: str) -> list[Row]:
+        """The namespace's message rows in view order (for audit and tools: each keeps its session and position)."""
+        return await self.store.scan(Scan(self.table, namespace)) or []
+
+    async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
+        rows = await self.store.scan(Scan(self.table, key.namespace), want)
+        return None if rows is None else [decode_json(r["message"]) for r in rows]
+
+    async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
+        rows = await self.store.scan(Scan(self.table, key.namespace, contains=query, limit=limit), want)
+        return None if rows is None else [decode_json(r["message"]) for r in rows]
+
+    async def applied(self, key: SessionKey, want: Position) -> int | None:
+        return await self.store.checkpoint(want.topic, want.partition)
