@@ -92,15 +92,19 @@ def _order_part(kind: ColumnType) -> Callable[[Any], bytes]:
     raise ValueError("a json column cannot be ordered")
 
 
-def _token(kind: ColumnType, value: Any, *, canonical: bool = False) -> str:
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_canonical = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
+def _tokens(kind: ColumnType, *, canonical: bool = False) -> Callable[[Any], str]:
     """A value as the row's JSON holds it (a lookup's json canonical, keys sorted, so equal values match)."""
     if kind == "text":
-        return str(_encode_str(value))
+        return _encode_str
     if kind == "int":
-        return str(value)
+        return str
     if kind == "time":
-        return str(micros_of(value))
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=canonical)
+        return lambda v: str(micros_of(v))
+    return _canonical if canonical else _json
 
 
 def _lookup(token: str) -> str:
@@ -131,7 +135,9 @@ class _Codec:
         self.lookups = table.lookups
         self._order = [(c, _order_part(table.type(c))) for c in table.order[1:]]
         rest = [c for c, _ in table.columns if c != NAMESPACE and c not in table.lookups]
-        self._fields = [(c, f'"{c}":', table.type(c), c in table.lookups) for c in (*table.lookups, *rest)]
+        self._fields = [
+            (c, f'"{c}":', _tokens(table.type(c), canonical=c in table.lookups)) for c in (*table.lookups, *rest)
+        ]
         self._times = [c for c, kind in table.columns if kind == "time"]
         self._columns = [c for c, _ in table.columns]
 
@@ -140,8 +146,8 @@ class _Codec:
 
     def value(self, row: Row) -> tuple[str, list[str]]:
         """The row's JSON and its lookup values."""
-        tokens = [_token(kind, row[c], canonical=lookup) for c, _, kind, lookup in self._fields]
-        body = ",".join(head + token for (_, head, _, _), token in zip(self._fields, tokens, strict=True))
+        tokens = [token(row[c]) for c, _, token in self._fields]
+        body = ",".join(head + value for (_, head, _), value in zip(self._fields, tokens, strict=True))
         return "{" + body + "}", [_lookup(t) for t in tokens[: len(self.lookups)]]
 
     def row(self, namespace: str, value: bytes) -> dict[str, Any]:
@@ -323,7 +329,7 @@ class RedisRows:
             if not _fits(kind, value):
                 indexes = []  # no row holds it
                 break
-            indexes.append(f"{head}l:{column}:{_lookup(_token(kind, value, canonical=True))}")
+            indexes.append(f"{head}l:{column}:{_lookup(_tokens(kind, canonical=True)(value))}")
         else:
             indexes = indexes or [head + "o"]
         if want is not None and (self._cluster or not indexes or scan.limit == 0):

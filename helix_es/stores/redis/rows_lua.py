@@ -261,14 +261,16 @@ for j = 1, #members do
 end
 if #keep == 0 then return out end
 local values = redis.call('HMGET', KEYS[1], unpack(keep))
--- An ASCII needle JSON does not escape shows verbatim, lower-cased, in the lower-cased JSON of an
--- ASCII row (no \u escapes) that holds it: a row without it is left out. Others go to Python's casefold.
-local needle = ARGV[7]
-local plain = needle ~= '' and ARGV[8] == '1' and not string.find(needle, '["\\%c]')
+-- Of an ASCII row (its JSON has no \u escapes either), what Python's casefold finds is decided here: an
+-- ASCII needle JSON does not escape shows verbatim in the lower-cased JSON of a row that holds it, and a
+-- needle that is not ASCII (casefolded already) is in no such row. Other rows go to Python.
+local needle, ascii = ARGV[7], ARGV[8] == '1'
+local plain = needle ~= '' and ascii and not string.find(needle, '["\\%c]')
+local wide = needle ~= '' and not ascii
 for k = 1, #values do
   local value = values[k]
-  if value and plain and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
-      and not string.find(string.lower(value), needle, 1, true) then
+  if value and (plain or wide) and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
+      and (wide or not string.find(string.lower(value), needle, 1, true)) then
     value = nil
   end
   if value then out[#out + 1] = value end
