@@ -196,9 +196,9 @@ class RedisRows:
 
     # --- writes ---
 
-    def _encode(self, changes: Sequence[RowChange]) -> dict[str, tuple[list[Any], list[bytes | str]]]:
+    def _encode(self, changes: Sequence[RowChange]) -> dict[str, tuple[list[Any], list[bytes]]]:
         """Per namespace, the script's changes and their binary arguments (refusing bad ones: nothing is sent yet)."""
-        out: dict[str, tuple[list[Any], list[bytes | str]]] = {}
+        out: dict[str, tuple[list[Any], list[bytes]]] = {}
         for change in changes:
             codec = self._codecs[change.table]
             ti = self._index[change.table]
@@ -206,25 +206,27 @@ class RedisRows:
                 if not -_SHIFT <= change.upto < _SHIFT:
                     raise ValueError(f"cut of {change.table!r}: {change.upto} is not a 64-bit int")
                 ns = names.check_namespace(change.namespace)
-                out.setdefault(ns, ([], []))[0].append([2, ti, 1, change.mark, str(change.upto)])
+                out.setdefault(ns, ([], []))[0].append([2, ti, change.mark, str(change.upto)])
                 continue
             try:
                 ns = names.check_namespace(change.row.get(NAMESPACE))
                 member = codec.member(change.row)  # a delete's row is checked here only: its order columns
                 put = None if isinstance(change, Delete) else codec.value(change.row)
-            except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+                value = b"" if put is None else put[0].encode()  # a lone surrogate fails here, not on the wire
+            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
                 raise ValueError(f"table {change.table!r}: cannot encode {change.row!r}: {exc!r}") from exc
             spec, blobs = out.setdefault(ns, ([], []))
             if put is None:
-                spec.append([1, ti, 1])
+                spec.append([1, ti])
                 blobs.append(member)
             else:
-                spec.append([0, ti, 1, int(isinstance(change, Put) and change.replace), _floor(change), *put[1]])
-                blobs += [member, put[0]]
+                spec.append([0, ti, int(isinstance(change, Put) and change.replace), _floor(change), *put[1]])
+                blobs += [member, value]
         return out
 
-    def _spec(self, bases: list[str], changes: list[Any]) -> str:
-        return json.dumps([self._spec_tables, bases, changes], ensure_ascii=False, separators=(",", ":"))
+    def _spec(self, groups: list[list[Any]]) -> str:
+        """The scripts' spec: the tables, then per namespace its key prefix and its changes."""
+        return json.dumps([self._spec_tables, groups], ensure_ascii=False, separators=(",", ":"))
 
     async def apply(
         self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
@@ -238,13 +240,12 @@ class RedisRows:
         if isinstance(client, RedisCluster):
             reply = await self._apply_on_cluster(client, by_namespace, tail)
         else:
-            bases, spec, blobs = [], [], []
-            for n, (ns, (ns_spec, ns_blobs)) in enumerate(by_namespace.items(), 1):
-                bases.append(prefix(ns, self.name))
-                spec += [[c[0], c[1], n, *c[3:]] for c in ns_spec]
+            groups, blobs = [], []
+            for ns, (spec, ns_blobs) in by_namespace.items():
+                groups.append([prefix(ns, self.name), spec])
                 blobs += ns_blobs
             reply = await self._scripts["apply"](
-                keys=[self._checkpoints.key], args=[*tail, self._spec(bases, spec), *blobs], client=client
+                keys=[self._checkpoints.key], args=[*tail, self._spec(groups), *blobs], client=client
             )
             reply = reply[0].decode(), (reply[1].decode() if len(reply) > 1 else "")
         if reply[0] == "LOST":
@@ -255,7 +256,7 @@ class RedisRows:
         self._checkpoints.seen.add(field)
 
     async def _apply_on_cluster(
-        self, client: RedisCluster, by_namespace: dict[str, tuple[list[Any], list[bytes | str]]], tail: list[Any]
+        self, client: RedisCluster, by_namespace: dict[str, tuple[list[Any], list[bytes]]], tail: list[Any]
     ) -> tuple[str, str]:
         key = self._checkpoints.key
         stored = await client.hget(key, tail[0])
@@ -268,7 +269,7 @@ class RedisRows:
             calls = []
             for ns, (spec, blobs) in by_namespace.items():
                 base = prefix(ns, self.name)
-                calls.append(([base + "marks"], [self._spec([base], spec), *blobs]))
+                calls.append(([base + "marks"], [self._spec([[base, spec]]), *blobs]))
             await self._replicated(client, calls)
         moved = await self._scripts["move"](keys=[key], args=tail, client=client)
         return ("LOST", "") if moved == -1 else ("STALE", "") if moved == -2 else ("OK", "")
@@ -291,7 +292,7 @@ class RedisRows:
                     pipe.execute_command("WAIT", 1, WAIT_MS, target_nodes=node)
                 replies = await pipe.execute(raise_on_error=False)
             if attempt == 1 and any(isinstance(r, redis_errors.NoScriptError) for r in replies):
-                await client.script_load(APPLY_NAMESPACE)  # a node new since (a failover): load it everywhere
+                await client.script_load(script.script)  # a node new since (a failover): load it everywhere
                 continue
             for reply in replies:
                 if isinstance(reply, Exception):

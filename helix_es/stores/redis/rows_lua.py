@@ -96,34 +96,35 @@ local function lookups(value, n)
   return out
 end
 
--- Apply the changes of `spec` ({tables, bases, changes}, see rows.py), their binary arguments (order
--- encodings, row values) in ARGV from `blob` on. Every change is idempotent: a batch applied again
--- (a cluster's checkpoint moves after its rows) changes nothing.
-local function apply_changes(spec, blob)
-  local tables, bases, marks = spec[1], spec[2], {}
-  local function mark_of(base, name)
-    local k = base .. '|' .. name
-    local m = marks[k]
-    if m == nil then
-      local d = redis.call('HGET', base .. 'marks', name)
-      m = d and enc(d) or false
-      marks[k] = m
-    end
-    return m, k
+-- A namespace's marks, read once per script: key prefix .. '|' .. name -> encoding (false: none).
+local marks = {}
+local function mark_of(base, name)
+  local k = base .. '|' .. name
+  local m = marks[k]
+  if m == nil then
+    local d = redis.call('HGET', base .. 'marks', name)
+    m = d and enc(d) or false
+    marks[k] = m
   end
-  local changes = spec[3]
+  return m, k
+end
+
+-- Apply one namespace's changes (its key prefix `base`), their binary arguments (order encodings, row
+-- values) in ARGV from `blob` on; returns where the next namespace's arguments start. Every change is idempotent:
+-- a batch applied again (a cluster's checkpoint moves after its rows) changes nothing.
+local function apply_changes(tables, base, changes, blob)
   for n = 1, #changes do
     local c = changes[n]
-    local t, base = tables[c[2]], bases[c[3]]
+    local t = tables[c[2]]
     local head, cols = base .. t[1] .. ':', t[2]
     local rows, index = head .. 'r', head .. 'o'
-    if c[1] == 0 then  -- put: {0, table, base, replace, floor mark, lookup values...}
+    if c[1] == 0 then  -- put: {0, table, replace, floor mark, lookup values...}
       local member, value = ARGV[blob], ARGV[blob + 1]
       blob = blob + 2
-      local m = c[5] ~= '' and mark_of(base, c[5])
+      local m = c[4] ~= '' and mark_of(base, c[4])
       if not (m and cmp8(member, m) <= 0) then
         local old = nil
-        if c[4] == 1 then
+        if c[3] == 1 then
           old = redis.call('HGET', rows, member)
           redis.call('HSET', rows, member, value)
         elseif redis.call('HSETNX', rows, member, value) == 0 then
@@ -131,18 +132,18 @@ local function apply_changes(spec, blob)
         end
         if not old then
           redis.call('ZADD', index, 0, member)
-          for i = 1, #cols do redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[5 + i], 0, member) end
+          for i = 1, #cols do redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[4 + i], 0, member) end
         elseif old ~= value and #cols > 0 then
           local was = lookups(old, #cols)
           for i = 1, #cols do
-            if was[i] ~= c[5 + i] then
+            if was[i] ~= c[4 + i] then
               redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member)
-              redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[5 + i], 0, member)
+              redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[4 + i], 0, member)
             end
           end
         end
       end
-    elseif c[1] == 1 then  -- delete: {1, table, base}
+    elseif c[1] == 1 then  -- delete: {1, table}
       local member = ARGV[blob]
       blob = blob + 1
       if #cols == 0 then
@@ -156,11 +157,11 @@ local function apply_changes(spec, blob)
           for i = 1, #cols do redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member) end
         end
       end
-    else  -- cut: {2, table, base, mark, upto (decimal)}
-      local m, k = mark_of(base, c[4])
-      local upto = enc(c[5])
+    else  -- cut: {2, table, mark, upto (decimal)}
+      local m, k = mark_of(base, c[3])
+      local upto = enc(c[4])
       if not m or cmp8(m, upto) < 0 then
-        redis.call('HSET', base .. 'marks', c[4], c[5])
+        redis.call('HSET', base .. 'marks', c[3], c[4])
         m = upto
         marks[k] = m
       end
@@ -188,6 +189,12 @@ local function apply_changes(spec, blob)
       end
     end
   end
+  return blob
+end
+
+-- The spec: {tables ({name, lookup columns}), {{namespace key prefix, changes}...}} (see rows.py).
+local function apply_spec(spec, blob)
+  for g = 1, #spec[2] do blob = apply_changes(spec[1], spec[2][g][1], spec[2][g][2], blob) end
 end
 """
 
@@ -200,7 +207,7 @@ APPLY = (
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if not stored and ARGV[4] == '1' then return {'LOST'} end
 if (stored or '') ~= ARGV[2] then return {'STALE', stored or ''} end
-apply_changes(cjson.decode(ARGV[5]), 6)
+apply_spec(cjson.decode(ARGV[5]), 6)
 if not stored or tonumber(ARGV[3]) > tonumber(stored) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 return {'OK'}
 """
@@ -211,7 +218,7 @@ return {'OK'}
 APPLY_NAMESPACE = (
     _CHANGES
     + r"""
-apply_changes(cjson.decode(ARGV[1]), 2)
+apply_spec(cjson.decode(ARGV[1]), 2)
 return 1
 """
 )
