@@ -54,7 +54,7 @@ class RedisRowsContract(RowStoreContract):
         for s in (store, other):
             await s.apply(TOPIC, 0, changes, 3, after=None)
         assert isinstance(store, RedisRows)
-        client = await store._open()
+        client = store.redis
         keys = [k async for k in client.scan_iter(match=f"helix:rows:{{{ns}}}:*", count=1000)]
         mine = [k for k in keys if k.decode().startswith(prefix(ns, store.name))]
         assert len(mine) == 5  # rows, order, two session lookups, marks

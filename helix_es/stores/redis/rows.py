@@ -13,10 +13,12 @@ Layout, for view `<view>` (the store's name) and namespace `<ns>`; every key car
 - `helix:rows:{<ns>}:<view>:marks`: a hash, mark name -> its value (an int: a floor's µs or int).
 - `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
 
-A row's order encoding is its identity (the order ends with the key): its order columns after the
-namespace, each encoded so bytes sort as `Table.order_of` does. An int is 8 bytes big-endian of
-value + 2^63, a time its µs so; text is its UTF-8 with 0x00 and 0x01 escaped (0x01 0x01, 0x01
-0x02) and a 0x00 terminator, so a prefix sorts first and the columns after it never decide.
+A row's order encoding is its identity (the order ends with the key, and a row's order columns
+never change): its order columns after the namespace, each encoded so bytes sort as
+`Table.order_of` does. An int is 8 bytes big-endian of value + 2^63, a time its µs so (before 1970
+too); text is its UTF-8 with 0x00 and 0x01 escaped (0x01 0x01, 0x01 0x02) and a 0x00 terminator, so
+a prefix sorts first and the columns after it never decide. A json column cannot be ordered. A
+replace or a delete finds the lookup sets a row is in from its stored JSON (lookup columns first).
 
 `apply` on one server is one script (`rows_lua.APPLY`): it checks the checkpoint is `after`, applies
 the changes in order and moves the checkpoint. On a cluster the checkpoint lives in another slot: it
@@ -29,7 +31,7 @@ nothing), so a batch applied again by a projector that lost the race changes not
 A scan reads its index a page per script call (`PAGE` members: no call holds Redis up for long) and
 the rows' JSON beside it; `where` reads the smallest of its lookup sets and keeps members in the
 others, `contains` is Python's casefold over the text column (the script only drops ASCII rows that
-cannot hold an ASCII needle). On one server the first page checks the checkpoint of `want` in the
+cannot hold the needle). On one server the first page checks the checkpoint of `want` in the
 same script; on a cluster the checkpoint is read just before (rows read after it are at least as new).
 """
 
@@ -101,7 +103,7 @@ def _tokens(kind: ColumnType, *, canonical: bool = False) -> Callable[[Any], str
     if kind == "text":
         return _encode_str
     if kind == "int":
-        return str
+        return int.__repr__  # digits, for an int subclass too (`str` of an IntEnum is its name)
     if kind == "time":
         return lambda v: str(micros_of(v))
     return _canonical if canonical else _json
