@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
+from redis.crc import key_slot
 
 from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore
-from helix_es.views.rows import Table
-from tests.contracts.row_store import OpenRows, RowStoreContract
+from helix_es.stores.redis.rows import RedisRows, prefix
+from helix_es.views.rows import Cut, Put, Scan, Table
+from tests.contracts.row_store import TOPIC, OpenRows, RowStoreContract, contents, notes, row
 
 
 class TestMemoryRows(RowStoreContract):
@@ -22,3 +25,49 @@ class TestMemoryRows(RowStoreContract):
             return made.setdefault(name, MemoryRows(name, tables))
 
         return new
+
+
+class RedisRowsContract(RowStoreContract):
+    url_fixture = "redis_url"
+
+    @pytest.fixture
+    async def opened(self, request: pytest.FixtureRequest) -> AsyncIterator[OpenRows]:
+        url = request.getfixturevalue(self.url_fixture)
+        made: list[RedisRows] = []
+
+        def new(name: str, tables: Sequence[Table]) -> RowStore:
+            made.append(RedisRows(url, name, tables))
+            return made[-1]
+
+        try:
+            yield new
+        finally:
+            for store in made:
+                await store.close()
+
+    async def test_a_namespace_is_one_slot_and_drop_leaves_other_views(self, opened: OpenRows) -> None:
+        tag = uuid.uuid4().hex[:10]
+        table, ns = notes(f"t_{tag}"), f"ns-{tag}"
+        store, other = opened(f"rows-{tag}", [table]), opened(f"rows-{tag}-other", [table])
+        changes = [Put(table.name, row(ns, i, f"m{i}", session=f"s{i % 2}")) for i in range(3)]
+        changes.append(Cut(table.name, ns, "c", 0))
+        for s in (store, other):
+            await s.apply(TOPIC, 0, changes, 3, after=None)
+        assert isinstance(store, RedisRows)
+        client = store.redis
+        keys = [k async for k in client.scan_iter(match=f"helix:rows:{{{ns}}}:*", count=1000)]
+        mine = [k for k in keys if k.decode().startswith(prefix(ns, store.name))]
+        assert len(mine) == 5  # rows, order, two session lookups, marks
+        assert {key_slot(k) for k in keys} == {key_slot(ns.encode())}
+        await store.drop([ns], [TOPIC])
+        assert await store.scan(Scan(table.name, ns)) == [] and await store.checkpoint(TOPIC, 0) is None
+        assert contents(await other.scan(Scan(table.name, ns, where={"session_id": "s0"}))) == ["m0", "m2"]
+        assert await other.mark(ns, "c") == 0 and await other.checkpoint(TOPIC, 0) == 3
+
+
+class TestRedisRows(RedisRowsContract):
+    pass
+
+
+class TestRedisClusterRows(RedisRowsContract):
+    url_fixture = "redis_cluster_url"

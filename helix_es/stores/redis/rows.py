@@ -1,0 +1,387 @@
+r"""Redis rows (`helix_es.views.rows`): a view's tables in hashes and sorted sets, one slot per namespace.
+
+Layout, for view `<view>` (the store's name) and namespace `<ns>`; every key carries the hash tag
+`{<ns>}`, on one server as on a cluster, so a namespace's rows share one slot:
+
+- `helix:rows:{<ns>}:<view>:<table>:r`: a hash, a row's order encoding -> the row as compact JSON
+  (times as µs since 1970, the namespace left out: the key holds it), its lookup columns first.
+- `helix:rows:{<ns>}:<view>:<table>:o`: a sorted set of those order encodings, all scored 0, so
+  ZRANGEBYLEX reads the table in order and a cut (floor is the order's first column) is a lex range.
+- `helix:rows:{<ns>}:<view>:<table>:l:<column>:<value>`: per lookup column and value, a sorted set
+  of the order encodings of the rows holding it (scored 0: read in order too). `<value>` is the
+  value's compact JSON, a string's without its quotes (`s1`, `42`; a time's µs).
+- `helix:rows:{<ns>}:<view>:marks`: a hash, mark name -> its value (an int: a floor's µs or int).
+- `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
+
+A row's order encoding is its identity (the order ends with the key, and a row's order columns
+never change): its order columns after the namespace, each encoded so bytes sort as
+`Table.order_of` does. An int is 8 bytes big-endian of value + 2^63, a time its µs so (before 1970
+too); text is its UTF-8 with 0x00 and 0x01 escaped (0x01 0x01, 0x01 0x02) and a 0x00 terminator, so
+a prefix sorts first and the columns after it never decide. A json column cannot be ordered. A
+replace or a delete finds the lookup sets a row is in from its stored JSON (lookup columns first).
+
+`apply` on one server is one script (`rows_lua.APPLY`): it checks the checkpoint is `after`, applies
+the changes in order and moves the checkpoint. On a cluster the checkpoint lives in another slot: it
+is read first (a moved one refuses the batch before anything is written), then each namespace's
+changes run as one script in its slot, all in one pipeline, followed by `WAIT 1` on every master with
+a replica (`helix_es.stores.redis.cluster`), then a script moves the checkpoint if it is still
+`after`. Every change is idempotent (a put of a present row keeps it, a delete or a cut again finds
+nothing), so a batch applied again by a projector that lost the race changes nothing.
+
+A scan reads its index a page per script call (`PAGE` members: no call holds Redis up for long) and
+the rows' JSON beside it; `where` reads the smallest of its lookup sets and keeps members in the
+others, `contains` is Python's casefold over the text column (the script only drops ASCII rows that
+cannot hold the needle). On one server the first page checks the checkpoint of `want` in the
+same script; on a cluster the checkpoint is read just before (rows read after it are at least as new).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+from helix_es.model import names
+from helix_es.model.events import Position
+from helix_es.stores.ports import CheckpointLost, StaleWrite
+from helix_es.stores.redis.cluster import WAIT_MS
+from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
+from helix_es.stores.redis.rows_lua import APPLY, APPLY_NAMESPACE, MOVE, SCAN
+from helix_es.stores.redis.views import Checkpoints, delete_matching
+from helix_es.views.rows import (
+    NAMESPACE,
+    ColumnType,
+    Cut,
+    Delete,
+    Put,
+    Row,
+    RowChange,
+    Scan,
+    Table,
+    check_changes,
+    check_scan,
+    micros_of,
+)
+
+PAGE = 500  # index members a scan reads per script call
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SHIFT = 2**63
+_encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s string encoder (C)
+
+
+def prefix(namespace: str, view: str) -> str:
+    """`helix:rows:{<ns>}:<view>:`: every key of the namespace in this view, one hash slot."""
+    return f"helix:rows:{{{names.check_namespace(namespace)}}}:{view}:"
+
+
+def _text_order(value: str) -> bytes:
+    return value.encode().replace(b"\x01", b"\x01\x02").replace(b"\x00", b"\x01\x01") + b"\x00"
+
+
+def _order_part(kind: ColumnType) -> Callable[[Any], bytes]:
+    if kind == "text":
+        return _text_order
+    if kind == "int":
+        return lambda v: (v + _SHIFT).to_bytes(8, "big")
+    if kind == "time":
+        return lambda v: (micros_of(v) + _SHIFT).to_bytes(8, "big")
+    raise ValueError("a json column cannot be ordered")
+
+
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_canonical = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
+def _tokens(kind: ColumnType, *, canonical: bool = False) -> Callable[[Any], str]:
+    """A value as the row's JSON holds it (a lookup's json canonical, keys sorted, so equal values match)."""
+    if kind == "text":
+        return _encode_str
+    if kind == "int":
+        return int.__repr__  # digits, for an int subclass too (`str` of an IntEnum is its name)
+    if kind == "time":
+        return lambda v: str(micros_of(v))
+    return _canonical if canonical else _json
+
+
+def _lookup(token: str) -> str:
+    """A lookup set's `<value>`: the JSON token, a string's without its quotes (as the scripts strip them)."""
+    return token[1:-1] if token.startswith('"') else token
+
+
+def _fits(kind: ColumnType, value: Any) -> bool:
+    """Whether a `where` value can equal a column's (a lookup set is named by it)."""
+    if kind == "text":
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "time":
+        return isinstance(value, datetime) and value.tzinfo is not None
+    return True
+
+
+def _floor(change: RowChange) -> str:
+    return (change.floor if isinstance(change, Put) else None) or ""
+
+
+class _Codec:
+    """One table's encodings: a row's order encoding, its JSON (lookups first) and lookup values, and back."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.lookups = table.lookups
+        self._order = [(c, _order_part(table.type(c))) for c in table.order[1:]]
+        rest = [c for c, _ in table.columns if c != NAMESPACE and c not in table.lookups]
+        self._fields = [
+            (c, f'"{c}":', _tokens(table.type(c), canonical=c in table.lookups)) for c in (*table.lookups, *rest)
+        ]
+        self._times = [c for c, kind in table.columns if kind == "time"]
+        self._columns = [c for c, _ in table.columns]
+
+    def member(self, row: Row) -> bytes:
+        return b"".join(part(row[c]) for c, part in self._order)
+
+    def value(self, row: Row) -> tuple[str, list[str]]:
+        """The row's JSON and its lookup values."""
+        tokens = [token(row[c]) for c, _, token in self._fields]
+        body = ",".join(head + value for (_, head, _), value in zip(self._fields, tokens, strict=True))
+        return "{" + body + "}", [_lookup(t) for t in tokens[: len(self.lookups)]]
+
+    def row(self, namespace: str, value: bytes) -> dict[str, Any]:
+        stored = json.loads(value)
+        stored[NAMESPACE] = namespace
+        for c in self._times:
+            stored[c] = _EPOCH + timedelta(microseconds=stored[c])
+        return {c: stored[c] for c in self._columns}
+
+
+class RedisRows:
+    kind = "redis"
+
+    @property
+    def name(self) -> str:
+        """The view's (or its rebuild target's) name: its keys, marks and checkpoints."""
+        return self._checkpoints.view
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self._checkpoints.view = name
+
+    def __init__(self, url: str, name: str, tables: Sequence[Table]) -> None:
+        self.url = url
+        self.tables: Mapping[str, Table] = {t.name: t for t in tables}
+        self._codecs = {t.name: _Codec(t) for t in tables}
+        self._index = {t.name: i for i, t in enumerate(tables, 1)}  # a table's place in a script's spec
+        self._spec_tables = [[t.name, list(t.lookups)] for t in tables]
+        self._client = Lazy(url)  # opened on first use
+        self._cluster = False  # known once opened
+        self._scripts: dict[str, Any] = {}
+        self._checkpoints = Checkpoints(name)
+
+    @property
+    def redis(self) -> Client:
+        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
+        return self._client.now
+
+    async def _open(self) -> Client:
+        client = await self._client()
+        if not self._scripts:
+            self._cluster = is_cluster(client)
+            for key, script in (("apply", APPLY), ("namespace", APPLY_NAMESPACE), ("move", MOVE), ("scan", SCAN)):
+                self._scripts[key] = client.register_script(script)
+        return client
+
+    # --- writes ---
+
+    def _encode(self, changes: Sequence[RowChange]) -> dict[str, tuple[list[Any], list[bytes]]]:
+        """Per namespace, the script's changes and their binary arguments (refusing bad ones: nothing is sent yet)."""
+        out: dict[str, tuple[list[Any], list[bytes]]] = {}
+        for change in changes:
+            codec = self._codecs[change.table]
+            ti = self._index[change.table]
+            if isinstance(change, Cut):
+                if not -_SHIFT <= change.upto < _SHIFT:
+                    raise ValueError(f"cut of {change.table!r}: {change.upto} is not a 64-bit int")
+                ns = names.check_namespace(change.namespace)
+                out.setdefault(ns, ([], []))[0].append([2, ti, change.mark, str(change.upto)])
+                continue
+            try:
+                ns = names.check_namespace(change.row.get(NAMESPACE))
+                member = codec.member(change.row)  # a delete's row is checked here only: its order columns
+                put = None if isinstance(change, Delete) else codec.value(change.row)
+                value = b"" if put is None else put[0].encode()  # a lone surrogate fails here, not on the wire
+            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
+                raise ValueError(f"table {change.table!r}: cannot encode {change.row!r}: {exc!r}") from exc
+            spec, blobs = out.setdefault(ns, ([], []))
+            if put is None:
+                spec.append([1, ti])
+                blobs.append(member)
+            else:
+                spec.append([0, ti, int(isinstance(change, Put) and change.replace), _floor(change), *put[1]])
+                blobs += [member, value]
+        return out
+
+    def _spec(self, groups: list[list[Any]]) -> str:
+        """The scripts' spec: the tables, then per namespace its key prefix and its changes."""
+        return json.dumps([self._spec_tables, groups], ensure_ascii=False, separators=(",", ":"))
+
+    async def apply(
+        self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
+    ) -> None:
+        check_changes(self.tables, changes)
+        by_namespace = self._encode(changes)
+        client = await self._open()
+        field = f"{topic}:{partition}"
+        seen = int(field in self._checkpoints.seen)
+        tail = [field, "" if after is None else after, checkpoint, seen]
+        if isinstance(client, RedisCluster):
+            reply = await self._apply_on_cluster(client, by_namespace, tail)
+        else:
+            groups, blobs = [], []
+            for ns, (spec, ns_blobs) in by_namespace.items():
+                groups.append([prefix(ns, self.name), spec])
+                blobs += ns_blobs
+            reply = await self._scripts["apply"](
+                keys=[self._checkpoints.key], args=[*tail, self._spec(groups), *blobs], client=client
+            )
+            reply = reply[0].decode(), (reply[1].decode() if len(reply) > 1 else "")
+        if reply[0] == "LOST":
+            self._checkpoints.seen.discard(field)
+            raise CheckpointLost(f"{self.name}: the checkpoint of {topic}[{partition}] is gone from Redis")
+        if reply[0] == "STALE":
+            raise StaleWrite(f"{self.name}: checkpoint of {topic}[{partition}] is {reply[1] or None}, not {after}")
+        self._checkpoints.seen.add(field)
+
+    async def _apply_on_cluster(
+        self, client: RedisCluster, by_namespace: dict[str, tuple[list[Any], list[bytes]]], tail: list[Any]
+    ) -> tuple[str, str]:
+        key = self._checkpoints.key
+        stored = await client.hget(key, tail[0])
+        if stored is None and tail[3]:
+            return "LOST", ""
+        current = "" if stored is None else text(stored)
+        if current != str(tail[1]):
+            return "STALE", current
+        if by_namespace:
+            calls = []
+            for ns, (spec, blobs) in by_namespace.items():
+                base = prefix(ns, self.name)
+                calls.append(([base + "marks"], [self._spec([[base, spec]]), *blobs]))
+            await self._replicated(client, calls)
+        moved = await self._scripts["move"](keys=[key], args=tail, client=client)
+        return ("LOST", "") if moved == -1 else ("STALE", "") if moved == -2 else ("OK", "")
+
+    async def _replicated(self, client: RedisCluster, calls: list[tuple[list[str], list[Any]]]) -> None:
+        """Each namespace's script in one pipeline, then `WAIT 1` on every master with a replica (as
+        `helix_es.stores.redis.cluster.replicated`, by SHA: a batch of many namespaces sends the script
+        once per node, not once per namespace)."""
+        script = self._scripts["namespace"]
+        masters = {}
+        for keys, _ in calls:
+            nodes = client.nodes_manager.slots_cache.get(key_slot(keys[0].encode()), [])
+            if len(nodes) > 1:
+                masters[nodes[0].name] = nodes[0]
+        for attempt in (1, 2):
+            async with client.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                for node in masters.values():
+                    pipe.execute_command("WAIT", 1, WAIT_MS, target_nodes=node)
+                replies = await pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, redis_errors.NoScriptError) for r in replies):
+                await client.script_load(script.script)  # a node new since (a failover): load it everywhere
+                continue
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            break
+        if any(int(acked) < 1 for acked in replies[len(calls) :]):
+            await client.nodes_manager.initialize()
+            raise redis_errors.ConnectionError(f"{self.name}: no replica acknowledged a write within {WAIT_MS} ms")
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        return await self._checkpoints.read(await self._open(), topic, partition)
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        await self._checkpoints.advance(await self._open(), topic, partition, offset)
+
+    async def mark(self, namespace: str, mark: str) -> int | None:
+        client = await self._open()
+        value = await client.hget(prefix(namespace, self.name) + "marks", mark)
+        return None if value is None else int(value)
+
+    # --- reads ---
+
+    async def _behind(self, client: Client, want: Position) -> bool:
+        applied = await client.hget(self._checkpoints.key, f"{want.topic}:{want.partition}")
+        return applied is None or int(applied) < want.offset
+
+    async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
+        table = check_scan(self.tables, scan)
+        codec = self._codecs[table.name]
+        client = await self._open()
+        head = prefix(scan.namespace, self.name) + table.name + ":"
+        indexes: list[str] = []
+        for column, value in scan.where.items():
+            kind = table.type(column)
+            if not _fits(kind, value):
+                indexes = []  # no row holds it
+                break
+            indexes.append(f"{head}l:{column}:{_lookup(_tokens(kind, canonical=True)(value))}")
+        else:
+            indexes = indexes or [head + "o"]
+        if want is not None and (self._cluster or not indexes or scan.limit == 0):
+            if await self._behind(client, want):
+                return None
+            want = None
+        if not indexes or scan.limit == 0:
+            return []
+        keys: list[str] = [head + "r", *indexes]
+        if want is not None:
+            keys.append(self._checkpoints.key)
+        check = ["", 0] if want is None else [f"{want.topic}:{want.partition}", want.offset]
+        needle = "" if scan.contains is None else scan.contains.casefold()
+        page = PAGE if needle or scan.limit is None else min(PAGE, scan.limit)
+        cursor: bytes = b"+" if scan.newest_first else b"-"
+        out: list[Row] = []
+        while True:
+            args = [len(indexes), *check, int(scan.newest_first), cursor, page, needle, int(needle.isascii())]
+            reply = await self._scripts["scan"](keys=keys, args=args, client=client)
+            if reply[0] == b"wait":
+                return None
+            check = ["", 0]  # the first page waited for `want`: the rest need not
+            for value in reply[3:]:
+                row = codec.row(scan.namespace, value)
+                if scan.passes(table, row):
+                    out.append(row)
+                    if scan.limit is not None and len(out) >= scan.limit:
+                        return out
+            if int(reply[2]) < page:
+                return out
+            cursor = b"(" + reply[1]
+
+    # --- drop, close ---
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        client = await self._open()
+        heads = sorted({prefix(ns, self.name) for ns in namespaces})
+        if len(heads) == 1:
+            await delete_matching(client, _glob(heads[0]) + "*", re.compile(re.escape(heads[0])))
+        elif heads:  # one SCAN of the keyspace for them all, not one each
+            every = re.compile("|".join(map(re.escape, heads)))
+            await delete_matching(client, "helix:rows:{*}:" + _glob(self.name) + ":*", every)
+        await self._checkpoints.drop(client, topics)
+
+    async def close(self) -> None:
+        await self._client.close()
+        self._scripts.clear()
+
+
+def _glob(literal: str) -> str:
+    """`literal` matched literally by a SCAN pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", literal)

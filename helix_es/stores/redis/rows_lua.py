@@ -1,0 +1,286 @@
+"""The Lua scripts of the Redis row store (`helix_es.stores.redis.rows`, which owns the keys and
+documents them): apply one server's batch whole, one namespace's share on a cluster, move a
+cluster's checkpoint, read a page of a scan.
+
+Scripts never compare binary strings with `<` (Lua's string order follows the server's locale):
+order encodings are compared byte by byte, and ranges are left to ZRANGEBYLEX (memcmp).
+"""
+
+_CHANGES = r"""
+-- A signed 64-bit decimal as its order encoding: 8 bytes, big-endian, of value + 2^63 (exact:
+-- base 2^32 halves stay far below 2^53).
+local function enc(dec)
+  local neg = string.byte(dec, 1) == 45
+  local hi, lo = 0, 0
+  for i = neg and 2 or 1, #dec do
+    lo = lo * 10 + string.byte(dec, i) - 48
+    hi = hi * 10 + math.floor(lo / 4294967296)
+    lo = lo % 4294967296
+  end
+  if neg then
+    if lo > 0 then hi, lo = 2147483647 - hi, 4294967296 - lo else hi = 2147483648 - hi end
+  else
+    hi = hi + 2147483648
+  end
+  local b = {}
+  for i = 4, 1, -1 do
+    b[i], b[i + 4] = hi % 256, lo % 256
+    hi, lo = math.floor(hi / 256), math.floor(lo / 256)
+  end
+  return string.char(unpack(b))
+end
+
+-- -1, 0, 1 as the first 8 bytes of a sort below, equal to, above those of b.
+local function cmp8(a, b)
+  for i = 1, 8 do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y and -1 or 1 end
+  end
+  return 0
+end
+
+-- The ZRANGEBYLEX bound just above every member whose first 8 bytes are at most m's.
+local function above(m)
+  local b = {string.byte(m, 1, 8)}
+  for i = 8, 1, -1 do
+    if b[i] < 255 then
+      b[i] = b[i] + 1
+      for j = i + 1, 8 do b[j] = 0 end
+      return '(' .. string.char(unpack(b))
+    end
+  end
+  return '+'
+end
+
+-- The index of the last byte of the JSON value starting at i.
+local function skip(s, i)
+  local c = string.byte(s, i)
+  if c == 34 then  -- a string: up to the first quote no backslash escapes
+    local j = i + 1
+    while true do
+      local k = string.find(s, '["\\]', j)
+      if string.byte(s, k) == 34 then return k end
+      j = k + 2
+    end
+  elseif c == 123 or c == 91 then
+    local depth, j = 0, i
+    while true do
+      local k = string.find(s, '[%[%]{}"]', j)
+      local d = string.byte(s, k)
+      if d == 34 then
+        k = skip(s, k)
+      elseif d == 123 or d == 91 then
+        depth = depth + 1
+      else
+        depth = depth - 1
+        if depth == 0 then return k end
+      end
+      j = k + 1
+    end
+  end
+  return string.find(s, '[,}%]]', i) - 1
+end
+
+-- A stored row's lookup values as its lookup keys name them: its first n members (the store writes
+-- lookup columns first), as JSON, a string without its quotes. Column names need no escapes.
+local function lookups(value, n)
+  local out, p = {}, 2
+  for i = 1, n do
+    local q = string.find(value, '":', p, true) + 2
+    local e = skip(value, q)
+    local v = string.sub(value, q, e)
+    if string.byte(v, 1) == 34 then v = string.sub(v, 2, -2) end
+    out[i] = v
+    p = e + 2
+  end
+  return out
+end
+
+-- A namespace's marks, read once per script: key prefix .. '|' .. name -> encoding (false: none).
+local marks = {}
+local function mark_of(base, name)
+  local k = base .. '|' .. name
+  local m = marks[k]
+  if m == nil then
+    local d = redis.call('HGET', base .. 'marks', name)
+    m = d and enc(d) or false
+    marks[k] = m
+  end
+  return m, k
+end
+
+-- Apply one namespace's changes (its key prefix `base`), their binary arguments (order encodings, row
+-- values) in ARGV from `blob` on; returns where the next namespace's arguments start. Every change is idempotent:
+-- a batch applied again (a cluster's checkpoint moves after its rows) changes nothing.
+local function apply_changes(tables, base, changes, blob)
+  for n = 1, #changes do
+    local c = changes[n]
+    local t = tables[c[2]]
+    local head, cols = base .. t[1] .. ':', t[2]
+    local rows, index = head .. 'r', head .. 'o'
+    if c[1] == 0 then  -- put: {0, table, replace, floor mark, lookup values...}
+      local member, value = ARGV[blob], ARGV[blob + 1]
+      blob = blob + 2
+      local m = c[4] ~= '' and mark_of(base, c[4])
+      if not (m and cmp8(member, m) <= 0) then
+        local old = nil
+        if c[3] == 1 then
+          old = redis.call('HGET', rows, member)
+          redis.call('HSET', rows, member, value)
+        elseif redis.call('HSETNX', rows, member, value) == 0 then
+          old = value  -- kept as it is
+        end
+        if not old then
+          redis.call('ZADD', index, 0, member)
+          for i = 1, #cols do redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[4 + i], 0, member) end
+        elseif old ~= value and #cols > 0 then
+          local was = lookups(old, #cols)
+          for i = 1, #cols do
+            if was[i] ~= c[4 + i] then
+              redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member)
+              redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[4 + i], 0, member)
+            end
+          end
+        end
+      end
+    elseif c[1] == 1 then  -- delete: {1, table}
+      local member = ARGV[blob]
+      blob = blob + 1
+      if #cols == 0 then
+        if redis.call('HDEL', rows, member) == 1 then redis.call('ZREM', index, member) end
+      else
+        local old = redis.call('HGET', rows, member)
+        if old then
+          redis.call('HDEL', rows, member)
+          redis.call('ZREM', index, member)
+          local was = lookups(old, #cols)
+          for i = 1, #cols do redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member) end
+        end
+      end
+    else  -- cut: {2, table, mark, upto (decimal)}
+      local m, k = mark_of(base, c[3])
+      local upto = enc(c[4])
+      if not m or cmp8(m, upto) < 0 then
+        redis.call('HSET', base .. 'marks', c[3], c[4])
+        m = upto
+        marks[k] = m
+      end
+      local bound = above(m)
+      while true do
+        local gone = redis.call('ZRANGEBYLEX', index, '-', bound, 'LIMIT', 0, 500)
+        if #gone == 0 then break end
+        if #cols > 0 then
+          local values, sets = redis.call('HMGET', rows, unpack(gone)), {}
+          for j = 1, #gone do
+            if values[j] then
+              local was = lookups(values[j], #cols)
+              for i = 1, #cols do
+                local key = head .. 'l:' .. cols[i] .. ':' .. was[i]
+                local set = sets[key]
+                if not set then set = {}; sets[key] = set end
+                set[#set + 1] = gone[j]
+              end
+            end
+          end
+          for key, set in pairs(sets) do redis.call('ZREM', key, unpack(set)) end
+        end
+        redis.call('HDEL', rows, unpack(gone))
+        redis.call('ZREM', index, unpack(gone))
+      end
+    end
+  end
+  return blob
+end
+
+-- The spec: {tables ({name, lookup columns}), {{namespace key prefix, changes}...}} (see rows.py).
+local function apply_spec(spec, blob)
+  for g = 1, #spec[2] do blob = apply_changes(spec[1], spec[2][g][1], spec[2][g][2], blob) end
+end
+"""
+
+# One server: KEYS[1] the checkpoint hash; ARGV: field, after ('' none), new checkpoint, seen ('1':
+# this writer had seen the field), the spec, then the changes' binary arguments. Returns {'OK'},
+# {'STALE', stored} (nothing written) or {'LOST'} (a checkpoint seen is gone: nothing written).
+APPLY = (
+    _CHANGES
+    + r"""
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if not stored and ARGV[4] == '1' then return {'LOST'} end
+if (stored or '') ~= ARGV[2] then return {'STALE', stored or ''} end
+apply_spec(cjson.decode(ARGV[5]), 6)
+if not stored or tonumber(ARGV[3]) > tonumber(stored) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+return {'OK'}
+"""
+)
+
+# A cluster: one namespace's changes (KEYS[1], its marks hash, routes the call to its slot); ARGV: the
+# spec, then the binary arguments.
+APPLY_NAMESPACE = (
+    _CHANGES
+    + r"""
+apply_spec(cjson.decode(ARGV[1]), 2)
+return 1
+"""
+)
+
+# A cluster's checkpoint once the rows are on a replica: KEYS[1] the checkpoint hash; ARGV: field,
+# after, new checkpoint, seen. Returns 0, -1 (a seen checkpoint is gone) or -2 (it moved: stale).
+MOVE = r"""
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if not stored and ARGV[4] == '1' then return -1 end
+if (stored or '') ~= ARGV[2] then return -2 end
+if not stored or tonumber(ARGV[3]) > tonumber(stored) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+return 0
+"""
+
+# One page of a scan. KEYS: the rows hash, the n indexes (the order zset, or one lookup zset per
+# `where` column), then on one server with a `want` the checkpoint hash. ARGV: n, field ('' none),
+# want offset, reverse ('1'), cursor, page, needle ('' none), ascii ('1'). Returns {'wait'} while
+# behind, else {'ok', last member read, members read, values...}: the page's rows in every index
+# (read from the smallest) that may hold the needle.
+SCAN = r"""
+local n = tonumber(ARGV[1])
+if ARGV[2] ~= '' then
+  local applied = redis.call('HGET', KEYS[n + 2], ARGV[2])
+  if not applied or tonumber(applied) < tonumber(ARGV[3]) then return {'wait'} end
+end
+local pick, least = 2, nil
+if n > 1 then
+  for i = 2, n + 1 do
+    local size = redis.call('ZCARD', KEYS[i])
+    if not least or size < least then pick, least = i, size end
+  end
+end
+local members
+if ARGV[4] == '1' then
+  members = redis.call('ZREVRANGEBYLEX', KEYS[pick], ARGV[5], '-', 'LIMIT', 0, tonumber(ARGV[6]))
+else
+  members = redis.call('ZRANGEBYLEX', KEYS[pick], ARGV[5], '+', 'LIMIT', 0, tonumber(ARGV[6]))
+end
+local out = {'ok', members[#members] or '', #members}
+local keep = {}
+for j = 1, #members do
+  local ok = true
+  for i = 2, n + 1 do
+    if i ~= pick and not redis.call('ZSCORE', KEYS[i], members[j]) then ok = false; break end
+  end
+  if ok then keep[#keep + 1] = members[j] end
+end
+if #keep == 0 then return out end
+local values = redis.call('HMGET', KEYS[1], unpack(keep))
+-- Of an ASCII row (its JSON has no \u escapes either), what Python's casefold finds is decided here: an
+-- ASCII needle JSON does not escape shows verbatim in the lower-cased JSON of a row that holds it, and a
+-- needle that is not ASCII (casefolded already) is in no such row. Other rows go to Python.
+local needle, ascii = ARGV[7], ARGV[8] == '1'
+local plain = needle ~= '' and ascii and not string.find(needle, '["\\%c]')
+local wide = needle ~= '' and not ascii
+for k = 1, #values do
+  local value = values[k]
+  if value and (plain or wide) and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
+      and (wide or not string.find(string.lower(value), needle, 1, true)) then
+    value = nil
+  end
+  if value then out[#out + 1] = value end
+end
+return out
+"""
