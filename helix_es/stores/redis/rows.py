@@ -349,6 +349,7 @@ class RedisRows:
         page = PAGE if needle or scan.limit is None else min(PAGE, scan.limit)
         cursor: bytes = b"+" if scan.newest_first else b"-"
         out: list[Row] = []
+        passes = scan.test(table)
         while True:
             args = [len(indexes), *check, int(scan.newest_first), cursor, page, needle, int(needle.isascii())]
             reply = await self._scripts["scan"](keys=keys, args=args, client=client)
@@ -357,7 +358,7 @@ class RedisRows:
             check = ["", 0]  # the first page waited for `want`: the rest need not
             for value in reply[3:]:
                 row = codec.row(scan.namespace, value)
-                if scan.passes(table, row):
+                if passes(row):
                     out.append(row)
                     if scan.limit is not None and len(out) >= scan.limit:
                         return out
