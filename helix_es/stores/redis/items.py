@@ -40,8 +40,9 @@ from helix_es.model import names
 from helix_es.model.events import Position, Record
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey, StaleWrite
 from helix_es.stores.redis.cluster import replicated
-from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
-from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
+from helix_es.stores.redis.pool import is_cluster, text
+from helix_es.stores.redis.views import ADVANCE, delete_matching
+from helix_es.stores.redis.wide import WideStore
 from helix_es.views.items import (
     KEEP,
     Ident,
@@ -157,40 +158,17 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
     return {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
 
 
-class RedisItems(NoMessages):
+class RedisItems(WideStore, NoMessages):
     kind = "redis"
-
-    @property
-    def name(self) -> str:
-        """The view's (or its rebuild target's) name: its keys and checkpoints."""
-        return self._checkpoints.view
-
-    @name.setter
-    def name(self, name: str) -> None:
-        self._checkpoints.view = name
+    SCRIPTS = (("read", _READ), ("apply", _APPLY))
 
     def __init__(self, url: str, view: Items | None = None) -> None:
-        self.url = url
         self.view = view or Items(store="redis")
+        super().__init__(url, self.view.name)
         self.embedder = None if self.view.index is None else self.view.index.embed.build()
-        self._client = Lazy(url)  # opened on first use: cluster mode is detected then
-        self._scripts: dict[str, Any] = {}
-        self._checkpoints = Checkpoints(self.view.name)
 
     def __repr__(self) -> str:
         return f"RedisItems({self.name!r})"  # a URL may hold a password
-
-    @property
-    def redis(self) -> Client:
-        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
-        return self._client.now
-
-    async def _open(self) -> Client:
-        client = await self._client()
-        if not self._scripts:
-            for key, script in (("read", _READ), ("apply", _APPLY)):
-                self._scripts[key] = client.register_script(script)
-        return client
 
     async def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         client = await self._open()

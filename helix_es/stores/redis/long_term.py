@@ -56,8 +56,9 @@ from helix_es.model.message import Message, decode_json
 from helix_es.stores.ports import Applied, CheckpointLost, SessionKey
 from helix_es.stores.redis.cluster import Script, replicated
 from helix_es.stores.redis.long_term_lua import APPLY, APPLY_NAMESPACE, ERASE, GET, PAGE, PAGE_READ
-from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
-from helix_es.stores.redis.views import ADVANCE, Checkpoints, delete_matching
+from helix_es.stores.redis.pool import text
+from helix_es.stores.redis.views import ADVANCE, delete_matching
+from helix_es.stores.redis.wide import WideStore
 from helix_es.views.long_term import VIEW_NAME, Op, OrderKey, matches, ops
 
 
@@ -97,37 +98,12 @@ def _message(value: bytes) -> Message:
     return decode_json(value[start + len(_MESSAGE_FIELD) : -1])
 
 
-class RedisLongTerm:
+class RedisLongTerm(WideStore):
     kind = "redis"
-
-    @property
-    def name(self) -> str:
-        """The view's (or its rebuild target's) name: its keys and checkpoints."""
-        return self._checkpoints.view
-
-    @name.setter
-    def name(self, name: str) -> None:
-        self._checkpoints.view = name
+    SCRIPTS = (("apply", APPLY), ("get", GET), ("page", PAGE_READ), ("erase", ERASE))
 
     def __init__(self, url: str, *, name: str = VIEW_NAME) -> None:
-        self.url = url
-        self._client = Lazy(url)  # opened on first use: a projection may be dropped unused
-        self._cluster = False  # known once opened: the key names depend on it
-        self._scripts: dict[str, Any] = {}
-        self._checkpoints = Checkpoints(name)
-
-    @property
-    def redis(self) -> Client:
-        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
-        return self._client.now
-
-    async def _open(self) -> Client:
-        client = await self._client()
-        if not self._scripts:
-            self._cluster = is_cluster(client)
-            for key, script in (("apply", APPLY), ("get", GET), ("page", PAGE_READ), ("erase", ERASE)):
-                self._scripts[key] = client.register_script(script)
-        return client
+        super().__init__(url, name)
 
     def _prefix(self, namespace: str) -> str:
         return prefix(namespace, self.name, cluster=self._cluster)

@@ -51,9 +51,10 @@ from helix_es.model import names
 from helix_es.model.events import Position
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from helix_es.stores.redis.cluster import WAIT_MS
-from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
+from helix_es.stores.redis.pool import Client, text
 from helix_es.stores.redis.rows_lua import APPLY, APPLY_NAMESPACE, MOVE, SCAN
-from helix_es.stores.redis.views import Checkpoints, delete_matching
+from helix_es.stores.redis.views import delete_matching
+from helix_es.stores.redis.wide import WideStore
 from helix_es.views.rows import (
     NAMESPACE,
     ColumnType,
@@ -160,41 +161,16 @@ class _Codec:
         return {c: stored[c] for c in self._columns}
 
 
-class RedisRows:
+class RedisRows(WideStore):
     kind = "redis"
-
-    @property
-    def name(self) -> str:
-        """The view's (or its rebuild target's) name: its keys, marks and checkpoints."""
-        return self._checkpoints.view
-
-    @name.setter
-    def name(self, name: str) -> None:
-        self._checkpoints.view = name
+    SCRIPTS = (("apply", APPLY), ("namespace", APPLY_NAMESPACE), ("move", MOVE), ("scan", SCAN))
 
     def __init__(self, url: str, name: str, tables: Sequence[Table]) -> None:
-        self.url = url
+        super().__init__(url, name)
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
         self._codecs = {t.name: _Codec(t) for t in tables}
         self._index = {t.name: i for i, t in enumerate(tables, 1)}  # a table's place in a script's spec
         self._spec_tables = [[t.name, list(t.lookups)] for t in tables]
-        self._client = Lazy(url)  # opened on first use
-        self._cluster = False  # known once opened
-        self._scripts: dict[str, Any] = {}
-        self._checkpoints = Checkpoints(name)
-
-    @property
-    def redis(self) -> Client:
-        """The client for a look at the keys (tests, tools); calls open theirs with cluster detection."""
-        return self._client.now
-
-    async def _open(self) -> Client:
-        client = await self._client()
-        if not self._scripts:
-            self._cluster = is_cluster(client)
-            for key, script in (("apply", APPLY), ("namespace", APPLY_NAMESPACE), ("move", MOVE), ("scan", SCAN)):
-                self._scripts[key] = client.register_script(script)
-        return client
 
     # --- writes ---
 
