@@ -31,9 +31,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-import asyncpg
-import redis.exceptions as redis_errors
-
 from helix_es.log import kafka_errors
 from helix_es.log.check import Checker
 from helix_es.log.codec import Codec
@@ -43,6 +40,7 @@ from helix_es.model import names
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
+from helix_es.stores import registry
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.deadletter import DeadLetters
 from projectors.shards import Shards
@@ -64,13 +62,6 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
     TimeoutError,
     StaleWrite,  # another projector kept winning the session guards: reload and try again
-    redis_errors.ConnectionError,  # includes BusyLoadingError (a restarted Redis loading its data)
-    redis_errors.TimeoutError,
-    redis_errors.ReadOnlyError,  # a replica while a failover promotes another server
-    redis_errors.TryAgainError,
-    asyncpg.PostgresConnectionError,  # class 08, includes a connection lost mid-statement
-    asyncpg.exceptions.OperatorInterventionError,  # class 57: shutting down, starting up, cancelled
-    asyncpg.exceptions.InsufficientResourcesError,  # class 53: too many connections, disk full
 )
 
 
@@ -86,7 +77,7 @@ def transient(exc: BaseException) -> bool:
             return True
         if cause is not None and kafka_errors.transient(cause):  # the brokers away, or a retriable error
             return True
-        if isinstance(cause, asyncpg.InterfaceError) and "connection is closed" in str(cause):
+        if cause is not None and registry.transient(cause):  # a store's service away, restarting or busy
             return True
     return False
 

@@ -122,3 +122,15 @@ def test_only_the_log_layer_imports_the_kafka_client() -> None:
         if not path.is_relative_to(log) and "aiokafka" in _imports_of(path)
     ]
     assert wrong == [], f"import aiokafka only under helix_es/log/ (use helix_es.log.kafka_clients): {wrong}"
+
+
+def test_only_the_store_layer_imports_the_store_drivers() -> None:
+    stores = ROOT / "helix_es" / "stores"
+    drivers = {"asyncpg", "redis"}
+    wrong = [
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if not path.is_relative_to(stores) and drivers & _imports_of(path)
+    ]
+    assert wrong == [], f"import asyncpg and redis only under helix_es/stores/ (registry.transient, ...): {wrong}"

@@ -42,6 +42,7 @@ class StoreKind:
     items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items
     checkpoints: Callable[[str | None, str], CheckpointStore] | None = None  # (location, view name)
     rows: Callable[[str | None, str, Sequence[Table]], RowStore] | None = None  # (location, view name, tables)
+    transient: Callable[[BaseException], bool] | None = None  # a failure of its service that waiting cures
     tables: bool = False  # its long-term memory lives in a table the config may name (`table:`)
     exported: bool = False  # its views are exported as JSON to `file_path`, the embedded log kept beside it
     views_from: str | None = None  # the kind whose view adapters it keeps its views in, if another's

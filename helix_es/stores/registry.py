@@ -29,3 +29,8 @@ def views_kind(name: str) -> str:
     """The kind a store's view adapters report (a `file` store keeps its views in `memory` ones)."""
     found = kind(name)
     return found.views_from or found.name
+
+
+def transient(exc: BaseException) -> bool:
+    """A store failure that waiting cures, as the kind whose service failed says."""
+    return any(k.transient is not None and k.transient(exc) for k in KINDS.values())

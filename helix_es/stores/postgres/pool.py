@@ -152,3 +152,17 @@ class Pg:
             self._made.clear()
         if pool is not None:
             await pool.close()
+
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,  # class 08, includes a connection lost mid-statement
+    asyncpg.exceptions.OperatorInterventionError,  # class 57: shutting down, starting up, cancelled
+    asyncpg.exceptions.InsufficientResourcesError,  # class 53: too many connections, disk full
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """A PostgreSQL failure that waiting cures: the server down, restarting or out of connections."""
+    return isinstance(exc, _TRANSIENT) or (
+        isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc)
+    )

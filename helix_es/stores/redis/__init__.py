@@ -9,6 +9,7 @@ from helix_es.stores.redis.idempotency import RedisIdempotency
 from helix_es.stores.redis.items import RedisItems
 from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.long_term import RedisLongTerm
+from helix_es.stores.redis.pool import transient
 from helix_es.stores.redis.views import RedisStore
 
 
@@ -28,4 +29,5 @@ KIND = StoreKind(
     idempotency=lambda url: RedisIdempotency(_url(url)),
     items=lambda url, view: RedisItems(_url(url), view),
     checkpoints=lambda url, name: RedisCheckpoints(_url(url), name),
+    transient=transient,
 )

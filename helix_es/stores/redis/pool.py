@@ -145,3 +145,16 @@ class Lazy:
 def text(value: object) -> str:
     """A Redis reply as text (replies are bytes: clients here never decode)."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,  # includes BusyLoadingError (a restarted Redis loading its data)
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica while a failover promotes another server
+    redis_errors.TryAgainError,
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """A Redis failure that waiting cures: the server down, restarting, loading or failing over."""
+    return isinstance(exc, _TRANSIENT)
