@@ -34,6 +34,7 @@ from typing import Protocol, TypeVar
 from helix_es.log import kafka_errors
 from helix_es.log.check import Checker
 from helix_es.log.codec import Codec
+from helix_es.log.dead_letters import DeadLetters
 from helix_es.log.kafka import KafkaLog
 from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition
 from helix_es.model import names
@@ -42,7 +43,6 @@ from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import CheckpointLost, StaleWrite
-from projectors.deadletter import DeadLetters
 from projectors.shards import Shards
 from projectors.tiers import Background, Batches, Tiers
 

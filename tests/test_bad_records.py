@@ -31,7 +31,7 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput, LogCorrupted, UnknownSchema
 from helix_es.model.events import Event, MessageAdded, Position
-from projectors import deadletter, runner
+from projectors import runner
 from projectors.rebuild import pump, rebuild
 from tests.conftest import cli, unique, wait_for
 
@@ -237,7 +237,7 @@ async def test_embedded_log_skips_well_framed_records_the_checker_refuses(
 
 
 def test_the_checker_is_one_and_the_projector_uses_it() -> None:
-    assert deadletter.Checker is Checker and runner.Checker is Checker and pump.Checker is Checker
+    assert runner.Checker is Checker and pump.Checker is Checker
 
 
 def test_a_session_read_judges_exactly_the_records_its_audit_lists() -> None:

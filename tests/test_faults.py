@@ -36,12 +36,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from helix_es import Message, open_memory
 from helix_es.config import load_config
+from helix_es.log.check import Checker
 from helix_es.log.codec import Codec, event_to_record
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
-from projectors.deadletter import Checker
 from projectors.lag import lag
 from tests import faults
 from tests.clean_fold import compare_views

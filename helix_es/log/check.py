@@ -3,7 +3,7 @@
 A record is usable when a schema in `schemas/` decodes it and it keeps what a helix-es writer
 guarantees: its message passes validation, its envelope names the namespace of its topic, and its
 key is its session id (a foreign producer must not write into other sessions' views). The
-projector parks a record that breaks them as a dead letter (`projectors.deadletter`); rebuild,
+projector parks a record that breaks them as a dead letter (`helix_es.log.dead_letters`); rebuild,
 audit and forget skip it with `Checker` too, and count it, so none of them stops at it and all of
 them see the same events the views were folded from.
 """

@@ -1,4 +1,4 @@
-"""Dead letters: records a projector cannot use are parked, with the error and their source, and it moves on.
+"""Dead letters on Kafka: records a projector cannot use are parked, with the error and their source.
 
 A record lands here when `helix_es.log.check.Checker` refuses it: no schema in `schemas/` decodes
 it, or it breaks the rules a helix-es writer keeps (a message that fails validation, an envelope
@@ -12,12 +12,9 @@ from __future__ import annotations
 import logging
 
 from helix_es.log import kafka_clients as clients
-from helix_es.log.check import Checker
 from helix_es.log.kafka import create_topic
 from helix_es.log.kafka_clients import ConsumerRecord, Producer
 from helix_es.model import names
-
-__all__ = ["Checker", "DeadLetters"]  # Checker: where it lived before it moved to the library
 
 log = logging.getLogger(__name__)
 
