@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -11,48 +10,21 @@ from typing import Any, Literal
 
 import yaml
 
+from helix_es.log.kind import EMBEDDED, LogKind, log_kind
 from helix_es.log.port import MAX_EVENT_BYTES
 from helix_es.model import names
+from helix_es.model import options as check
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES
+from helix_es.model.options import only_keys as only_keys
 from helix_es.model.times import parse_ttl
-from helix_es.providers.summarise import ExtractiveSummariser, OpenAISummariser, Summariser
+from helix_es.providers.summarise import SUMMARISER_KEYS as SUMMARISER_KEYS
+from helix_es.providers.summarise import Summariser
+from helix_es.providers.summarise import parse_summariser as parse_summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
 from helix_es.views.long_term import LongTerm, check_table
 from helix_es.views.options import DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
-from helix_es.views.options import whole_number as _int
-
-SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
-
-
-def parse_summariser(raw: Any, where: str) -> Summariser:
-    """`summariser: {provider: extractive | openai, model, base_url, api_key_env}`; extractive by default."""
-    if raw is None:
-        return ExtractiveSummariser()
-    raw = _mapping(raw, where)
-    only_keys(raw, SUMMARISER_KEYS, where, "a summariser")
-    provider = raw.get("provider", "extractive")
-    if provider == "extractive":
-        for k in ("model", "base_url", "api_key_env", "timeout"):
-            if k in raw:
-                raise ConfigError(f"{where}.{k}", "is an option of the openai provider, not extractive")
-        max_chars = _int(raw, "max_chars", where, 4000)
-        if max_chars < 2:
-            raise ConfigError(f"{where}.max_chars", f"must be >= 2, got {max_chars}")
-        return ExtractiveSummariser(max_chars=max_chars)
-    if provider == "openai":
-        if "max_chars" in raw:
-            raise ConfigError(f"{where}.max_chars", "is an option of the extractive provider, not openai")
-        texts = {k: raw[k] for k in ("model", "base_url", "api_key_env") if k in raw}
-        for k, v in texts.items():
-            if not isinstance(v, str) or not v:
-                raise ConfigError(f"{where}.{k}", f"must be a non-empty string, got {v!r}")
-        if "timeout" in raw:
-            texts["timeout"] = _seconds(raw["timeout"], f"{where}.timeout")
-        return OpenAISummariser(**texts)
-    raise ConfigError(f"{where}.provider", f"must be extractive or openai, got {provider!r}")
-
 
 STORES = tuple(registry.KINDS)
 COMMON_KEYS = {
@@ -84,6 +56,11 @@ class LogConfig:
     fsync: bool = True
     # New topics' min.insync.replicas; None: 2 from replication_factor 3 up, else 1.
     min_insync_replicas: int | None = None
+
+    @property
+    def kind(self) -> LogKind:
+        """What `type` means: the one place that decides it (`helix_es.log.kind`)."""
+        return log_kind(self.type)
 
 
 LOG_KEYS = {f.name for f in fields(LogConfig)}  # the `log:` keys are its fields
@@ -132,19 +109,6 @@ class Config:
     middleware: tuple[str, ...] = ()
 
 
-def only_keys(raw: Mapping[str, Any], known: set[str] | frozenset[str], where: str, what: str = "") -> None:
-    """An unknown key is an error naming it (a typo must not be ignored)."""
-    unknown = set(raw) - known
-    if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", f"unknown key of {what or where}; known: {sorted(known)}")
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(where, f"must be a mapping, got {type(value).__name__}")
-    return value
-
-
 class _UniqueKeyLoader(yaml.SafeLoader):
     """safe_load, but a key given twice in one mapping is an error (YAML's rule; PyYAML keeps the last)."""
 
@@ -166,29 +130,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _seconds(value: Any, where: str) -> float:
-    """A positive, finite number of seconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(where, f"must be a positive (finite) number of seconds, got {value!r}")
-    return float(value)
-
-
-def _text_option(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(where, f"must be a non-empty string, got {value!r}")
-    return value
-
-
-def _url(value: Any, where: str, schemes: tuple[str, ...], env: str) -> str:
-    origin = f" (from {env})" if os.environ.get(env) else ""
-    if not isinstance(value, str) or not value.startswith(tuple(f"{s}://" for s in schemes)):
-        want = " or ".join(f"{s}://..." for s in schemes)
-        # Never the whole value: it may hold a password.
-        got = f"a URL starting {value.partition('://')[0][:20]!r}" if isinstance(value, str) else type(value).__name__
-        raise ConfigError(where, f"must be a URL {want}{origin}, got {got}")
-    return value
-
-
 def read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
     if isinstance(source, Mapping):
         return source
@@ -204,7 +145,7 @@ def read_source(source: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[s
         raise ConfigError(where, f"is not valid YAML: {exc}") from None
     if isinstance(doc, str) and "\n" not in text:
         raise ConfigError("config", f"{text!r} is neither a file nor a YAML mapping")
-    return _mapping(doc, where)
+    return check.mapping(doc, where)
 
 
 def load_configs(source: Mapping[str, Any] | str | os.PathLike[str]) -> list[Config]:
@@ -240,14 +181,14 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         if not picked:
             raise ConfigError("agents", f"no agent with id {agent!r}")
         index = agent if isinstance(agent, int) else agents.index(picked[0])
-        entry = _mapping(picked[0], f"agents[{index}]")
+        entry = check.mapping(picked[0], f"agents[{index}]")
         where = f"agents[{index}].memory"
-        memory = _mapping(entry.get("memory", {"type": "conversation"}), where)
+        memory = check.mapping(entry.get("memory", {"type": "conversation"}), where)
         middleware = entry.get("memory_middleware", middleware)
         if "namespace" not in memory and isinstance(entry.get("id"), str):
             memory = {**memory, "namespace": entry["id"]}  # the agent id scopes its memory
     elif "memory" in doc:
-        memory = _mapping(doc["memory"], "memory")
+        memory = check.mapping(doc["memory"], "memory")
     elif "type" in doc:
         memory, where = doc, "memory"
     else:
@@ -274,20 +215,20 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: st
         )
     files = {p.file_path for p in parsed.parts if registry.kind(p.store).exported}
     if files:
-        if doc.get("log") is not None and log.type == "kafka":
+        if doc.get("log") is not None and not log.kind.inline:
             raise ConfigError("log.type", "store: file keeps memory in local files; it needs the embedded log")
         if len(files) > 1:
             found = sorted(str(f) for f in files)
             raise ConfigError(where, f"the parts of one memory must share one file_path, got {found}")
         # The file store is the embedded log, kept in log/ beside its JSON exports.
         (path,) = files
-        log = replace(log, type="embedded", path=str(Path(path).parent / "log"))  # type: ignore[arg-type]
+        log = replace(log, type=EMBEDDED.name, path=str(Path(path).parent / "log"))  # type: ignore[arg-type]
     return Config(memory=parsed, log=log, middleware=tuple(middleware))
 
 
 def _served_by_kafka(memory: MemoryConfig, log: LogConfig, where: str) -> None:
     """A namespace pattern is what projectors of a Kafka log serve; the embedded log has no projectors."""
-    if names.is_pattern(memory.namespace) and log.type != "kafka":
+    if names.is_pattern(memory.namespace) and not log.kind.groups:
         raise ConfigError(
             f"{where}.namespace", "a pattern is for projectors of a Kafka log; clients open one concrete namespace"
         )
@@ -329,7 +270,7 @@ def load_section(source: Mapping[str, Any] | str | os.PathLike[str], section: st
     view_type = SECTIONS[section]
     if section not in doc:
         raise ConfigError(section, f"missing: give a `{section}:` mapping (store, dsn or redis_url, namespace)")
-    raw = _mapping(doc[section], section)
+    raw = check.mapping(doc[section], section)
     if "type" in raw:
         raise ConfigError(f"{section}.type", f"a `{section}:` mapping has no type (it is always {view_type})")
     log = parse_log(doc.get("log"), "log")
@@ -356,23 +297,22 @@ def audit_config(source: Mapping[str, Any] | str | os.PathLike[str], *, agent: s
 def parse_log(raw: Any, where: str) -> LogConfig:
     if raw is None:
         return LogConfig()
-    raw = _mapping(raw, where)
+    raw = check.mapping(raw, where)
     only_keys(raw, LOG_KEYS, where, "log")
-    kind = raw.get("type", "embedded")
-    if kind not in ("embedded", "kafka"):
-        raise ConfigError(f"{where}.type", f"must be kafka or embedded, got {kind!r}")
+    kind = raw.get("type", LogConfig.type)
+    log_kind(kind, f"{where}.type")
     default = LogConfig()
     bootstrap = os.environ.get("HELIX_KAFKA_BOOTSTRAP") or raw.get("bootstrap_servers") or default.bootstrap_servers
     prefix = raw.get("topic_prefix", default.topic_prefix)
     if not isinstance(prefix, str) or not names.NAMESPACE_RE.fullmatch(prefix):
         raise ConfigError(f"{where}.topic_prefix", f"must match [A-Za-z0-9._-]+, got {prefix!r}")
-    partitions = _int(raw, "partitions", where, default.partitions)
-    replication = _int(raw, "replication_factor", where, default.replication_factor)
+    partitions = check.whole_number(raw, "partitions", where, default.partitions)
+    replication = check.whole_number(raw, "replication_factor", where, default.replication_factor)
     if partitions < 1 or replication < 1:
         raise ConfigError(f"{where}.partitions", "partitions and replication_factor must be >= 1")
     insync = None
     if raw.get("min_insync_replicas") is not None:
-        insync = _int(raw, "min_insync_replicas", where, 1)
+        insync = check.whole_number(raw, "min_insync_replicas", where, 1)
         if not 1 <= insync <= replication:
             raise ConfigError(
                 f"{where}.min_insync_replicas", f"must be 1 to replication_factor ({replication}), got {insync}"
@@ -380,8 +320,8 @@ def parse_log(raw: Any, where: str) -> LogConfig:
     fsync = raw.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError(f"{where}.fsync", f"must be true or false, got {fsync!r}")
-    _text_option(bootstrap, f"{where}.bootstrap_servers")
-    path = _text_option(raw.get("path", default.path), f"{where}.path")
+    check.text(bootstrap, f"{where}.bootstrap_servers")
+    path = check.text(raw.get("path", default.path), f"{where}.path")
     return LogConfig(kind, bootstrap, prefix, partitions, replication, path, fsync, insync)
 
 
@@ -394,7 +334,7 @@ def parse_composite(raw: Mapping[str, Any], where: str, log: LogConfig | None) -
     parts = []
     for i, part in enumerate(backends):
         here = f"{where}.backends[{i}]"
-        part = _mapping(part, here)
+        part = check.mapping(part, here)
         if part.get("type") == "composite":
             raise ConfigError(f"{here}.type", "a composite cannot contain a composite")
         clash = sorted(set(part) & set(SHARED_KEYS))
@@ -439,7 +379,7 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     if ttl is not None and hasattr(view, "ttl"):  # views that carry it to their store (Redis expires keys)
         view = replace(view, ttl=ttl)  # type: ignore[type-var]
     store_kind = registry.kind(store, f"{where}.store")
-    if log is not None and log.type == "kafka" and store_kind.in_process:
+    if log is not None and log.kind.projected_apart and store_kind.in_process:
         raise ConfigError(
             f"{where}.store",
             f"{store} views live in one process, but a Kafka log is projected by separate workers; "
@@ -459,14 +399,14 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     consistency = raw.get("consistency", "read-your-writes")
     if consistency not in ("read-your-writes", "eventual"):
         raise ConfigError(f"{where}.consistency", f"must be read-your-writes or eventual, got {consistency!r}")
-    timeout = _seconds(raw.get("read_timeout", 5.0), f"{where}.read_timeout")
+    timeout = check.seconds(raw.get("read_timeout", 5.0), f"{where}.read_timeout")
     session_id = raw.get("session_id")
     if session_id is not None:
         names.check_session_id(session_id, f"{where}.session_id", ConfigError)
     header = raw.get("session_id_header")
     if header is not None:
-        _text_option(header, f"{where}.session_id_header")
-    max_content = _int(raw, "max_content_bytes", where, DEFAULT_MAX_CONTENT_BYTES)
+        check.text(header, f"{where}.session_id_header")
+    max_content = check.whole_number(raw, "max_content_bytes", where, DEFAULT_MAX_CONTENT_BYTES)
     if not 1 <= max_content <= MAX_EVENT_BYTES:
         raise ConfigError(
             f"{where}.max_content_bytes",
@@ -480,9 +420,9 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
     if store_kind.address == "dsn" and not dsn:
         raise ConfigError(f"{where}.dsn", f"store: {store} needs dsn (or HELIX_POSTGRES_DSN)")
     if redis_url is not None:
-        _url(redis_url, f"{where}.redis_url", ("redis", "rediss", "unix"), "HELIX_REDIS_URL")
+        check.url(redis_url, f"{where}.redis_url", ("redis", "rediss", "unix"), "HELIX_REDIS_URL")
     if dsn is not None:
-        _url(dsn, f"{where}.dsn", ("postgresql", "postgres"), "HELIX_POSTGRES_DSN")
+        check.url(dsn, f"{where}.dsn", ("postgresql", "postgres"), "HELIX_POSTGRES_DSN")
     return MemoryConfig(
         type=kind,
         view=view,

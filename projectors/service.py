@@ -24,7 +24,7 @@ def served_projections(source: str) -> tuple[LogConfig, list[MemoryConfig]]:
     configs = load_served(source)
     log_config = configs[0].log
     every = [part for cfg in configs for part in cfg.memory.parts]
-    if log_config.type != "kafka":
+    if log_config.kind.inline:
         raise ConfigError("log.type", "the embedded log is projected inside the client; this needs log: kafka")
     return log_config, merge_served(every, lambda part: (part.view.name, *store_key(part)))
 

@@ -78,7 +78,7 @@ async def _run(args: argparse.Namespace) -> int:
     keys = load_keys(args.keys)
     if args.max_body < 1:
         raise ConfigError("--max-body", f"must be at least 1 byte, got {args.max_body}")
-    lag = _views_lag(args.config) if config.log.type == "kafka" else None
+    lag = _views_lag(args.config) if config.log.kind.groups else None
     options = Options(
         max_body=args.max_body,
         session_idle=args.session_idle,

@@ -55,7 +55,7 @@ _MISSING = {  # what a store kind's address is called in config, and where it co
 
 
 def open_log(config: LogConfig, codec: Codec | None = None) -> EventLog:
-    if config.type == "kafka":
+    if config.kind.broker:
         return KafkaLog(
             config.bootstrap_servers,
             topic_prefix=config.topic_prefix,

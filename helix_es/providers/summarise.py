@@ -6,9 +6,11 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
+from helix_es.model.options import mapping, only_keys, seconds, whole_number
 from helix_es.providers.http import HttpError, bearer, openai_base_url, post_json
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s")
@@ -79,3 +81,34 @@ class OpenAISummariser:
             return str(answer["choices"][0]["message"]["content"]).strip()
         except (KeyError, IndexError, TypeError):
             raise HttpError(base_url, f"no choices[0].message.content in {str(answer)[:300]}") from None
+
+
+SUMMARISER_KEYS = {"provider", "model", "base_url", "api_key_env", "max_chars", "timeout"}
+
+
+def parse_summariser(raw: Any, where: str) -> Summariser:
+    """`summariser: {provider: extractive | openai, model, base_url, api_key_env}`; extractive by default."""
+    if raw is None:
+        return ExtractiveSummariser()
+    raw = mapping(raw, where)
+    only_keys(raw, SUMMARISER_KEYS, where, "a summariser")
+    provider = raw.get("provider", "extractive")
+    if provider == "extractive":
+        for k in ("model", "base_url", "api_key_env", "timeout"):
+            if k in raw:
+                raise ConfigError(f"{where}.{k}", "is an option of the openai provider, not extractive")
+        max_chars = whole_number(raw, "max_chars", where, 4000)
+        if max_chars < 2:
+            raise ConfigError(f"{where}.max_chars", f"must be >= 2, got {max_chars}")
+        return ExtractiveSummariser(max_chars=max_chars)
+    if provider == "openai":
+        if "max_chars" in raw:
+            raise ConfigError(f"{where}.max_chars", "is an option of the extractive provider, not openai")
+        texts = {k: raw[k] for k in ("model", "base_url", "api_key_env") if k in raw}
+        for k, v in texts.items():
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{where}.{k}", f"must be a non-empty string, got {v!r}")
+        if "timeout" in raw:
+            texts["timeout"] = seconds(raw["timeout"], f"{where}.timeout")
+        return OpenAISummariser(**texts)
+    raise ConfigError(f"{where}.provider", f"must be extractive or openai, got {provider!r}")

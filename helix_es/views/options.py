@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from helix_es.model.errors import ConfigError
+from helix_es.model.options import whole_number
 from helix_es.model.tokenizers import ESTIMATE
 from helix_es.views.base import IndexView, View
 from helix_es.views.checkpoints import Checkpoints
@@ -24,13 +25,6 @@ from helix_es.views.units import TOOL_PAIRS, WHOLE
 from helix_es.views.vector import Vector
 
 ViewFactory = Callable[[Mapping[str, Any], str], View | IndexView]
-
-
-def whole_number(options: Mapping[str, Any], key: str, where: str, default: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}.{key}", f"must be a whole number, got {value!r}")
-    return value
 
 
 def _max_length(options: Mapping[str, Any], where: str) -> int | None:

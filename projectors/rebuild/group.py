@@ -54,7 +54,7 @@ LEAVE_SECONDS = 2 * GROUP_SESSION_MS / 1000 + 10  # the lead waits this long for
 
 def check_group_log(log_config: LogConfig, flag: str) -> None:
     """Group mode needs Kafka: an embedded log is one process's files, with no consumer groups."""
-    if log_config.type != "kafka":
+    if not log_config.kind.groups:
         raise ConfigError(
             flag,
             f"needs a Kafka log (log.type: kafka); this config's log is {log_config.type}, "

@@ -81,7 +81,7 @@ async def rebuild(
     if registry.kind(part.store).in_process:
         return await _rebuild_in_process(log_config, part, into=into, switch=switch, drop_old=drop_old)
     name = part.view.name
-    kafka = log_config.type == "kafka"
+    apart = log_config.kind.projected_apart  # projector services fold it: they serve the alias and take over
     alias = alias_id(name, log_config.topic_prefix)
     aliases = open_aliases(part)
     store = open_store(part) if isinstance(part.view, View) else None
@@ -144,7 +144,7 @@ async def rebuild(
         if not switch:
             return report
         status.phase = "switching"
-        served_before = await aliases.served(alias) if kafka else set()
+        served_before = await aliases.served(alias) if apart else set()
         found = await aliases.switch(alias, target, expect=old, base=name)
         if found is not None:
             raise RebuildError(
@@ -154,7 +154,7 @@ async def rebuild(
         switched_at = time.monotonic()
         report.switched = True
         log.info("readers of %s switched from %s to %s", name, old, target)
-        if kafka and handover > 0:
+        if apart and handover > 0:
             if old in served_before:
                 report.handed_over = await _hand_over(
                     source, sink, status, aliases, alias, target, handover, on_progress

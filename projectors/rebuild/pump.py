@@ -85,7 +85,7 @@ def open_source(
     `checkpoint` on."""
     # What the projector dead-letters, the rebuild skips.
     check = Checker(log_config.topic_prefix)
-    if log_config.type == "kafka":
+    if log_config.kind.broker:
         return KafkaSource(
             log_config.bootstrap_servers,
             log_config.topic_prefix,
