@@ -474,6 +474,6 @@ async def key_env(monkeypatch: pytest.MonkeyPatch, master: bytes) -> AsyncIterat
     monkeypatch.delenv("HELIX_KEY_STORE_URL", raising=False)
     monkeypatch.delenv("HELIX_KEY_CACHE_TTL", raising=False)
     yield master
-    from helix_es.client.keys import close_shared_keys
+    from helix_es.client.runtime import default_runtime
 
-    await close_shared_keys()
+    await default_runtime().aclose()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from helix_es import Message, ToolCall, audit, forget, open_memory
-from helix_es.client.keys import close_shared_keys
+from helix_es.client.runtime import default_runtime
 from tests.conftest import unique
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ async def keyed(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     for var in ("HELIX_ENCRYPTION_OLD_KEYS", "HELIX_KEY_STORE", "HELIX_KEY_STORE_URL", "HELIX_KEY_CACHE_TTL"):
         monkeypatch.delenv(var, raising=False)
     yield key
-    await close_shared_keys()
+    await default_runtime().aclose()
 
 
 def config(tmp_path: Path, ns: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from helix_es import Message, open_memory
-from helix_es.client.keys import close_shared_keys
+from helix_es.client.runtime import default_runtime
 from helix_es.history.audit import audit
 from helix_es.log.check import Checker, concerns, skipped
 from helix_es.log.codec import Codec, event_to_record
@@ -48,7 +48,7 @@ async def file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIte
     monkeypatch.delenv("HELIX_ENCRYPTION_OLD_KEYS", raising=False)
     monkeypatch.setenv("HELIX_KEY_CACHE_TTL", "0")
     yield
-    await close_shared_keys()
+    await default_runtime().aclose()
 
 
 def plain(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def test_config_errors_exit_2_and_say_what_to_fix(tmp_path: Path) -> None:
 async def test_forget_of_a_thread_takes_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--namespace` names the thread's namespace over the file's (a projector file's may be a pattern)."""
     require_module("langgraph", "LangGraph")
-    from helix_es.client.keys import close_shared_keys
+    from helix_es.client.runtime import default_runtime
     from helix_es.integrations.langgraph import HelixSaver
     from tests import langgraph_graph as lg
 
@@ -92,4 +92,4 @@ async def test_forget_of_a_thread_takes_namespace(tmp_path: Path, monkeypatch: p
         async with HelixSaver.from_config(sealed) as saver:
             assert await saver.aget_tuple({"configurable": {"thread_id": thread}}) is None
     finally:
-        await close_shared_keys()
+        await default_runtime().aclose()

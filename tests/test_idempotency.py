@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from helix_es import Message, ToolCall, load_config, open_memory
-from helix_es.client.keys import close_shared_keys
+from helix_es.client.runtime import default_runtime
 from helix_es.history.audit import audit
 from helix_es.model import names
 from helix_es.model.events import REMEMBERED_KEYS, Event, MessageAdded, Position, Record
@@ -311,7 +311,7 @@ async def test_retries_through_the_encryption_middleware_show_once(
         assert [e.duplicate_of for e in report.events] == [None, 0]
         assert report.opened
     finally:
-        await close_shared_keys()
+        await default_runtime().aclose()
 
 
 async def test_keys_of_expiring_sessions_expire_with_them(tmp_path: Path, redis_url: str) -> None:

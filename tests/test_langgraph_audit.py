@@ -15,7 +15,7 @@ from tests.conftest import cli, require_module, start_projector, stop, wait_for
 
 require_module("langgraph", "LangGraph")
 
-from helix_es.client.keys import close_shared_keys  # noqa: E402
+from helix_es.client.runtime import default_runtime  # noqa: E402
 from helix_es.history.erasure import NotShreddable, forget  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
 from helix_es.stores.postgres.checkpoints import PostgresCheckpoints  # noqa: E402
@@ -91,7 +91,7 @@ async def test_view_dropped_is_refolded_from_the_log(
 async def file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[None]:
     lg.use_file_keys(monkeypatch, str(tmp_path / "keys"))
     yield
-    await close_shared_keys()
+    await default_runtime().aclose()
 
 
 async def test_forget_shreds_a_thread(tmp_path: Path, namespace: str, session_id: str, file_keys: None) -> None:

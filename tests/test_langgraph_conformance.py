@@ -15,7 +15,7 @@ require_module("langgraph.checkpoint.conformance", "the LangGraph checkpointer c
 from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
 
-from helix_es.client.keys import close_shared_keys  # noqa: E402
+from helix_es.client.runtime import default_runtime  # noqa: E402
 from helix_es.integrations.langgraph import HelixSaver  # noqa: E402
 from tests.langgraph_graph import use_file_keys  # noqa: E402
 
@@ -26,7 +26,7 @@ EVERY = sorted(c.value for c in ALL_CAPABILITIES)
 async def file_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[None]:
     use_file_keys(monkeypatch, str(tmp_path / "keys"))
     yield
-    await close_shared_keys()
+    await default_runtime().aclose()
 
 
 async def conform(name: str, config: dict[str, Any]) -> None:

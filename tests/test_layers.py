@@ -134,3 +134,33 @@ def test_only_the_store_layer_imports_the_store_drivers() -> None:
         if not path.is_relative_to(stores) and drivers & _imports_of(path)
     ]
     assert wrong == [], f"import asyncpg and redis only under helix_es/stores/ (registry.transient, ...): {wrong}"
+
+
+LOG_KINDS = {"kafka", "embedded"}
+LOG_KIND_MODULE = ROOT / "helix_es" / "log" / "kind.py"
+
+
+def _log_kind_literals(path: Path) -> list[int]:
+    """Lines comparing something to a log kind's name (`log.type == "kafka"`, `kind in ("embedded", ...)`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in [node.left, *node.comparators]:
+            names = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+            if any(isinstance(n, ast.Constant) and n.value in LOG_KINDS for n in names):
+                found.append(node.lineno)
+    return found
+
+
+def test_only_the_log_kind_module_compares_to_a_log_kinds_name() -> None:
+    """What `log.type` means is decided once, in helix_es/log/kind.py (`LogConfig.kind`): everywhere
+    else asks a kind's properties (broker, inline, groups), so a new log kind changes one module."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != LOG_KIND_MODULE
+        for line in _log_kind_literals(path)
+    ]
+    assert found == [], f"ask LogConfig.kind (helix_es.log.kind) instead: {found}"

@@ -53,8 +53,8 @@ from hypothesis import strategies as st
 
 from helix_es import Message, ToolCall, open_memory
 from helix_es.client.encryption import EncryptedMemory
-from helix_es.client.keys import close_shared_keys, provider_from_env
 from helix_es.client.protocol import Memory
+from helix_es.client.runtime import default_runtime
 from helix_es.config import load_config
 from helix_es.history.audit import audit
 from helix_es.history.erasure import forget
@@ -335,7 +335,7 @@ async def erase(track: Track, mode: Mode, sid: str) -> None:
         result = await forget(mode.config, session_id=sid, reason="property test")
     else:  # nothing is sealed: the views drop the session all the same, the log keeps it readable
         result = await forget(
-            mode.config, session_id=sid, keys=provider_from_env(), allow_unshreddable=True, reason="property test"
+            mode.config, session_id=sid, keys=default_runtime().keys(), allow_unshreddable=True, reason="property test"
         )
     if result.position is not None:
         mode.last[sid] = result.position
@@ -439,7 +439,7 @@ class Stored:
 async def opened(track: Track, sid: str, stored: list[Message]) -> list[Message]:
     if not track.sealed:
         return stored
-    mem = EncryptedMemory(Stored(stored), provider_from_env(), namespace=track.namespace, session_id=sid)  # type: ignore[arg-type]
+    mem = EncryptedMemory(Stored(stored), default_runtime().keys(), namespace=track.namespace, session_id=sid)  # type: ignore[arg-type]
     return await mem.get()
 
 
@@ -543,7 +543,7 @@ PROFILE = settings(
 @pytest.fixture
 async def keys_closed() -> AsyncIterator[None]:
     yield
-    await close_shared_keys()
+    await default_runtime().aclose()
 
 
 @PROFILE

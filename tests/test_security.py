@@ -49,7 +49,8 @@ from helix_es.client.encryption import (
     NamespaceKeys,
     envelope_key_ids,
 )
-from helix_es.client.keys import StoredSessionKeys, close_shared_keys
+from helix_es.client.keys import StoredSessionKeys
+from helix_es.client.runtime import default_runtime
 from helix_es.log.kafka import KafkaLog
 from helix_es.model.events import MessageAdded, SessionErased, SummaryRecorded
 from helix_es.stores.redis.keys import RedisKeyStore
@@ -257,7 +258,7 @@ def master(monkeypatch: pytest.MonkeyPatch) -> bytes:
 @pytest.fixture
 async def shared_keys() -> AsyncIterator[None]:
     yield
-    await close_shared_keys()
+    await default_runtime().aclose()
 
 
 async def caught_up(config_path: Path, timeout: float = 90.0) -> None:

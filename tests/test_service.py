@@ -334,7 +334,7 @@ async def test_a_tenant_never_reaches_another_tenants_namespace_and_nothing_is_w
 
 
 async def test_forget_is_for_admin_keys_and_shreds_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from helix_es.client.keys import close_shared_keys
+    from helix_es.client.runtime import default_runtime
 
     monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
     monkeypatch.setenv("HELIX_KEY_STORE", "file")
@@ -364,7 +364,7 @@ async def test_forget_is_for_admin_keys_and_shreds_the_session(tmp_path: Path, m
             refused = await http.post(f"{base}/forget", headers=ADMIN)
             assert refused.status_code == 409 and "encryption" in refused.json()["error"]
     finally:
-        await close_shared_keys()
+        await default_runtime().aclose()
 
 
 # -- operations ------------------------------------------------------------------------------------

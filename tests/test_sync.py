@@ -18,8 +18,9 @@ import pytest
 
 from helix_es import ConfigError, ConsistencyTimeout, InvalidInput, InvalidMessage, Message, Position
 from helix_es import open_memory as open_async
-from helix_es.client import backend as backends
+from helix_es.config import load_config
 from helix_es.sync import MemoryClosed, SyncMemory, open_memory
+from helix_es.sync.loop import current_loop
 from tests.conftest import ROOT, start_projector, stop, unique
 
 THREADS, ADDS = 16, 50
@@ -47,9 +48,9 @@ def kafka_redis(bootstrap: str, redis_url: str, **memory: Any) -> dict[str, Any]
 
 
 def held(cfg: dict[str, Any]) -> bool:
-    """Some backend of this process holds `cfg`'s embedded log open."""
-    where = str(Path(cfg["log"]["path"]).resolve())
-    return any(where in key for key in backends._shared)
+    """The sync memories' runtime holds a backend of `cfg`'s embedded log open."""
+    running = current_loop()
+    return running is not None and running.runtime.holds(load_config(cfg).log)
 
 
 def hammer(mem: SyncMemory, threads: int, adds: int) -> dict[int, list[Position]]:

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from helix_es.client.runtime import Runtime
 from helix_es.config import audit_config
 from helix_es.history.audit import AuditError, AuditReport, audit, describe_message, quote
 from helix_es.model.errors import InvalidInput
@@ -85,15 +86,17 @@ def _flags(text: str) -> str:
 
 async def _run(args: argparse.Namespace) -> int:
     try:
-        report = await audit(
-            audit_config(args.config, agent=args.agent),
-            session_id=args.session,
-            namespace=args.namespace,
-            as_of=args.as_of,
-            offset=args.offset,
-            view=args.view,
-            raw=args.raw,
-        )
+        async with Runtime() as runtime:  # the keys that open sealed messages; closed before the command ends
+            report = await audit(
+                audit_config(args.config, agent=args.agent),
+                session_id=args.session,
+                namespace=args.namespace,
+                as_of=args.as_of,
+                offset=args.offset,
+                view=args.view,
+                raw=args.raw,
+                runtime=runtime,
+            )
     except InvalidInput as exc:  # name the flags the person typed, not the Python arguments
         if exc.field not in _FLAGS:
             raise

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from helix_es.client.open import open_memory
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import Config, load_config
 from helix_es.history.audit import audit
 from helix_es.model.message import Message, ToolCall
@@ -31,8 +32,12 @@ def _short(messages: list[Message]) -> str:
     return " | ".join(f"{m.role}:{(m.content or '[tool call]')[:28]}" for m in messages)
 
 
-async def run_demo(path: str | None = None, *, as_json: bool = False, config_path: str | None = None) -> None:
-    """The scripted agent on the embedded default, or on the services a config names (`--config`)."""
+async def run_demo(
+    path: str | None = None, *, as_json: bool = False, config_path: str | None = None, runtime: Runtime | None = None
+) -> None:
+    """The scripted agent on the embedded default, or on the services a config names (`--config`), on
+    `runtime` (by default the running loop's)."""
+    runtime = runtime or default_runtime()
 
     def out(kind: str, text: str, **data: Any) -> None:
         print(json.dumps({"kind": kind, **data}) if as_json else text)
@@ -42,7 +47,7 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         config = load_config(config_path)
         run = uuid.uuid4().hex[:6]  # fresh sessions on a long-lived log
         log = config.log
-        where = f"{log.type} log at {log.bootstrap_servers if log.type == 'kafka' else log.path}"
+        where = f"{log.type} log at {log.bootstrap_servers if log.kind.broker else log.path}"
         out("start", f"{where}; view: {config.memory.view.name} in {config.memory.store}", config=config_path)
     else:
         directory = path or tempfile.mkdtemp(prefix="helix-demo-")
@@ -59,8 +64,8 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         )
     names = {who: f"{who}-{run}" if run else who for who in ("alice", "bob")}
     async with (
-        open_memory(config, session_id=names["alice"]) as alice,
-        open_memory(config, session_id=names["bob"]) as bob,
+        open_memory(config, session_id=names["alice"], runtime=runtime) as alice,
+        open_memory(config, session_id=names["bob"], runtime=runtime) as bob,
     ):
         memories = {"alice": alice, "bob": bob}
         for turn, (who, message) in enumerate(SCRIPT, 1):
@@ -87,7 +92,7 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
         await bob.clear()
         out("clear", f"\nbob clear -> get {await bob.get()} (the log keeps his turns)", session="bob")
         out("history", "\nalice's history, read back from the log (every turn, including evicted ones):")
-        report = await audit(config, session_id=names["alice"])
+        report = await audit(config, session_id=names["alice"], runtime=runtime)
         for event in report.events:
             out(
                 "event",
@@ -96,7 +101,7 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
             )
         # Time travel: the view as it was after alice's 5th turn, folded from the log up to there.
         fifth = report.events[4]
-        then = await audit(config, session_id=names["alice"], offset=fifth.position.offset)
+        then = await audit(config, session_id=names["alice"], offset=fifth.position.offset, runtime=runtime)
         for view, messages in (then.views or {}).items():
             out(
                 "as-of",
@@ -109,8 +114,8 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
     if config_path is None:  # a second backend, built from the history alone (the embedded default)
         assert isinstance(config, dict)  # the embedded demo's own config
         second = {"log": config["log"], "memory": {"type": "token-window", "max_tokens": 60, "namespace": "demo"}}
-        rebuilt_report = await rebuild(second)
-        async with open_memory(second, session_id=names["alice"]) as rebuilt:
+        rebuilt_report = await rebuild(second, runtime=runtime)
+        async with open_memory(second, session_id=names["alice"], runtime=runtime) as rebuilt:
             got = await rebuilt.get()
         out(
             "rebuild",
@@ -123,7 +128,8 @@ async def run_demo(path: str | None = None, *, as_json: bool = False, config_pat
 
 
 async def _run(args: argparse.Namespace) -> int:
-    await run_demo(args.path, as_json=args.json, config_path=args.config)
+    async with Runtime() as runtime:
+        await run_demo(args.path, as_json=args.json, config_path=args.config, runtime=runtime)
     return 0
 
 

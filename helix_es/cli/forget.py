@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-from helix_es.client.keys import close_shared_keys
-from helix_es.config import audit_config, read_source, sections_only
+from helix_es.client.runtime import Runtime
+from helix_es.config import Config, audit_config, read_source, sections_only
 from helix_es.history.checkpoint_forget import forget_thread
-from helix_es.history.erasure import NotShreddable, forget
+from helix_es.history.erasure import ForgetResult, NotShreddable, forget
 from helix_es.model import names
 
 
@@ -31,25 +32,39 @@ async def _run(args: argparse.Namespace) -> int:
             print("helix-es: nothing was changed", file=sys.stderr)
             return 1
     try:
-        if thread:
-            # The thread's namespace: --namespace, else the file's own (a projector file's may be a pattern).
-            one = {**doc, "checkpoints": {**doc["checkpoints"], "namespace": ns}}
-            result = await forget_thread(
-                one, thread_id=args.session, reason=args.reason, allow_unshreddable=args.allow_unshreddable
-            )
-        else:
-            result = await forget(
-                cfg,
-                session_id=args.session,
-                namespace=ns,
-                reason=args.reason,
-                allow_unshreddable=args.allow_unshreddable,
-            )
+        async with Runtime() as runtime:  # the command's one runtime, closed (its key store's pool) before it exits
+            result = await _forget(args, doc, cfg, ns, thread, runtime)
     except NotShreddable as exc:
         print(f"helix-es: {exc}", file=sys.stderr)
         return 2
-    finally:
-        await close_shared_keys()
+    _report(args, ns, thread, result)
+    return 0
+
+
+async def _forget(
+    args: argparse.Namespace, doc: Mapping[str, Any], cfg: Config, ns: str, thread: bool, runtime: Runtime
+) -> ForgetResult:
+    if thread:
+        # The thread's namespace: --namespace, else the file's own (a projector file's may be a pattern).
+        one = {**doc, "checkpoints": {**doc["checkpoints"], "namespace": ns}}
+        return await forget_thread(
+            one,
+            thread_id=args.session,
+            reason=args.reason,
+            allow_unshreddable=args.allow_unshreddable,
+            runtime=runtime,
+        )
+    return await forget(
+        cfg,
+        session_id=args.session,
+        namespace=ns,
+        reason=args.reason,
+        allow_unshreddable=args.allow_unshreddable,
+        runtime=runtime,
+    )
+
+
+def _report(args: argparse.Namespace, ns: str, thread: bool, result: ForgetResult) -> None:
     if args.json:
         print(json.dumps(result.to_json()))
     elif result.already_erased:
@@ -69,7 +84,6 @@ async def _run(args: argparse.Namespace) -> int:
                 "and stay readable on the log",
                 file=sys.stderr,
             )
-    return 0
 
 
 def _skipped(count: int) -> None:

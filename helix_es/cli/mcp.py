@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from helix_es.client.runtime import Runtime
 from helix_es.config import load_config
 from helix_es.service.pool import with_namespace
 
@@ -28,7 +29,8 @@ async def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, agent=args.agent)
     if args.namespace is not None:
         config = replace(config, memory=with_namespace(config.memory, args.namespace))
-    await serve_stdio(config, namespaces=args.namespaces)
+    async with Runtime() as runtime:
+        await serve_stdio(config, namespaces=args.namespaces, runtime=runtime)
     return 0
 
 

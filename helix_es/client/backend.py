@@ -1,4 +1,5 @@
-"""A backend joins a log and a view store. Memories with the same log and store share one.
+"""A backend joins a log and a view store. Memories with the same log and store share one: a
+`helix_es.client.runtime.Runtime` keeps it, and closes it when its last user releases it.
 
 With the embedded log, the backend is also the projector: each append is folded into
 every view attached to its namespace before `append` returns, and views are caught up
@@ -10,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from helix_es.config import LogConfig, MemoryConfig
+from helix_es.config import MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.driver import Append, Driver
-from helix_es.projection.factory import open_aliases, open_log, open_store, store_key
+from helix_es.projection.factory import open_aliases, open_store, store_key
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, ViewStore
 from helix_es.views.base import View
@@ -35,7 +35,6 @@ class Backend:
 
     log: EventLog
     inline: bool  # fold on append (embedded log)
-    refs: int = 0
     skipped: int = 0  # records catch-ups passed over (the projector dead-letters them); a rebuild reports them
     _stores: dict[tuple[str, str | None], ViewStore] = field(default_factory=dict)
     _projections: dict[Ident, Projection] = field(default_factory=dict)
@@ -189,32 +188,3 @@ def _collect(into: list[Event]) -> Append:
         into.append(event)
 
     return append
-
-
-_shared: dict[tuple[object, ...], Backend] = {}
-
-
-def _key(log: LogConfig) -> tuple[object, ...]:
-    loop = id(asyncio.get_running_loop())
-    if log.type == "kafka":
-        where: tuple[object, ...] = (log.bootstrap_servers, log.topic_prefix)
-    else:
-        where = (str(Path(log.path).resolve()), log.topic_prefix, log.fsync)
-    return (loop, log.type, *where)
-
-
-async def acquire(log: LogConfig) -> Backend:
-    """The process's backend for `log`, shared by every memory on it (the embedded log needs that)."""
-    key = _key(log)
-    backend = _shared.get(key)
-    if backend is None:
-        backend = _shared[key] = Backend(open_log(log), inline=log.type == "embedded")
-    backend.refs += 1
-    return backend
-
-
-async def release(log: LogConfig, backend: Backend) -> None:
-    backend.refs -= 1
-    if backend.refs <= 0:
-        _shared.pop(_key(log), None)
-        await backend.close()

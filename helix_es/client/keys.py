@@ -21,7 +21,8 @@ the one that ran `forget` can still open the session until its cache entry expir
 
 YAML `memory_middleware: [encryption]` uses this provider when `HELIX_KEY_STORE` is set
 (`postgres | redis | file`; where: `HELIX_KEY_STORE_URL`, else `HELIX_POSTGRES_DSN`,
-`HELIX_REDIS_URL`, or `.helix/keys`). Unset, it derives session keys from the master
+`HELIX_REDIS_URL`, or `.helix/keys`), one per store and settings in each runtime
+(`helix_es.client.runtime`, which closes it). Unset, it derives session keys from the master
 (`DerivedSessionKeys`), which cannot be shredded. Events sealed before a switch to a store
 stay readable (their key id is the master's, so the provider derives them) but cannot be
 shredded; `forget` counts them.
@@ -29,7 +30,6 @@ shredded; `forget` counts them.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import struct
@@ -54,10 +54,8 @@ from helix_es.client.encryption import (
     KeyNotFound,
     KeyProvider,
     KeyRing,
-    encryption_middleware,
     keys_from_env,
 )
-from helix_es.client.middleware import Middleware, register
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
 from helix_es.stores.file.keys import DEFAULT_DIRECTORY
@@ -265,8 +263,6 @@ def shreddable(keys: object) -> bool:
     return isinstance(keys, ShreddableKeys)
 
 
-# -- stores --------------------------------------------------------------------------------
-
 # -- from the environment ------------------------------------------------------------------
 
 
@@ -287,11 +283,24 @@ def open_key_store(kind: str, location: str | None = None, environ: Mapping[str,
     return found.keys(location)
 
 
-_shared: dict[tuple[object, ...], StoredSessionKeys] = {}
+def key_store_settings(environ: Mapping[str, str] | None = None) -> tuple[object, ...]:
+    """What tells two `HELIX_KEY_STORE` providers apart: a runtime keeps one per value of this."""
+    env = os.environ if environ is None else environ
+    ring = keys_from_env(env).ring
+    return (
+        env.get(ENV_STORE),
+        env.get(ENV_STORE_URL) or None,
+        env.get("HELIX_POSTGRES_DSN"),
+        env.get("HELIX_REDIS_URL"),
+        env.get(ENV_CACHE_TTL),
+        ring.current,
+        tuple(sorted(ring.keys)),
+    )
 
 
 def keys_from_store_env(environ: Mapping[str, str] | None = None) -> StoredSessionKeys:
-    """The provider `HELIX_KEY_STORE` names, shared per process and event loop (one pool per store)."""
+    """A provider over the store `HELIX_KEY_STORE` names (a new one, with its own pool: a
+    `helix_es.client.runtime.Runtime` keeps one per settings and closes it)."""
     env = os.environ if environ is None else environ
     kind = env.get(ENV_STORE, "")
     if kind not in KEY_STORES:
@@ -304,43 +313,4 @@ def keys_from_store_env(environ: Mapping[str, str] | None = None) -> StoredSessi
         raise ConfigError(ENV_CACHE_TTL, f"must be >= 0, got {ttl}")
     ring = keys_from_env(env).ring  # HELIX_ENCRYPTION_KEY wraps; HELIX_ENCRYPTION_OLD_KEYS still unwrap
     location = env.get(ENV_STORE_URL) or None
-    try:
-        loop: int | None = id(asyncio.get_running_loop())
-    except RuntimeError:
-        loop = None
-    ident = (
-        loop,
-        kind,
-        location,
-        env.get("HELIX_POSTGRES_DSN"),
-        env.get("HELIX_REDIS_URL"),
-        ttl,
-        ring.current,
-        tuple(sorted(ring.keys)),
-    )
-    keys = _shared.get(ident)
-    if keys is None:
-        keys = _shared[ident] = StoredSessionKeys(open_key_store(kind, location, env), ring, cache_ttl=ttl)
-    return keys
-
-
-def provider_from_env(environ: Mapping[str, str] | None = None) -> KeyProvider:
-    """The provider YAML `memory_middleware: [encryption]` uses: a key store's if HELIX_KEY_STORE is set."""
-    env = os.environ if environ is None else environ
-    return keys_from_store_env(env) if env.get(ENV_STORE) else keys_from_env(env)
-
-
-async def close_shared_keys() -> None:
-    """Close the shared providers of the running event loop (their store connections)."""
-    loop = id(asyncio.get_running_loop())
-    for ident in [i for i in _shared if i[0] == loop]:
-        await _shared.pop(ident).close()
-
-
-def _from_env() -> Middleware:
-    """YAML `memory_middleware: [encryption]`: data keys in the store `HELIX_KEY_STORE` names (which
-    `helix-es forget` can destroy them in), else session keys derived from `HELIX_ENCRYPTION_KEY`."""
-    return encryption_middleware(provider_from_env())
-
-
-register("encryption", _from_env)
+    return StoredSessionKeys(open_key_store(kind, location, env), ring, cache_ttl=ttl)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from helix_es.client.protocol import Memory
 from helix_es.model.errors import ConfigError
@@ -32,20 +32,23 @@ def chain(*middleware: Middleware) -> Middleware:
 
 
 # Built-ins that register themselves when their module is imported: imported when first named.
-# `encryption` is registered by the key store module, which picks the key provider from the environment.
-_BUILTIN_MODULES = {"encryption": "helix_es.client.keys", "redaction": "helix_es.client.redaction"}
+_BUILTIN_MODULES = {"redaction": "helix_es.client.redaction"}
 
 
-def build_chain(names: Iterable[str]) -> Middleware:
+def build_chain(names: Iterable[str], provided: Mapping[str, Callable[[], Middleware]] | None = None) -> Middleware:
+    """The chain YAML `memory_middleware` names. `provided` are the factories of the caller's runtime
+    (`encryption`, over its key provider): they come first, since they hold what it shares."""
+    own = provided or {}
     found = []
     for i, name in enumerate(names):
-        if name not in _registry and name in _BUILTIN_MODULES:
+        if name not in own and name not in _registry and name in _BUILTIN_MODULES:
             importlib.import_module(_BUILTIN_MODULES[name])
-        if name not in _registry:
-            known = sorted({*_registry, *_BUILTIN_MODULES})
+        factory = own.get(name) or _registry.get(name)
+        if factory is None:
+            known = sorted({*_registry, *_BUILTIN_MODULES, *own})
             raise ConfigError(f"memory_middleware[{i}]", f"unknown middleware {name!r}; known: {known}")
         try:
-            found.append(_registry[name]())
+            found.append(factory())
         except ConfigError as exc:
             # A factory knows what is wrong (a missing env key), not where it was named: add that.
             raise ConfigError(f"memory_middleware[{i}]", f"{name}: {exc}") from exc

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from helix_es.client import backend as backends
 from helix_es.client.composite import CompositeMemory
 from helix_es.client.memory import JsonExport, ViewMemory
 from helix_es.client.middleware import build_chain
 from helix_es.client.protocol import Memory
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import Config, load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, InvalidInput
@@ -23,16 +23,20 @@ async def open_memory(
     *,
     session_id: str | None = None,
     agent: str | None = None,
+    runtime: Runtime | None = None,
 ) -> AsyncIterator[Memory]:
-    """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config)."""
+    """Open one session's memory as `config` describes (a dict, YAML text, a path or a Config).
+
+    Its log backend and keys are `runtime`'s, by default the running loop's (`default_runtime`)."""
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
     mem = cfg.memory
     names.concrete_namespace(mem.namespace, "memory.namespace", ConfigError)  # a glob is for projectors only
     sid = session_id or mem.session_id
     if sid is None:
         raise InvalidInput("session_id", "give session_id= or memory.session_id in the config")
-    chain = build_chain(cfg.middleware)
-    backend = await backends.acquire(cfg.log)
+    runtime = runtime or default_runtime()
+    chain = build_chain(cfg.middleware, {"encryption": runtime.encryption})
+    backend = await runtime.acquire(cfg.log)
     try:
         parts = [
             ViewMemory(
@@ -51,4 +55,4 @@ async def open_memory(
             memory = JsonExport(memory, mem.file_path)
         yield chain(memory)
     finally:
-        await backends.release(cfg.log, backend)
+        await runtime.release(cfg.log, backend)

@@ -21,6 +21,7 @@ from typing import Any
 
 from helix_es.client.open import open_memory
 from helix_es.client.protocol import Memory
+from helix_es.client.runtime import Runtime
 from helix_es.config import Config, load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput
@@ -80,12 +81,15 @@ class SessionMemoryManager:
         *,
         agent: str | None = None,
         session_id_header: str | None = None,
+        runtime: Runtime | None = None,
     ) -> SessionMemoryManager:
-        """Sessions of the memory `config` describes, `open_memory(config, session_id=...)` each;
-        the header comes from `memory.session_id_header` unless given here."""
+        """Sessions of the memory `config` describes, `open_memory(config, session_id=..., runtime=...)`
+        each; the header comes from `memory.session_id_header` unless given here."""
         cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
         header = session_id_header or cfg.memory.session_id_header
-        return cls(lambda session_id: open_memory(cfg, session_id=session_id), session_id_header=header)
+        return cls(
+            lambda session_id: open_memory(cfg, session_id=session_id, runtime=runtime), session_id_header=header
+        )
 
     # -- sessions --------------------------------------------------------------------------
 

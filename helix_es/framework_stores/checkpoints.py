@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from helix_es.client import backend as backends
+from helix_es.client.backend import Backend
 from helix_es.client.checkpoint_seal import OpenedReads, Sealer, seal_payload
-from helix_es.client.keys import provider_from_env
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.client.wait import Behind, Written
 from helix_es.config import Config
 from helix_es.model.events import CheckpointSaved, Event, Payload, WritesSaved
@@ -25,9 +25,11 @@ from helix_es.views.checkpoints import Checkpoints
 
 
 class CheckpointLog:
-    """One checkpoint namespace on one log, and the view it is read from. `open` first, `close` last."""
+    """One checkpoint namespace on one log, and the view it is read from. `open` first, `close` last.
 
-    def __init__(self, config: Config, sealer: Sealer | None = None) -> None:
+    Its backend and keys are `runtime`'s; by default those of the loop it is opened on."""
+
+    def __init__(self, config: Config, sealer: Sealer | None = None, runtime: Runtime | None = None) -> None:
         assert isinstance(config.memory.view, Checkpoints)
         self.config = config
         self.encryption = config.memory.view.encryption
@@ -36,7 +38,8 @@ class CheckpointLog:
         self.written = Written(
             self.namespace, consistency=config.memory.consistency, read_timeout=config.memory.read_timeout
         )
-        self._backend: backends.Backend | None = None
+        self.runtime = runtime
+        self._backend: Backend | None = None
         self._view: Projection | None = None
 
     @property
@@ -51,15 +54,16 @@ class CheckpointLog:
         return self.store if self.sealer is None else OpenedReads(self.store, self.sealer)
 
     async def open(self) -> None:
-        backend = await backends.acquire(self.config.log)
+        runtime = self.runtime = self.runtime or default_runtime()
+        backend = await runtime.acquire(self.config.log)
         try:
             self._view = await backend.attach(self.config.memory, self.namespace)
         except BaseException:
-            await backends.release(self.config.log, backend)
+            await runtime.release(self.config.log, backend)
             raise
         self._backend = backend
         if self.encryption and self.sealer is None:
-            self.sealer = Sealer(provider_from_env())  # its key store's pool lives on this loop
+            self.sealer = Sealer(runtime.keys())  # its key store's pool lives on this loop
 
     async def append(self, thread_id: str, payloads: Sequence[Payload]) -> None:
         """Append one event per payload to the thread, in order."""
@@ -83,5 +87,5 @@ class CheckpointLog:
 
     async def close(self) -> None:
         backend, self._backend, self._view = self._backend, None, None
-        if backend is not None:
-            await backends.release(self.config.log, backend)
+        if backend is not None and self.runtime is not None:
+            await self.runtime.release(self.config.log, backend)

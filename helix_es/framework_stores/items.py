@@ -15,7 +15,8 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from helix_es.client import backend as backends
+from helix_es.client.backend import Backend
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.client.wait import Written
 from helix_es.config import Config, load_section
 from helix_es.model.errors import InvalidInput
@@ -32,7 +33,7 @@ class Items:
 
     def __init__(
         self,
-        backend: backends.Backend,
+        backend: Backend,
         view: ItemStore,
         namespace: str,
         *,
@@ -147,10 +148,14 @@ def _check_window(limit: object, offset: object) -> None:
 
 
 @asynccontextmanager
-async def open_items(config: Mapping[str, Any] | str | os.PathLike[str] | Config) -> AsyncIterator[Items]:
-    """The items a config's `store:` mapping names (a dict, YAML text, a path, or a parsed Config)."""
+async def open_items(
+    config: Mapping[str, Any] | str | os.PathLike[str] | Config, runtime: Runtime | None = None
+) -> AsyncIterator[Items]:
+    """The items a config's `store:` mapping names (a dict, YAML text, a path, or a parsed Config), on
+    `runtime`'s backend (by default the running loop's)."""
     cfg = config if isinstance(config, Config) else load_section(config, SECTION)
-    backend = await backends.acquire(cfg.log)
+    runtime = runtime or default_runtime()
+    backend = await runtime.acquire(cfg.log)
     try:
         view = await backend.attach(cfg.memory, cfg.memory.namespace)
         yield Items(
@@ -161,4 +166,4 @@ async def open_items(config: Mapping[str, Any] | str | os.PathLike[str] | Config
             read_timeout=cfg.memory.read_timeout,
         )
     finally:
-        await backends.release(cfg.log, backend)
+        await runtime.release(cfg.log, backend)

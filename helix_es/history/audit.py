@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from helix_es.client.runtime import Runtime
 from helix_es.config import Config, MemoryConfig, load_config
 from helix_es.history.audit_checkpoints import CHECKPOINT_EVENTS
 from helix_es.history.audit_checkpoints import describe as describe_checkpoint
@@ -383,6 +384,7 @@ async def audit(
     view: str | None = None,
     raw: bool = False,
     reader: RecordReader = read_records,
+    runtime: Runtime | None = None,
 ) -> AuditReport:
     """A session's history from the log; with `as_of` or `offset`, also each view's `get()` at that cut.
 
@@ -390,7 +392,8 @@ async def audit(
     (naive means UTC) or text for `parse_time`; `offset` an offset in the session's partition; give
     at most one. `view` picks one part of a composite (or checks the one view) by name or type.
     With the encryption middleware configured and its key here, messages are shown opened; `raw`
-    shows them as stored. `reader` reads the log (a server passes one that keeps what it read).
+    shows them as stored. `reader` reads the log (a server passes one that keeps what it read); the
+    keys are `runtime`'s (by default the running loop's).
     Raises `InvalidInput` (a `ValueError`) for bad arguments, `HelixError` when the log fails.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
@@ -446,7 +449,7 @@ async def audit(
             if name in views:  # two parts folding the same view: keep both, apart
                 name = f"{name}#{sum(1 for k in views if k.split('#')[0] == name) + 1}"
             views[name] = await _fold(part, upto, key)
-    sealing = None if raw else await opener(cfg, ns, session_id, _messages(events, views))
+    sealing = None if raw else await opener(cfg, ns, session_id, _messages(events, views), runtime)
     if callable(sealing):
         events = [_opened(e, sealing) for e in events]
         views = None if views is None else {k: [sealing(m) for m in v] for k, v in views.items()}

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from helix_es.client.encryption import KeyProvider
-from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
+from helix_es.client.keys import ENV_STORE, shreddable
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import load_section
 from helix_es.history.erasure import ForgetResult, NotShreddable, erase
 from helix_es.model import names
@@ -29,8 +30,10 @@ async def forget_thread(
     reason: str | None = None,
     keys: KeyProvider | None = None,
     allow_unshreddable: bool = False,
+    runtime: Runtime | None = None,
 ) -> ForgetResult:
-    """Erase one thread of the config's `checkpoints:` namespace; `messages` and `unshreddable` count values."""
+    """Erase one thread of the config's `checkpoints:` namespace; `messages` and `unshreddable` count values.
+    `keys` defaults to `runtime`'s (by default the running loop's)."""
     cfg = load_section(config, "checkpoints")
     assert isinstance(cfg.memory.view, Checkpoints)
     ns, sid = cfg.memory.namespace, names.check_session_id(thread_id, "thread_id")
@@ -41,7 +44,7 @@ async def forget_thread(
                 "append-only log cannot erase plaintext. Set checkpoints: {encryption: true} and "
                 f"{ENV_STORE}=postgres|redis|file"
             )
-        keys = provider_from_env()
+        keys = (runtime or default_runtime()).keys()
     if not shreddable(keys):
         raise NotShreddable(
             f"{type(keys).__name__} cannot destroy one thread's key: set {ENV_STORE}=postgres|redis|file"

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from helix_es.client import backend as backends
 from helix_es.client.checkpoint_seal import UNSEALED, key_id, values_of
 from helix_es.client.encryption import KeyProvider, envelope_key_id, sealable
-from helix_es.client.keys import ENV_STORE, provider_from_env, shreddable
+from helix_es.client.keys import ENV_STORE, shreddable
 from helix_es.client.memory import JsonExport
 from helix_es.client.open import open_memory
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import Config, load_config
 from helix_es.log.check import Skipped
 from helix_es.model import names
@@ -114,7 +114,7 @@ def _sealed_by(message: Message, key_ids: set[str]) -> bool:
     return all(not value or envelope_key_id(value) in key_ids for value in sealable(message))
 
 
-def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:
+def _keys_for(cfg: Config, keys: KeyProvider | None, runtime: Runtime) -> KeyProvider:
     if keys is None:
         if "encryption" not in cfg.middleware:
             raise NotShreddable(
@@ -123,7 +123,7 @@ def _keys_for(cfg: Config, keys: KeyProvider | None) -> KeyProvider:
                 f"on with {ENV_STORE}=postgres|redis|file for personal data, or pass keys= if you wrap memories in "
                 "Python yourself"
             )
-        keys = provider_from_env()
+        keys = runtime.keys()
     if not shreddable(keys):
         raise NotShreddable(
             f"{type(keys).__name__} cannot destroy one session's key: "
@@ -147,10 +147,12 @@ async def forget(
     keys: KeyProvider | None = None,
     allow_unshreddable: bool = False,
     agent: str | None = None,
+    runtime: Runtime | None = None,
 ) -> ForgetResult:
     """Erase one session: destroy its data keys, then append `SessionErased` so every view drops it.
 
-    `keys` defaults to the provider the config's `encryption` middleware uses (HELIX_KEY_STORE).
+    `keys` defaults to the provider the config's `encryption` middleware uses (HELIX_KEY_STORE), the
+    log and keys are `runtime`'s (by default the running loop's).
     Raises `NotShreddable` (changing nothing) if the provider cannot destroy keys, or if messages
     of the session since its last erasure are not sealed by its keys in the store, unless
     `allow_unshreddable` (then views still drop them, but the log keeps them readable).
@@ -158,16 +160,14 @@ async def forget(
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)
     ns = names.concrete_namespace(namespace or cfg.memory.namespace)
     sid = names.check_session_id(session_id)
-    provider = _keys_for(cfg, keys)
-    backend = await backends.acquire(cfg.log)
-    try:
+    runtime = runtime or default_runtime()
+    provider = _keys_for(cfg, keys, runtime)
+    async with runtime.backend(cfg.log) as backend:
         result = await erase(
             backend.log.read, backend.append, provider, ns, sid, reason, allow_unshreddable, "messages", "session"
         )
-    finally:
-        await backends.release(cfg.log, backend)
     if not result.already_erased and any(registry.kind(p.store).exported for p in cfg.memory.parts):
-        await _export(cfg, sid)
+        await _export(cfg, sid, runtime)
     return result
 
 
@@ -247,8 +247,8 @@ async def shred(
     return tuple(sorted(erased)), position
 
 
-async def _export(cfg: Config, session_id: str) -> None:
+async def _export(cfg: Config, session_id: str, runtime: Runtime) -> None:
     """store: file: rewrite the session's JSON export, which now holds nothing."""
-    async with open_memory(dataclasses.replace(cfg, middleware=()), session_id=session_id) as mem:
+    async with open_memory(dataclasses.replace(cfg, middleware=()), session_id=session_id, runtime=runtime) as mem:
         if isinstance(mem, JsonExport):
             await mem.export()

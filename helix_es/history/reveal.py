@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from helix_es.client.encryption import EncryptedMemory, EncryptionError
-from helix_es.client.keys import provider_from_env
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import Config
 from helix_es.model.errors import ConfigError
 from helix_es.model.message import Message
@@ -25,7 +25,9 @@ class _NoMemory:
     """The opener reads no memory: it only opens the messages it is given."""
 
 
-async def opener(cfg: Config, namespace: str, session_id: str, stored: Sequence[Message]) -> Opener | str | None:
+async def opener(
+    cfg: Config, namespace: str, session_id: str, stored: Sequence[Message], runtime: Runtime | None = None
+) -> Opener | str | None:
     """How to open `session_id`'s stored messages: None if `cfg` seals nothing; a reason if it cannot.
 
     A message that does not open (sealed with a key no longer held, another session's message in a
@@ -34,7 +36,7 @@ async def opener(cfg: Config, namespace: str, session_id: str, stored: Sequence[
     if ENCRYPTION not in cfg.middleware:
         return None
     try:
-        keys = provider_from_env()
+        keys = (runtime or default_runtime()).keys()
         memory = EncryptedMemory(
             _NoMemory(),  # type: ignore[arg-type]  # it is never read
             keys,

@@ -126,6 +126,8 @@ class LogFile:
         os.close(self._fd)
 
 
+# Process-wide by nature: flock is per open file, so a second open in this process (another loop's
+# runtime) must share the first one's LogFile, or it would find the file locked against itself.
 _open_files: dict[Path, tuple[LogFile, int]] = {}
 _open_lock = threading.Lock()
 

@@ -202,6 +202,7 @@ class Message:
 
 _encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s own string encoder (C)
 
+# Process-wide by nature: frozen messages keyed by their own JSON, nothing to open or close, any loop.
 _decoded: dict[str | bytes, Message] = {}
 _CACHE_ENTRIES = 50_000
 _CACHE_ITEM_BYTES = 4096

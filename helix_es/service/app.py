@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, compile_path
 from starlette.staticfiles import StaticFiles
 
-from helix_es.client.keys import close_shared_keys
+from helix_es.client.runtime import Runtime
 from helix_es.client.sessions import expect
 from helix_es.config import Config
 from helix_es.history.audit import audit
@@ -65,12 +65,18 @@ class Options:
 
 
 class Service:
-    """What the handlers share: the config, the keys, the memories, the metrics and readiness."""
+    """What the handlers share: the config, the keys, the runtime, the memories, the metrics and readiness.
 
-    def __init__(self, config: Config, keys: Keys, options: Options, lag: LagFn | None) -> None:
+    The memories, audits and erasures run on `runtime`; one the service made itself it closes last."""
+
+    def __init__(
+        self, config: Config, keys: Keys, options: Options, lag: LagFn | None, runtime: Runtime | None = None
+    ) -> None:
         self.config, self.keys, self.options = config, keys, options
+        self.runtime = runtime or Runtime()
+        self._owns_runtime = runtime is None
         self.session_header = config.memory.session_id_header or rq.DEFAULT_SESSION_HEADER
-        self.memories = Memories(config, session_idle=options.session_idle)
+        self.memories = Memories(config, session_idle=options.session_idle, runtime=self.runtime)
         self.metrics = Metrics()
         self.readiness = Readiness(config, lag, options.lag_bound)
         self.access_log = AccessLog() if options.access_log else None
@@ -107,7 +113,8 @@ class Service:
         await self.memories.close()
         await self.readiness.close()
         await self.ends.close()
-        await close_shared_keys()
+        if self._owns_runtime:
+            await self.runtime.aclose()
 
 
 def _service(request: Request) -> Service:
@@ -204,6 +211,7 @@ async def audit_session(request: Request) -> Response:
         offset=rq.query_int(request, "offset", None, 0),
         view=request.query_params.get("view") or None,
         reader=service.histories.read,
+        runtime=service.runtime,
     )
     return JSONResponse(report.to_json())
 
@@ -223,6 +231,7 @@ async def forget_session(request: Request) -> Response:
         namespace=call.namespace,
         reason=body.get("reason"),
         allow_unshreddable=allow,
+        runtime=service.runtime,
     )
     return JSONResponse(result.to_json())
 
@@ -310,10 +319,18 @@ def routes(console: Path) -> list[BaseRoute]:
     ]
 
 
-def build_app(config: Config, keys: Keys, options: Options | None = None, *, lag: LagFn | None = None) -> Lane:
-    """The service's ASGI app; its lifespan closes every memory and store when the server stops."""
+def build_app(
+    config: Config,
+    keys: Keys,
+    options: Options | None = None,
+    *,
+    lag: LagFn | None = None,
+    runtime: Runtime | None = None,
+) -> Lane:
+    """The service's ASGI app; its lifespan closes every memory and store when the server stops (and the
+    runtime, unless one is given: its giver closes that)."""
     options = options or Options()
-    service = Service(config, keys, options, lag)
+    service = Service(config, keys, options, lag, runtime)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -26,6 +26,7 @@ from typing_extensions import TypedDict
 
 from helix_es._version import __version__
 from helix_es.client.protocol import Memory
+from helix_es.client.runtime import Runtime
 from helix_es.config import Config
 from helix_es.history.audit import audit
 from helix_es.model import names
@@ -110,15 +111,18 @@ class MemoryTools:
     """The memories the tools reach (`Memories`: a `SessionMemoryManager` per namespace), restricted to
     the namespaces this server may serve."""
 
-    def __init__(self, config: Config, *, namespaces: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, config: Config, *, namespaces: Sequence[str] | None = None, runtime: Runtime | None = None
+    ) -> None:
         self.config = config
+        self.runtime = runtime  # the memories', audits' and erasures' (None: the loop's own)
         self.default_namespace = names.concrete_namespace(config.memory.namespace, "memory.namespace")
         allowed = tuple(namespaces) if namespaces else ()
         for pattern in allowed:
             names.check_namespace_pattern(pattern, "--namespaces")
         self.allowed = allowed
         self._matcher = names.namespace_matcher(allowed) if allowed else None
-        self.memories = Memories(config)
+        self.memories = Memories(config, runtime=runtime)
         if self._matcher is not None and not self._matcher.fullmatch(self.default_namespace):
             log.warning("the default namespace %s is not served: a call must name a namespace", self.default_namespace)
 
@@ -271,7 +275,14 @@ class MemoryTools:
         ns = self.namespace(namespace)
         try:
             names.check_session_id(session_id)
-            report = await audit(self.config_for(ns), session_id=session_id, namespace=ns, as_of=as_of, offset=offset)
+            report = await audit(
+                self.config_for(ns),
+                session_id=session_id,
+                namespace=ns,
+                as_of=as_of,
+                offset=offset,
+                runtime=self.runtime,
+            )
         except InvalidInput as exc:
             raise _refuse(exc) from None
         except (HelixError, OSError) as exc:
@@ -306,9 +317,11 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     return server
 
 
-async def serve_stdio(config: Config, *, namespaces: Sequence[str] | None = None) -> None:
+async def serve_stdio(
+    config: Config, *, namespaces: Sequence[str] | None = None, runtime: Runtime | None = None
+) -> None:
     """Serve the tools over stdin and stdout until the client closes stdin; then close every memory."""
-    tools = MemoryTools(config, namespaces=namespaces)
+    tools = MemoryTools(config, namespaces=namespaces, runtime=runtime)
     log.info(
         "serving the memory over MCP on stdio: %s log, default namespace %s, namespaces %s",
         config.log.type,

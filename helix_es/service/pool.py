@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from helix_es.client.protocol import Memory
+from helix_es.client.runtime import Runtime
 from helix_es.client.sessions import SessionMemoryManager
 from helix_es.config import Composite, Config, MemoryConfig
 from helix_es.model import names
@@ -47,11 +48,13 @@ def check_session(session_id: str, field: str = "session_id") -> str:
 
 
 class Memories:
-    """A `SessionMemoryManager` per namespace over one config; `close()` closes every memory."""
+    """A `SessionMemoryManager` per namespace over one config, its memories on `runtime` (the server's);
+    `close()` closes every memory."""
 
-    def __init__(self, config: Config, *, session_idle: float | None = None) -> None:
+    def __init__(self, config: Config, *, session_idle: float | None = None, runtime: Runtime | None = None) -> None:
         self.config = config
         self.session_idle = session_idle
+        self.runtime = runtime
         self._managers: dict[str, SessionMemoryManager] = {}
         self._used: dict[tuple[str, str], float] = {}  # (namespace, session) -> last use (monotonic)
         self._busy: dict[tuple[str, str], int] = {}  # requests using the memory now: never closed under them
@@ -66,7 +69,9 @@ class Memories:
         check_session(session_id)
         manager = self._managers.get(namespace)
         if manager is None:
-            manager = self._managers[namespace] = SessionMemoryManager.from_config(self.config_for(namespace))
+            manager = self._managers[namespace] = SessionMemoryManager.from_config(
+                self.config_for(namespace), runtime=self.runtime
+            )
         self._used[(namespace, session_id)] = time.monotonic()
         return await manager.get(session_id)
 

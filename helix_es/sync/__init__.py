@@ -21,7 +21,7 @@ its result, so:
 - an exception reaches the caller as itself (`InvalidMessage`, `ConsistencyTimeout`, ...).
 
 Why one loop for every memory, not one per memory: the backends a memory runs on (the log, the
-view stores and their connection pools) are shared per event loop (`helix_es.client.backend`).
+view stores and their connection pools) are shared per event loop, by its runtime (`helix_es.client.runtime`).
 An embedded log folds each append into the views of its one backend, so two memories of one
 log on two loops would each see only their own writes in a `memory` store; one loop gives sync
 memories the sharing async memories have. It also costs one thread however many memories and

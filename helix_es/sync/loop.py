@@ -6,10 +6,12 @@ sync methods and a saver opened with `with` all live on one of them: the process
 `default_loop()` returns.
 
 Why a process-wide default, behind that one accessor: the backends a memory runs on are shared per
-event loop (`helix_es.client.backend`), so every sync caller of a process must be on the same loop
-to share them (an embedded log folds each append into the views of its one backend). It is made on
-first use, and made again in a forked child (the parent's thread does not exist there) or after it
-stopped at interpreter exit; `_ProcessLoop` holds it, and nothing else keeps loop state.
+event loop, by the loop's runtime (`helix_es.client.runtime`), so every sync caller of a process must
+be on the same loop to share them (an embedded log folds each append into the views of its one
+backend). Each `LoopThread` holds the runtime of its loop (its default, for whatever runs on it) and
+closes it when it stops. It is made on first use, and made again in a forked child (the parent's
+thread does not exist there) or after it stopped at interpreter exit; `_ProcessLoop` holds it, and
+nothing else keeps loop state.
 
 `on_loop` and `from_sync` hand a coroutine to any loop, a `LoopThread`'s or a caller's own (a saver
 opened with `async with` lives on its opener's loop).
@@ -25,6 +27,7 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from helix_es.client.runtime import Runtime, install_default
 from helix_es.model.errors import HelixError
 
 __all__ = ["LoopThread", "MemoryClosed", "current_loop", "default_loop", "from_sync", "on_loop", "run", "submit"]
@@ -38,10 +41,13 @@ class MemoryClosed(HelixError, RuntimeError):
 
 
 class LoopThread:
-    """An event loop running in a daemon thread; coroutines are handed to it from other threads."""
+    """An event loop running in a daemon thread; coroutines are handed to it from other threads. It owns
+    the loop's `runtime`: every memory opened on the loop shares it, and `stop` closes it."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.runtime = Runtime()
+        install_default(self.loop, self.runtime)
         self.pid = os.getpid()
         self.memories: weakref.WeakSet[Any] = weakref.WeakSet()  # the sync memories open on it
         started = threading.Event()
@@ -85,6 +91,13 @@ class LoopThread:
             raise
 
     def stop(self, timeout: float) -> None:
+        """Close the runtime (within `timeout` seconds), then stop the loop and its thread."""
+        if self.live:
+            closing = self.submit(self.runtime.aclose())
+            try:
+                closing.result(timeout)
+            except BaseException:  # a store that is gone must not hold up the stop
+                closing.cancel()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout)
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from helix_es.client.open import open_memory as _open_async
 from helix_es.client.protocol import Memory
+from helix_es.client.runtime import Runtime
 from helix_es.config import Config, load_config
 from helix_es.model.events import Position
 from helix_es.model.message import Message
@@ -47,11 +48,16 @@ async def _close_all(stacks: list[AsyncExitStack]) -> None:
 
 
 async def _opened(
-    config: Mapping[str, Any] | str | os.PathLike[str] | Config, session_id: str | None, agent: str | None
+    config: Mapping[str, Any] | str | os.PathLike[str] | Config,
+    session_id: str | None,
+    agent: str | None,
+    runtime: Runtime,
 ) -> tuple[Memory, AsyncExitStack]:
     stack = AsyncExitStack()
     try:
-        memory = await stack.enter_async_context(_open_async(config, session_id=session_id, agent=agent))
+        memory = await stack.enter_async_context(
+            _open_async(config, session_id=session_id, agent=agent, runtime=runtime)
+        )
     except BaseException:
         await stack.aclose()
         raise
@@ -79,7 +85,7 @@ def open_memory(
     sync code: `helix_es.open_memory`'s twin. Use it with `with`, or call `close()` when done."""
     cfg = config if isinstance(config, Config) else load_config(config, agent=agent)  # bad config: raised here
     running = default_loop()
-    memory, stack = running.wait(_opened(cfg, session_id, agent))
+    memory, stack = running.wait(_opened(cfg, session_id, agent, running.runtime))
     return SyncMemory(running, memory, stack, session_id=session_id or cfg.memory.session_id or "")
 
 

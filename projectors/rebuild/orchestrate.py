@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from helix_es.client import backend as backends
+from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.replay import DEFAULT_BATCH, Source
 from helix_es.model import names
@@ -54,6 +54,7 @@ async def rebuild(
     workers: int | None = None,
     group: bool = False,
     members: int = 1,
+    runtime: Runtime | None = None,
 ) -> RebuildReport:
     """Build `view` of `config` from the start of the log into a new target, then switch readers to it.
 
@@ -62,6 +63,8 @@ async def rebuild(
     With `group`, the partitions are shared through the target's Kafka consumer group with the
     members that join it (`projectors.rebuild.group`), on this machine or others. `store_kind`
     picks `view` in that store kind where views of one name live in several (`projectors.rebuild.views`).
+    A view in this process is rebuilt on `runtime`'s backend, the one its memories read (by default the
+    running loop's).
     """
     log_config, part = select(config, view, store=store_kind)
     if members < 1:
@@ -79,7 +82,8 @@ async def rebuild(
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be >= 1, got {batch_size}")
     if registry.kind(part.store).in_process:
-        return await _rebuild_in_process(log_config, part, into=into, switch=switch, drop_old=drop_old)
+        runtime = runtime or default_runtime()
+        return await _rebuild_in_process(runtime, log_config, part, into=into, switch=switch, drop_old=drop_old)
     name = part.view.name
     apart = log_config.kind.projected_apart  # projector services fold it: they serve the alias and take over
     alias = alias_id(name, log_config.topic_prefix)
@@ -273,7 +277,7 @@ async def drop(config: ConfigSource, target: str, *, view: str | None = None) ->
 
 
 async def _rebuild_in_process(
-    log_config: LogConfig, part: MemoryConfig, *, into: str | None, switch: bool, drop_old: bool
+    runtime: Runtime, log_config: LogConfig, part: MemoryConfig, *, into: str | None, switch: bool, drop_old: bool
 ) -> RebuildReport:
     if not switch:
         raise ConfigError(
@@ -282,7 +286,7 @@ async def _rebuild_in_process(
             "use a new target: it is rebuilt by switching to it",
         )
     started = time.monotonic()
-    backend = await backends.acquire(log_config)
+    backend = await runtime.acquire(log_config)
     try:
         name = part.view.name
         aliases = backend.aliases(part)
@@ -329,7 +333,7 @@ async def _rebuild_in_process(
             dropped,
         )
     finally:
-        await backends.release(log_config, backend)
+        await runtime.release(log_config, backend)
 
 
 async def _drop_in_process(
