@@ -11,6 +11,7 @@ from redis.crc import key_slot
 
 from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore
+from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.redis.rows import RedisRows, prefix
 from helix_es.views.rows import Cut, Put, Scan, Table
 from tests.contracts.row_store import TOPIC, OpenRows, RowStoreContract, contents, notes, row
@@ -25,6 +26,22 @@ class TestMemoryRows(RowStoreContract):
             return made.setdefault(name, MemoryRows(name, tables))
 
         return new
+
+
+class TestPostgresRows(RowStoreContract):
+    @pytest.fixture
+    async def opened(self, postgres_dsn: str) -> AsyncIterator[OpenRows]:
+        made: list[PostgresRows] = []
+
+        def new(name: str, tables: Sequence[Table]) -> RowStore:
+            made.append(PostgresRows(postgres_dsn, name, tables))
+            return made[-1]
+
+        try:
+            yield new
+        finally:
+            for store in made:
+                await store.close()
 
 
 class RedisRowsContract(RowStoreContract):

@@ -10,6 +10,7 @@ from helix_es.stores.postgres.items import PostgresItems
 from helix_es.stores.postgres.keys import PostgresKeyStore
 from helix_es.stores.postgres.long_term import PostgresLongTerm
 from helix_es.stores.postgres.pool import transient
+from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.stores.postgres.views import PostgresStore
 
@@ -31,6 +32,7 @@ KIND = StoreKind(
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
     items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
     checkpoints=lambda dsn, name: PostgresCheckpoints(_dsn(dsn), name),
+    rows=lambda dsn, name, tables: PostgresRows(_dsn(dsn), name, tables),
     transient=transient,
     tables=True,
 )

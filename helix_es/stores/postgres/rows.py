@@ -1,0 +1,312 @@
+r"""PostgreSQL rows (`helix_es.views.rows`): any view's tables, applied with their checkpoint in one transaction.
+
+Schema (made on first use, `CREATE ... IF NOT EXISTS` under the schema lock every helix-es schema
+creator takes):
+
+- one table per `Table`, named as it is (quoted, as every column): text columns of the key or the
+  order are `COLLATE "C"` (bytewise, as the other stores order), the others keep the database's
+  collation so that `ILIKE` folds their case; int is bigint, time timestamptz, json jsonb (the
+  document's text goes in and comes out: no decoding on the way). The key is the primary key;
+  the order a unique index (the read order); each lookup an index `(namespace, column, order...)`;
+  the text column a pg_trgm GIN index where the extension is installed.
+- `helix_row_marks (view, namespace, mark, value)`: the marks cuts raise (µs for a time floor).
+- `helix_checkpoints`: shared with every other view.
+
+`apply` is one transaction: the checkpoint row is locked (or, when `after` is None, inserted, so a
+concurrent first write finds it) and compared with `after`; namespaces with a floored put or a cut
+take a transaction-scoped advisory lock each, in order, so a cut from another partition and a
+floored put serialise; then the changes run in order, consecutive puts or deletes of one table as
+one statement over arrays, and the checkpoint moves. `scan` is one statement: the checkpoint of
+`want` and, only if it covers it, the rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from helix_es.model.events import Position
+from helix_es.stores.ports import StaleWrite
+from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, drop_checkpoints, index_if_missing, transaction
+from helix_es.views.long_term import escape_like
+from helix_es.views.rows import Cut, Delete, Put, Row, RowChange, Scan, Table, check_changes, check_scan, namespace_of
+
+_MARKS = """
+CREATE TABLE IF NOT EXISTS helix_row_marks (
+    view text NOT NULL,
+    namespace text NOT NULL,
+    mark text NOT NULL,
+    value bigint NOT NULL,
+    PRIMARY KEY (view, namespace, mark)
+);
+"""
+_FOLDING = """
+SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'C.utf8', 'C.UTF-8')
+ORDER BY collname = 'und-x-icu' DESC, collname LIMIT 1
+"""
+_SQL_TYPE = {"text": "text", "int": "bigint", "time": "timestamptz", "json": "jsonb"}
+_EPOCH = "'1970-01-01T00:00:00Z'::timestamptz"
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+def _index_name(table: str, what: str) -> str:
+    """An index name that fits PostgreSQL's 63 bytes whatever the table's name."""
+    return f"hxr_{hashlib.sha256(f'{table}/{what}'.encode()).hexdigest()[:24]}"
+
+
+class _Sql:
+    """One table's statements."""
+
+    def __init__(self, table: Table, folding: str | None) -> None:
+        self.table = table
+        t = _q(table.name)
+        ordered = set(table.key) | set(table.order)
+        cols = []
+        for name, kind in table.columns:
+            sql = _SQL_TYPE[kind]
+            if kind == "text" and name in ordered:
+                sql += ' COLLATE "C"'
+            elif name == table.text and folding is not None:
+                sql += f" COLLATE {_q(folding)}"
+            cols.append(f"{_q(name)} {sql}{'' if kind == 'json' else ' NOT NULL'}")
+        order = ", ".join(_q(c) for c in table.order)
+        ddl = [f"CREATE TABLE IF NOT EXISTS {t} ({', '.join(cols)}, PRIMARY KEY ({', '.join(map(_q, table.key))}));"]
+        name = _index_name(table.name, "order")
+        ddl.append(index_if_missing(name, f"CREATE UNIQUE INDEX {name} ON {t} ({order})"))
+        for column in table.lookups:
+            name = _index_name(table.name, f"lookup {column}")
+            tail = ", ".join(_q(c) for c in table.order[1:])
+            ddl.append(index_if_missing(name, f'CREATE INDEX {name} ON {t} ("namespace", {_q(column)}, {tail})'))
+        self.schema = "\n".join(ddl)
+        self.trgm = (
+            None
+            if table.text is None
+            else index_if_missing(
+                _index_name(table.name, "trgm"),
+                f"CREATE INDEX {_index_name(table.name, 'trgm')} ON {t} USING gin ({_q(table.text)} gin_trgm_ops)",
+            )
+        )
+        columns = [c for c, _ in table.columns]
+        self.columns = ", ".join(_q(c) for c in columns)
+        arrays = ", ".join(f"${i}::{_SQL_TYPE[k]}[]" for i, (_, k) in enumerate(table.columns, 3))
+        unnest = f"SELECT * FROM unnest({arrays}) AS u({self.columns})"
+        rest = [c for c in columns if c not in table.key]
+        update = (
+            ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in rest) or f"{_q(columns[0])} = excluded.{_q(columns[0])}"
+        )
+        conflict = f"ON CONFLICT ({', '.join(map(_q, table.key))})"
+        floor = ""
+        if table.floor is not None:
+            f = _q(table.floor)
+            bound = f"{_EPOCH} + m.value * interval '1 microsecond'" if table.type(table.floor) == "time" else "m.value"
+            floor = (
+                f" WHERE $2::text IS NULL OR NOT EXISTS (SELECT 1 FROM helix_row_marks m WHERE m.view = $1"
+                f" AND m.namespace = u.namespace AND m.mark = $2 AND u.{f} <= {bound})"
+            )
+        else:  # the arguments stay the same for every table: $1 and $2 still need a type
+            floor = " WHERE $1::text IS NOT NULL OR $2::text IS NULL"
+        # $1 view, $2 the floor's mark (NULL: none), $3... one array per column
+        self.insert = f"INSERT INTO {t} ({self.columns}) {unnest}{floor} {conflict} DO NOTHING"
+        self.replace = f"INSERT INTO {t} ({self.columns}) {unnest}{floor} {conflict} DO UPDATE SET {update}"
+        keys = ", ".join(f"${i}::{_SQL_TYPE[table.type(c)]}[]" for i, c in enumerate(table.key, 1))
+        key_cols = ", ".join(map(_q, table.key))
+        self.delete = f"DELETE FROM {t} WHERE ({key_cols}) IN (SELECT * FROM unnest({keys}))"
+        if table.floor is not None:
+            f = _q(table.floor)
+            bound = f"{_EPOCH} + $2 * interval '1 microsecond'" if table.type(table.floor) == "time" else "$2"
+            self.cut = f'DELETE FROM {t} WHERE "namespace" = $1 AND {f} <= {bound}'
+        self.order_asc = ", ".join(_q(c) for c in table.order[1:])
+        self.order_desc = ", ".join(f"{_q(c)} DESC" for c in table.order[1:])
+
+    def arrays(self, rows: Sequence[Row]) -> list[list[Any]]:
+        return [[r[c] for r in rows] for c, _ in self.table.columns]
+
+    def select(self, scan: Scan, want: bool) -> tuple[str, list[Any]]:
+        """The scan's statement and its arguments after the checkpoint's three ($1-$3, or none)."""
+        args: list[Any] = [scan.namespace]
+        first = 4 if want else 1
+        where = [f'"namespace" = ${first}']
+        for column, value in scan.where.items():
+            args.append(value)
+            where.append(f"{_q(column)} = ${first + len(args) - 1}")
+        if scan.contains is not None and self.table.text is not None:
+            args.append(escape_like(scan.contains))
+            where.append(f"{_q(self.table.text)} ILIKE ${first + len(args) - 1} ESCAPE E'\\\\'")
+        order = self.order_desc if scan.newest_first else self.order_asc
+        limit = "" if scan.limit is None else f" LIMIT {int(scan.limit)}"
+        rows = f"SELECT {self.columns} FROM {_q(self.table.name)} WHERE {' AND '.join(where)} ORDER BY {order}{limit}"
+        if not want:
+            return rows, args
+        args.append(None)  # placeholder, replaced by want.offset
+        at = first + len(args) - 1
+        sql = (
+            'SELECT cp.o AS helix_checkpoint, r.* FROM (SELECT (SELECT "offset" FROM helix_checkpoints'
+            " WHERE view = $1 AND topic = $2 AND partition = $3) AS o) cp"
+            f" LEFT JOIN LATERAL ({rows}) r ON cp.o >= ${at}"
+        )
+        return sql, args
+
+
+class PostgresRows:
+    kind = "postgres"
+
+    def __init__(self, dsn: str, name: str, tables: Sequence[Table]) -> None:
+        self.dsn = dsn
+        self.name = name
+        self.tables: Mapping[str, Table] = {t.name: t for t in tables}
+        self._sql: dict[str, _Sql] = {}  # made once the server's collations are known
+        self._schema = ""
+        self.pg = Pg(dsn)
+
+    async def _trgm(self, conn: asyncpg.Connection) -> None:
+        """Trigram indexes where pg_trgm is installed: only a speed-up, as ILIKE is exact either way."""
+        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
+            for sql in self._sql.values():
+                if sql.trgm is not None:
+                    await conn.execute(sql.trgm)
+
+    async def _pool(self) -> asyncpg.Pool:
+        if not self._schema:
+            pool = await self.pg.pool("SELECT 1")
+            # ILIKE folds case as the column's collation says: a database made with the C locale folds
+            # ASCII only, so a text column takes a Unicode-aware collation where the server has one.
+            folding = await pool.fetchval(_FOLDING)
+            self._sql = {name: _Sql(t, folding) for name, t in self.tables.items()}
+            self._schema = CHECKPOINTS + _MARKS + "\n".join(s.schema for s in self._sql.values())
+        return await self.pg.pool(self._schema, check=self._trgm)
+
+    async def apply(
+        self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
+    ) -> None:
+        check_changes(self.tables, changes)
+        pool = await self._pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await self._claim(conn, topic, partition, after)
+            locked = sorted(
+                {namespace_of(c) for c in changes if isinstance(c, Cut) or (isinstance(c, Put) and c.floor)}
+            )
+            for ns in locked:  # a cut and a floored put of one namespace, from any partition, take turns
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", self.name, ns)
+            run: list[RowChange] = []
+            for change in changes:
+                if run and not _same_run(run[-1], change):
+                    await self._run(conn, run)
+                    run = []
+                run.append(change)
+            if run:
+                await self._run(conn, run)
+            await conn.execute(ADVANCE, self.name, topic, partition, checkpoint)
+
+    async def _claim(self, conn: asyncpg.Connection, topic: str, partition: int, after: int | None) -> None:
+        if after is None:  # a first write: the row it inserts makes a concurrent first write wait, then refuse
+            made = await conn.fetchval(
+                'INSERT INTO helix_checkpoints (view, topic, partition, "offset") VALUES ($1, $2, $3, -1)'
+                " ON CONFLICT DO NOTHING RETURNING true",
+                self.name,
+                topic,
+                partition,
+            )
+            if not made:
+                raise StaleWrite(f"{self.name}: {topic}[{partition}] has a checkpoint now; reload")
+            return
+        stored = await conn.fetchval(
+            'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3 FOR UPDATE',
+            self.name,
+            topic,
+            partition,
+        )
+        if stored != after:
+            raise StaleWrite(f"{self.name}: checkpoint of {topic}[{partition}] is {stored}, not {after}; reload")
+
+    async def _run(self, conn: asyncpg.Connection, run: Sequence[RowChange]) -> None:
+        first = run[0]
+        sql = self._sql[first.table]
+        if isinstance(first, Cut):
+            for cut in run:
+                assert isinstance(cut, Cut)
+                value = await conn.fetchval(
+                    "INSERT INTO helix_row_marks (view, namespace, mark, value) VALUES ($1, $2, $3, $4)"
+                    " ON CONFLICT (view, namespace, mark) DO UPDATE"
+                    " SET value = greatest(helix_row_marks.value, excluded.value) RETURNING value",
+                    self.name,
+                    cut.namespace,
+                    cut.mark,
+                    cut.upto,
+                )
+                await conn.execute(sql.cut, cut.namespace, value)
+        elif isinstance(first, Delete):
+            keys = [[c.row[k] for c in run if isinstance(c, Delete)] for k in sql.table.key]
+            await conn.execute(sql.delete, *keys)
+        elif isinstance(first, Put):
+            rows = [c.row for c in run if isinstance(c, Put)]
+            if first.replace:  # one statement may not update a row twice: the last put of a key wins
+                rows = list({sql.table.key_of(r): r for r in rows}.values())
+            statement = sql.replace if first.replace else sql.insert
+            await conn.execute(statement, self.name, first.floor, *sql.arrays(rows))
+
+    async def checkpoint(self, topic: str, partition: int) -> int | None:
+        pool = await self._pool()
+        value = await pool.fetchval(
+            'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3',
+            self.name,
+            topic,
+            partition,
+        )
+        return None if value is None or value < 0 else int(value)
+
+    async def advance(self, topic: str, partition: int, offset: int) -> None:
+        pool = await self._pool()
+        await pool.execute(ADVANCE, self.name, topic, partition, offset)
+
+    async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
+        check_scan(self.tables, scan)
+        pool = await self._pool()
+        sql, args = self._sql[scan.table].select(scan, want is not None)
+        if want is None:
+            return [dict(r) for r in await pool.fetch(sql, *args)] if scan.limit != 0 else []
+        args[-1] = want.offset
+        found = await pool.fetch(sql, self.name, want.topic, want.partition, *args)
+        if not found or found[0]["helix_checkpoint"] is None or found[0]["helix_checkpoint"] < want.offset:
+            return None
+        columns = [c for c, _ in self.tables[scan.table].columns]
+        return [{c: r[c] for c in columns} for r in found if r[columns[0]] is not None]
+
+    async def mark(self, namespace: str, mark: str) -> int | None:
+        pool = await self._pool()
+        value = await pool.fetchval(
+            "SELECT value FROM helix_row_marks WHERE view = $1 AND namespace = $2 AND mark = $3",
+            self.name,
+            namespace,
+            mark,
+        )
+        return None if value is None else int(value)
+
+    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
+        await self._pool()
+        async with transaction(self.dsn) as conn:
+            for table in self.tables:
+                await conn.execute(f'DELETE FROM {_q(table)} WHERE "namespace" = ANY($1::text[])', list(namespaces))
+            await conn.execute(
+                "DELETE FROM helix_row_marks WHERE view = $1 AND namespace = ANY($2::text[])",
+                self.name,
+                list(namespaces),
+            )
+            await drop_checkpoints(conn, self.name, topics)
+
+    async def close(self) -> None:
+        await self.pg.close()
+
+
+def _same_run(a: RowChange, b: RowChange) -> bool:
+    """Whether `b` joins `a`'s statement: puts of one table with one floor and mode, deletes of one table."""
+    if type(a) is not type(b) or a.table != b.table:
+        return False
+    if isinstance(a, Put) and isinstance(b, Put):
+        return (a.floor, a.replace) == (b.floor, b.replace)
+    return isinstance(a, Delete | Cut)
