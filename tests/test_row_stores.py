@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
@@ -13,7 +14,7 @@ from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore
 from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.redis.rows import RedisRows, prefix
-from helix_es.views.rows import Cut, Put, Scan, Table
+from helix_es.views.rows import Cut, Put, Scan, Table, micros_of
 from tests.contracts.row_store import TOPIC, OpenRows, RowStoreContract, contents, notes, row
 
 
@@ -42,6 +43,32 @@ class TestPostgresRows(RowStoreContract):
         finally:
             for store in made:
                 await store.close()
+
+    async def test_a_cut_and_concurrent_floored_puts_leave_nothing_at_or_below_the_mark(self, opened: OpenRows) -> None:
+        # Two stores, two partitions: cuts raise the mark while floored puts land around it; the
+        # namespace lock must serialise them, so no row at or below the final mark survives.
+        tag = uuid.uuid4().hex[:10]
+        table, ns = notes(f"t_{tag}"), f"ns-{tag}"
+        view = f"rows-{tag}"
+        cutter, putter = opened(view, [table]), opened(view, [table])
+        rounds = 40
+
+        async def cuts() -> None:
+            for i in range(rounds):
+                upto = micros_of(row(ns, 0, "", seconds=i)["at"])
+                await cutter.apply(TOPIC, 0, [Cut(table.name, ns, "c", upto)], i + 1, after=i or None)
+
+        async def puts() -> None:
+            for i in range(rounds):
+                batch = [Put(table.name, row(ns, 1000 * i + j, f"m{i}", seconds=i + j / 10), "c") for j in range(10)]
+                await putter.apply(TOPIC, 1, batch, i + 1, after=i or None)
+
+        await asyncio.gather(cuts(), puts())
+        mark = await putter.mark(ns, "c")
+        assert mark == micros_of(row(ns, 0, "", seconds=rounds - 1)["at"])
+        left = await putter.scan(Scan(table.name, ns))
+        assert left is not None and left
+        assert all(micros_of(r["at"]) > mark for r in left)
 
 
 class RedisRowsContract(RowStoreContract):

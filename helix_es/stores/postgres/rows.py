@@ -30,7 +30,15 @@ import asyncpg
 
 from helix_es.model.events import Position
 from helix_es.stores.ports import StaleWrite
-from helix_es.stores.postgres.pool import ADVANCE, CHECKPOINTS, Pg, drop_checkpoints, index_if_missing, transaction
+from helix_es.stores.postgres.pool import (
+    ADVANCE,
+    CHECKPOINTS,
+    SCHEMA_LOCK,
+    Pg,
+    drop_checkpoints,
+    index_if_missing,
+    transaction,
+)
 from helix_es.views.long_term import escape_like
 from helix_es.views.rows import Cut, Delete, Put, Row, RowChange, Scan, Table, check_changes, check_scan, namespace_of
 
@@ -167,9 +175,12 @@ class PostgresRows:
     async def _trgm(self, conn: asyncpg.Connection) -> None:
         """Trigram indexes where pg_trgm is installed: only a speed-up, as ILIKE is exact either way."""
         if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
-            for sql in self._sql.values():
-                if sql.trgm is not None:
-                    await conn.execute(sql.trgm)
+            # under the schema lock: two stores of one view opened at once would both create the index
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
+                for sql in self._sql.values():
+                    if sql.trgm is not None:
+                        await conn.execute(sql.trgm)
 
     async def _pool(self) -> asyncpg.Pool:
         if not self._schema:
