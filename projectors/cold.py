@@ -1,4 +1,5 @@
-"""The idle partitions' long poll, in a process of its own: it only says which partitions woke.
+"""The idle partitions' long poll, in a process of its own: it says which partitions woke, and which
+namespace topics there are.
 
 aiokafka decodes every fetch answer in Python, one entry per partition asked for, data or not:
 tens of milliseconds per thousand partitions. In the folding process, even on a thread of its
@@ -7,12 +8,17 @@ p99 137 ms with 6,000 idle partitions and nothing else changing, beside 51 ms wi
 handed over ten times as often. So a child process (`helix_es/log/idle_poll.py`) holds the idle
 partitions and long-polls them; when some have records it pauses them and names them, and the
 folding process fetches them with its busy partitions' consumer from its own positions. What
-the child fetched is never decoded into events.
+the child fetched is never decoded into events. The child also reads the cluster's metadata every
+`interval` seconds and names the topics matching the view's pattern when they change: decoding the
+metadata of thousands of partitions each second (about 7 ms per 600) in the folding process held
+up every busy partition, once a second, while namespaces appeared, and left garbage for its collector.
 
 The two talk in JSON lines. To the child, on its stdin: `{"assign": [[topic, partition, offset],
-...], "paused": [[topic, partition], ...]}` (the whole assignment), `{"resume": [[t, p, offset],
-...]}`, `{"seek": [[t, p, offset], ...]}`. From it, on its stdout: `{"ready": true}` once its
-consumer started, then `{"woke": [[t, p], ...]}`. The end of its stdin (the folding process
+...], "paused": [[topic, partition], ...]}` (the whole assignment), `{"add": [[t, p, offset], ...]}`
+(more partitions, the others kept as they are), `{"resume": [[t, p, offset], ...]}`,
+`{"seek": [[t, p, offset], ...]}`. From it, on its stdout: `{"ready": true}` once its
+consumer started, then `{"woke": [[t, p], ...]}` and (given a pattern) `{"topics": {topic: partitions, ...}}`, first at
+once and then whenever the matching topics change. The end of its stdin (the folding process
 stopped, or died) stops it.
 """
 
@@ -22,7 +28,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from helix_es.log import idle_poll
 from helix_es.log.idle_poll import LINE_LIMIT, partitions
@@ -34,9 +40,13 @@ STOP_SECONDS = 10.0  # how long a stop waits for the child to leave before it is
 class ColdWatch:
     """The folding process's side: sends the idle partitions' assignment, collects the woken ones."""
 
-    def __init__(self, bootstrap_servers: str, wait_ms: int) -> None:
+    def __init__(self, bootstrap_servers: str, wait_ms: int, pattern: str | None = None, interval: float = 1.0) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.wait_ms = wait_ms
+        self.pattern = pattern  # of the topics to name (None: none)
+        self.interval = interval  # seconds between the child's looks at the cluster's topics
+        self.topics: dict[str, int] | None = None  # the matching topics the child named last
+        self.on_topics: Callable[[dict[str, int]], None] | None = None
         self.woken: set[TopicPartition] = set()
         self._woke = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
@@ -50,6 +60,7 @@ class ColdWatch:
             idle_poll.__file__,  # by its path: the child imports no helix_es (see there)
             self.bootstrap_servers,
             str(self.wait_ms),
+            *([] if self.pattern is None else [self.pattern, str(self.interval)]),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=LINE_LIMIT,
@@ -64,7 +75,13 @@ class ColdWatch:
     async def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         while line := await self._proc.stdout.readline():
-            self.woken.update(partitions(json.loads(line)["woke"]))
+            message = json.loads(line)
+            if "topics" in message:
+                self.topics = message["topics"]
+                if self.on_topics is not None:
+                    self.on_topics(message["topics"])
+                continue
+            self.woken.update(partitions(message["woke"]))
             self._woke.set()
         self._gone = f"exited with code {await self._proc.wait()}"
         self._woke.set()
@@ -84,6 +101,10 @@ class ColdWatch:
         """Watch exactly `at` (each from its offset), `paused` ones not yet."""
         assign = [[tp.topic, tp.partition, o] for tp, o in sorted(at.items())]
         await self._send({"assign": assign, "paused": [list(tp) for tp in paused]})
+
+    async def add(self, at: Mapping[TopicPartition, int]) -> None:
+        """Watch `at` too (each from its offset); the others stay as they are, paused or not."""
+        await self._send({"add": [[tp.topic, tp.partition, o] for tp, o in sorted(at.items())]})
 
     async def resume(self, at: Mapping[TopicPartition, int]) -> None:
         await self._send({"resume": [[tp.topic, tp.partition, o] for tp, o in at.items()]})

@@ -44,7 +44,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from projectors.shards import Shards
-from projectors.tiers import Background, Batches, Tiers
+from projectors.tiers import Batches, Tiers
 
 log = logging.getLogger(__name__)
 
@@ -153,30 +153,33 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> Progress:
         """Consume until `stop` is set; then leave the group cleanly."""
         self._stop = stop
-        background = Background()
-        self.consumer = Tiers(self.bootstrap_servers)
+        self.consumer = Tiers(self.bootstrap_servers, self.pattern, self.metadata_interval)
         self.shards = Shards(
             bootstrap_servers=self.bootstrap_servers,
             group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
             topic_prefix=self.topic_prefix,
-            pattern=self.pattern,
+            watch=self.consumer.cold,
             replication_factor=self.replication_factor,
             session_timeout=self.session_timeout,
             group_instance_id=self.group_instance_id,
-            metadata_interval=self.metadata_interval,
-            background=background,
         )
         self.written.clear()
         self.sought.clear()
         self.next.clear()
+        # The checkpoints of partitions newly dealt are read while the others are folded: a new
+        # namespace a second would otherwise hold every busy partition up for those round trips.
+        dealing: asyncio.Task[tuple[set[TopicPartition], list[TopicPartition], list[int | None]]] | None = None
         try:
             await self.consumer.start()
             await self.shards.start()
             loop = asyncio.get_running_loop()
             next_check = loop.time() + self.verify_interval
             while not stop.is_set():
-                if self.shards.changed.is_set():
-                    await self._reassign(self.shards.wanted())
+                if self.shards.changed.is_set() and dealing is None:
+                    dealing = asyncio.create_task(self._read_gained(self.shards.wanted()))
+                if dealing is not None and (dealing.done() or not self.consumer.assigned):
+                    await self._reassign(*await dealing)
+                    dealing = None
                 if not self.consumer.assigned:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.shards.changed.wait(), 0.2)
@@ -192,12 +195,14 @@ class Projector:
                 self.projection.name,
             )
         finally:
+            if dealing is not None:
+                dealing.cancel()
+                await asyncio.gather(dealing, return_exceptions=True)
             self.progress.assigned.clear()
             try:
                 await self.shards.stop(leave=stop.is_set())
-                await self.consumer.stop()
             finally:
-                background.close()
+                await self.consumer.stop()
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
@@ -223,8 +228,26 @@ class Projector:
             if isinstance(result, BaseException):
                 raise result
 
-    async def _reassign(self, wanted: set[TopicPartition]) -> None:
-        """Fold `wanted` from now on: partitions kept read on where they were, new ones from their checkpoint.
+    async def _read_gained(
+        self, wanted: set[TopicPartition]
+    ) -> tuple[set[TopicPartition], list[TopicPartition], list[int | None]]:
+        """`wanted`, the partitions in it not folded yet, and their stored checkpoints."""
+        assert self.consumer is not None
+        gained = sorted(wanted - self.consumer.assigned)
+        checkpoints: list[int | None] = []
+        for i in range(0, len(gained), CHECKPOINT_READS):
+            some = gained[i : i + CHECKPOINT_READS]
+            checkpoints += await self.retrying(
+                f"reading the checkpoints of {len(gained)} partitions",
+                lambda some=some: self._checkpoints(some),  # type: ignore[misc]
+            )
+        return wanted, gained, checkpoints
+
+    async def _reassign(
+        self, wanted: set[TopicPartition], gained: list[TopicPartition], checkpoints: list[int | None]
+    ) -> None:
+        """Fold `wanted` from now on: partitions kept read on where they were, the `gained` ones from their
+        `checkpoints` (read by `_read_gained` while the assignment stayed as it is).
 
         `assign` replaces the whole assignment (and drops what was fetched), so every kept partition
         is sought back to where it was: no store read, no pause beyond one fetch for the others.
@@ -234,14 +257,6 @@ class Projector:
         current = set(consumer.assigned)
         if wanted == current:
             return
-        gained = sorted(wanted - current)
-        checkpoints: list[int | None] = []
-        for i in range(0, len(gained), CHECKPOINT_READS):
-            some = gained[i : i + CHECKPOINT_READS]
-            checkpoints += await self.retrying(
-                f"reading the checkpoints of {len(gained)} partitions",
-                lambda some=some: self._checkpoints(some),  # type: ignore[misc]
-            )
         for tp in current - wanted:  # dealt to another process
             for held in (self.written, self.next, self.sought):
                 held.pop(tp, None)

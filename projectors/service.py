@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 
 from helix_es.config import LogConfig, MemoryConfig, load_served
 from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
-from projectors import heap, instance, tiers
+from projectors import heap, instance
 from projectors.follow import TargetFollower
 from projectors.runner import run_projectors
 
@@ -104,7 +103,6 @@ async def _serve(
                 )
 
     reporter = asyncio.create_task(report())
-    sys.setswitchinterval(tiers.SWITCH_SECONDS)
     collector = asyncio.create_task(heap.keep_short(stop))
     try:
         done = await run_projectors(projectors, stop)

@@ -6,9 +6,10 @@ appears (aiokafka has no incremental rebalancing). So the view's group
 (`helix.projector.<store>.<target>`) subscribes to one empty topic of `SHARDS` partitions, the
 shards, and rebalances only when projector processes come or go. Each topic-partition of the
 namespaces belongs to one shard (`names.shard_of`); a process folds the partitions of the
-shards it owns, assigned by hand to a second consumer that no group manages, and finds new
-namespace topics from the cluster's metadata: a new topic adds its partitions to the owner's
-assignment and disturbs nothing else.
+shards it owns, assigned by hand to a second consumer that no group manages, and hears of new
+namespace topics from the idle partitions' watcher (`projectors.cold`), which reads the cluster's
+metadata in its own process: a new topic adds its partitions to the owner's assignment and
+disturbs nothing else.
 """
 
 from __future__ import annotations
@@ -16,18 +17,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from helix_es.log import kafka_clients as clients
 from helix_es.log.kafka import create_topic
-from helix_es.log.kafka_clients import MetadataClient, RebalanceListener, TopicPartition
+from helix_es.log.kafka_clients import RebalanceListener, TopicPartition
 from helix_es.model import names
-from projectors.tiers import Background
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_MS = 500
+
+
+FIRST_TOPICS_SECONDS = 60.0  # how long a start waits for the watcher's first list of topics
+
+
+class TopicWatch(Protocol):
+    """What names the namespace topics (`projectors.cold.ColdWatch`): the last list, and a hook for changes."""
+
+    topics: dict[str, int] | None
+    on_topics: Callable[[dict[str, int]], None] | None
 
 
 class _Owned(RebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -54,18 +64,15 @@ class Shards:
         bootstrap_servers: str,
         group_id: str,
         topic_prefix: str,
-        pattern: str,
+        watch: TopicWatch,
         replication_factor: int = 1,
         session_timeout: float = 10.0,
         group_instance_id: str | None = None,
-        metadata_interval: float = 1.0,
-        background: Background,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = names.shards_topic(topic_prefix)
-        self.pattern = re.compile(pattern)
+        self.watch = watch
         self.replication_factor = replication_factor
-        self.metadata_interval = metadata_interval  # how soon a new namespace's topic is found
         session_ms = max(1, round(session_timeout * 1000))
         self.group = clients.consumer(
             bootstrap_servers,
@@ -79,10 +86,6 @@ class Shards:
             group_instance_id=group_instance_id,
         )
         self.group_instance_id = group_instance_id
-        # Its own connections (a broker answers a connection's requests in order, and a consumer's
-        # may be holding a long poll), on the background loop (its answer takes long to decode).
-        self.bg = background
-        self.metadata: MetadataClient | None = None
         self.owned: set[int] = set()
         self.deals = 0  # rebalances of the group seen: processes came or went, never a new topic
         self.count = names.SHARDS  # the shards topic's partitions, once read
@@ -94,11 +97,24 @@ class Shards:
     async def start(self) -> None:
         """Join the group and watch the topics."""
         await self._ensure_topic()
-        self.metadata = await self.bg.run(clients.metadata_client(self.bootstrap_servers))
+        first = asyncio.Event()
+
+        def seen(topics: dict[str, int]) -> None:
+            if topics != self.topics:
+                self.topics = topics
+                self.changed.set()
+            first.set()
+
+        self.watch.on_topics = seen
+        if self.watch.topics is not None:
+            seen(self.watch.topics)
         self.group.subscribe([self.topic], listener=_Owned(self))
         await self.group.start()
-        await self._look()  # the first deal needs the topics
-        self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self._watch())]
+        try:
+            await asyncio.wait_for(first.wait(), FIRST_TOPICS_SECONDS)  # the first deal needs the topics
+        except TimeoutError:
+            raise TimeoutError(f"no list of the cluster's topics in {FIRST_TOPICS_SECONDS:.0f} s") from None
+        self._tasks = [asyncio.create_task(self._poll())]
 
     async def _ensure_topic(self) -> None:
         async with clients.admin_session(self.bootstrap_servers) as admin:
@@ -110,32 +126,6 @@ class Shards:
         """A group member must poll (aiokafka's max poll interval); the shards topic stays empty."""
         while True:
             await self.group.getmany(timeout_ms=1000)
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.metadata_interval)
-            try:
-                await self._look()
-            except Exception as exc:  # a broker away: the next look tries again; what we have stays
-                log.debug("could not read the cluster's topics: %s", exc)
-
-    async def _topics(self) -> dict[str, int]:
-        """The namespace topics and their partition counts (on the background loop)."""
-        assert self.metadata is not None
-        cluster = await self.metadata.fetch_all_metadata()
-        topics = {}
-        for topic in cluster.topics():
-            if self.pattern.match(topic):
-                parts = cluster.partitions_for_topic(topic)
-                if parts:
-                    topics[topic] = max(parts) + 1
-        return topics
-
-    async def _look(self) -> None:
-        topics = await self.bg.run(self._topics())
-        if topics != self.topics:
-            self.topics = topics
-            self.changed.set()
 
     def wanted(self) -> set[TopicPartition]:
         """The namespace partitions of the shards this process owns now."""
@@ -166,6 +156,5 @@ class Shards:
             coordinator = getattr(self.group, "_coordinator", None)
             if coordinator is not None and self.group_instance_id is not None:
                 coordinator._group_instance_id = None
+        self.watch.on_topics = None
         await self.group.stop()
-        if self.metadata is not None:
-            await self.bg.run(self.metadata.close())

@@ -17,11 +17,8 @@ in flight: a new namespace's partitions start hot, and go to the child only when
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
 
 from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition, fold_consumer
 from projectors.cold import ColdWatch
@@ -39,46 +36,23 @@ IDLE_WAIT_MS = 100  # how long a poll waits for cold partitions to wake when no 
 # fetch in flight to end, which is this long when the other hot partitions are quiet
 # (measured at 100 ms: add-to-visible p99 125 ms beside 8 ms for raw produce-to-consume).
 HOT_FETCH_WAIT_MS = 5
-# How often a thread holding the interpreter lock hands it over to one waiting for it (Python's
-# default is 5 ms): the metadata look (`projectors.shards`) decodes on a thread of its own, and
-# the folding loop waited that long for the lock after every socket read or write.
-SWITCH_SECONDS = 0.0005
-
 Batches = list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]
-T = TypeVar("T")
-
-
-class Background:
-    """An event loop on a thread of its own: Kafka clients whose answers take long to decode live there."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="helix-kafka-background", daemon=True)
-        self.thread.start()
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """`coro`, run on the background loop, awaited from the caller's."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 class Tiers:
     """The partitions dealt to this process, each fetched by `hot` or watched by `cold`; assigned by hand.
 
     `cold` is given a new assignment only when partitions leave this process, arrive with a
-    checkpoint, or come back from `hot` for the first time: a new assignment's first fetch waits
-    behind the long poll in flight, so new namespaces, one a second, go to `hot` alone.
+    checkpoint, or come back from `hot` for the first time (then only the new ones are sent): a new
+    assignment's first fetch waits behind the long poll in flight, so new namespaces, one a second,
+    go to `hot` alone.
     """
 
-    def __init__(self, bootstrap_servers: str) -> None:
+    def __init__(self, bootstrap_servers: str, pattern: str | None = None, metadata_interval: float = 1.0) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.hot = fold_consumer(bootstrap_servers, HOT_FETCH_WAIT_MS)
-        self.cold = ColdWatch(bootstrap_servers, COLD_WAIT_MS)
+        # The child also names the topics matching `pattern` (`projectors.shards` deals them).
+        self.cold = ColdWatch(bootstrap_servers, COLD_WAIT_MS, pattern, metadata_interval)
         self.assigned: set[TopicPartition] = set()
         self._hot: set[TopicPartition] = set()
         self._cold: set[TopicPartition] = set()  # cold's assignment: the hot ones among them paused
@@ -113,8 +87,13 @@ class Tiers:
         self._assign_hot(positions)
 
     async def _assign_cold(self, cold: set[TopicPartition], positions: dict[TopicPartition, int]) -> None:
+        """Give `cold` to the watcher: only the new ones where none leave (a short message, not thousands)."""
+        more = cold - self._cold
+        if self._cold <= cold:
+            await self.cold.add({tp: positions[tp] for tp in more})
+        else:
+            await self.cold.assign({tp: positions[tp] for tp in cold}, cold & self._hot)
         self._cold = cold
-        await self.cold.assign({tp: positions[tp] for tp in cold}, cold & self._hot)
 
     def _assign_hot(self, positions: dict[TopicPartition, int]) -> None:
         self.hot.assign(sorted(self._hot))
@@ -160,9 +139,10 @@ class Tiers:
                 self._hot -= idle
                 for tp in idle:
                     self._last.pop(tp, None)
-                if idle <= self._cold:
-                    await self.cold.resume({tp: positions[tp] for tp in idle})
-                else:
+                back = idle & self._cold
+                if back:
+                    await self.cold.resume({tp: positions[tp] for tp in back})
+                if idle - back:
                     await self._assign_cold(self._cold | idle, positions)
                 moved = True
         if moved:

@@ -71,6 +71,55 @@ async def test_a_record_wakes_its_partition_and_a_paused_one_waits_for_resume(ka
     assert watch._proc is not None and watch._proc.returncode == 0
 
 
+async def test_added_partitions_are_watched_and_the_others_keep_their_offsets_and_pauses(kafka_bootstrap: str) -> None:
+    topic = await _topic(kafka_bootstrap, 3)
+    a, b, c = (TopicPartition(topic, p) for p in range(3))
+    await _produce(kafka_bootstrap, a, 2)
+    watch = ColdWatch(kafka_bootstrap, 200)
+    await watch.start()
+    try:
+        await watch.assign({a: 2, b: 0}, paused=[b])  # a: from past its records
+        await _produce(kafka_bootstrap, b)
+        assert await _woken(watch, 1.5) == set()
+        await watch.add({c: 0})
+        assert await _woken(watch, 1.5) == set()  # a still from offset 2, b still paused
+        await _produce(kafka_bootstrap, c)
+        assert await _woken(watch, 15) == {c}
+        await watch.resume({b: 0})
+        assert await _woken(watch, 15) == {b}
+    finally:
+        await watch.stop()
+
+
+async def test_the_watcher_names_the_matching_topics_at_once_and_again_when_one_appears(kafka_bootstrap: str) -> None:
+    first = await _topic(kafka_bootstrap, 3)
+    head = first.rsplit("-", 1)[0]
+    seen: list[dict[str, int]] = []
+    watch = ColdWatch(kafka_bootstrap, 200, pattern=rf"^{first}$|^{head}-x-", interval=0.2)
+    watch.on_topics = seen.append
+    await watch.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not seen and time.monotonic() < deadline:
+            await watch.wait(0.1)
+        assert seen == [{first: 3}] and watch.topics == {first: 3}
+        second = f"{head}-x-{unique('t')}"
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(second, 2, 1), NewTopic(unique("other"), 1, 1)])
+        finally:
+            await admin.close()
+        deadline = time.monotonic() + 15
+        while len(seen) < 2 and time.monotonic() < deadline:
+            await watch.wait(0.1)
+        assert seen[1:] == [{first: 3, second: 2}]  # named once more, the unmatched topic left out
+        await asyncio.sleep(0.6)
+        assert len(seen) == 2  # nothing changed: nothing said
+    finally:
+        await watch.stop()
+
+
 async def test_a_watcher_that_died_fails_the_run_transiently(kafka_bootstrap: str) -> None:
     watch = ColdWatch(kafka_bootstrap, 200)
     await watch.start()
