@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition, fold_consumer
+from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition, add_partitions, fold_consumer
 from projectors.cold import ColdWatch
 
 IDLE_SECONDS = 30.0  # a hot partition without records this long goes back to the cold watcher
@@ -36,6 +36,11 @@ IDLE_WAIT_MS = 100  # how long a poll waits for cold partitions to wake when no 
 # fetch in flight to end, which is this long when the other hot partitions are quiet
 # (measured at 100 ms: add-to-visible p99 125 ms beside 8 ms for raw produce-to-consume).
 HOT_FETCH_WAIT_MS = 5
+# A partition leaving `hot` is paused there, not taken out: a new assignment cancels the fetch in
+# flight and drops what was fetched for every busy partition (aiokafka), and namespaces come and go
+# hot about once a second. Each fetch round still walks the paused ones, so past this many (or the
+# partitions fetched, if more) `hot` is assigned afresh.
+PARKED_MAX = 64
 Batches = list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]
 
 
@@ -56,6 +61,7 @@ class Tiers:
         self.assigned: set[TopicPartition] = set()
         self._hot: set[TopicPartition] = set()
         self._cold: set[TopicPartition] = set()  # cold's assignment: the hot ones among them paused
+        self._parked: set[TopicPartition] = set()  # in hot's assignment, paused: cold watches them
         self._last: dict[TopicPartition, float] = {}  # when each hot partition last had records
         self._next_demotion = 0.0
 
@@ -96,9 +102,29 @@ class Tiers:
         self._cold = cold
 
     def _assign_hot(self, positions: dict[TopicPartition, int]) -> None:
-        self.hot.assign(sorted(self._hot))
-        for tp in self._hot:
+        """Make `hot` fetch exactly `_hot`: partitions leaving are paused, coming back resumed, new ones
+        added in place; a new assignment only when some left this process or too many wait paused."""
+        held = self.hot.assignment()
+        parked = held - self._hot
+        if not held or not held <= self.assigned or len(parked) > max(PARKED_MAX, len(self._hot)):
+            self.hot.assign(sorted(self._hot))
+            for tp in self._hot:
+                self.hot.seek(tp, positions[tp])
+            self._parked = set()
+            return
+        if parked - self._parked:
+            self.hot.pause(*(parked - self._parked))
+        back = self._hot & self._parked
+        for tp in back:
             self.hot.seek(tp, positions[tp])
+        if back:
+            self.hot.resume(*back)
+        self._parked = parked
+        new = self._hot - held
+        if new:
+            add_partitions(self.hot, new)
+            for tp in new:
+                self.hot.seek(tp, positions[tp])
 
     async def seek(self, tp: TopicPartition, offset: int) -> None:
         if tp in self._hot:

@@ -9,12 +9,13 @@ membership, producer batching) is passed as the client's keyword options.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
+from aiokafka.consumer.subscription_state import ManualSubscription, TopicPartitionState
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Producer",
     "RebalanceListener",
     "TopicPartition",
+    "add_partitions",
     "admin",
     "admin_session",
     "consumer",
@@ -70,6 +72,28 @@ def fold_consumer(bootstrap_servers: str, fetch_max_wait_ms: int) -> Consumer:
         max_partition_fetch_bytes=FOLD_FETCH_BYTES,
         fetch_max_wait_ms=fetch_max_wait_ms,
     )
+
+
+def add_partitions(consumer: Consumer, partitions: Collection[TopicPartition]) -> None:
+    """Add `partitions` to a consumer's assignment made by hand, the others' fetch state kept (seek the new ones).
+
+    aiokafka's `assign` replaces the whole assignment: the fetch in flight is cancelled and what was
+    fetched but not taken is dropped, for every partition, and each needs a seek. A projector adds a
+    new namespace's partitions about once a second, so they join the assignment in place. This reaches
+    into the client's state (aiokafka 0.11-0.14, the versions pyproject allows; tests/test_kafka_clients.py
+    fails on one where it no longer holds).
+    """
+    subscription = consumer._subscription.subscription
+    assignment = getattr(subscription, "assignment", None)
+    if not isinstance(subscription, ManualSubscription) or assignment is None or not assignment.active:
+        raise ValueError("add_partitions needs an assignment made by hand (assign)")
+    new = frozenset(partitions) - assignment.tps
+    if new:
+        assignment._topic_partitions = assignment._topic_partitions | new
+        for tp in new:
+            assignment._tp_state[tp] = TopicPartitionState(assignment)
+        subscription._topics = subscription._topics | {tp.topic for tp in new}
+        consumer._client.set_topics(list(subscription._topics))  # the new topics' leaders
 
 
 def producer(bootstrap_servers: str, **options: Any) -> Producer:
