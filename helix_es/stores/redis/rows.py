@@ -3,8 +3,11 @@ r"""Redis rows (`helix_es.views.rows`): a view's tables in hashes and sorted set
 Layout, for view `<view>` (the store's name) and namespace `<ns>`; every key carries the hash tag
 `{<ns>}`, on one server as on a cluster, so a namespace's rows share one slot:
 
-- `helix:rows:{<ns>}:<view>:<table>:r`: a hash, a row's order encoding -> the row as compact JSON
-  (times as µs since 1970, the namespace left out: the key holds it), its lookup columns first.
+- `helix:rows:{<ns>}:<view>:<table>:r`: a hash, a row's order encoding -> the row: its columns but
+  the json ones as compact JSON (times as µs since 1970, the namespace left out: the key holds it),
+  its lookup columns first, then for each json column a 0x01 byte and the document's text as it was
+  put (nothing: None). No JSON text holds a bare 0x00 or 0x01 (a json column's is refused if it does),
+  so a reader cuts a document out without decoding the row, and a page of values joins on 0x00.
 - `helix:rows:{<ns>}:<view>:<table>:o`: a sorted set of those order encodings, all scored 0, so
   ZRANGEBYLEX reads the table in order and a cut (floor is the order's first column) is a lex range.
 - `helix:rows:{<ns>}:<view>:<table>:l:<column>:<value>`: per lookup column and value, a sorted set
@@ -29,17 +32,20 @@ a replica (`helix_es.stores.redis.cluster`), then a script moves the checkpoint 
 nothing), so a batch applied again by a projector that lost the race changes nothing.
 
 A scan reads its index a page per script call (`PAGE` members: no call holds Redis up for long) and
-the rows' JSON beside it; `where` reads the smallest of its lookup sets and keeps members in the
-others, `contains` is Python's casefold over the text column (the script only drops ASCII rows that
-cannot hold the needle). On one server the first page checks the checkpoint of `want` in the
-same script; on a cluster the checkpoint is read just before (rows read after it are at least as new).
+the rows' values beside it, joined into one reply string (one element to parse, not one per row);
+`where` reads the smallest of its lookup sets and keeps members in the others, `contains` is
+Python's casefold over the text column (the script only drops ASCII rows that cannot hold the
+needle). The rows it returns decode lazily: a json column asked for is its stored text, cut out;
+any other column decodes the row's JSON, once. On one server the first page checks the checkpoint
+of `want` in the same script; on a cluster the checkpoint is read just before (rows read after it
+are at least as new).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -130,17 +136,23 @@ def _floor(change: RowChange) -> str:
     return (change.floor if isinstance(change, Put) else None) or ""
 
 
+_GAP = b"\x01"  # between a stored row's JSON and each json column's text: no JSON text holds it
+_ROWS_GAP = b"\x00"  # between the rows of a scan's page: neither does any stored row
+
+
 class _Codec:
-    """One table's encodings: a row's order encoding, its JSON (lookups first) and lookup values, and back."""
+    """One table's encodings: a row's order encoding, its stored value (JSON of its other columns,
+    lookups first, then each json column's text as it is) and lookup values, and back."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
         self.lookups = table.lookups
         self._order = [(c, _order_part(table.type(c))) for c in table.order[1:]]
-        rest = [c for c, _ in table.columns if c != NAMESPACE and c not in table.lookups]
+        rest = [c for c, kind in table.columns if c != NAMESPACE and c not in table.lookups and kind != "json"]
         self._fields = [
             (c, f'"{c}":', _tokens(table.type(c), canonical=c in table.lookups)) for c in (*table.lookups, *rest)
         ]
+        self.documents = tuple(c for c, kind in table.columns if kind == "json")
         self._times = [c for c, kind in table.columns if kind == "time"]
         self._columns = [c for c, _ in table.columns]
 
@@ -148,17 +160,72 @@ class _Codec:
         return b"".join(part(row[c]) for c, part in self._order)
 
     def value(self, row: Row) -> tuple[str, list[str]]:
-        """The row's JSON and its lookup values."""
+        """The row's stored value and its lookup values."""
         tokens = [token(row[c]) for c, _, token in self._fields]
         body = ",".join(head + value for (_, head, _), value in zip(self._fields, tokens, strict=True))
-        return "{" + body + "}", [_lookup(t) for t in tokens[: len(self.lookups)]]
+        value = "{" + body + "}"
+        for c in self.documents:
+            document = row[c]
+            if document is None:
+                value += "\x01"
+            elif document and "\x00" not in document and "\x01" not in document:
+                value += "\x01" + document
+            else:  # no JSON document is empty or holds a bare control character
+                raise ValueError(f"column {c!r} is not a JSON document: {document[:80]!r}")
+        return value, [_lookup(t) for t in tokens[: len(self.lookups)]]
+
+    def document(self, value: bytes, column: str) -> str | None:
+        """One json column of a stored value, its text as it was put, nothing else decoded."""
+        if len(self.documents) == 1:
+            text = value[value.index(_GAP) + 1 :]
+        else:
+            text = value.split(_GAP)[1 + self.documents.index(column)]
+        return text.decode() if text else None
 
     def row(self, namespace: str, value: bytes) -> dict[str, Any]:
-        stored = json.loads(value)
+        head, *documents = value.split(_GAP)
+        stored = json.loads(head)
         stored[NAMESPACE] = namespace
         for c in self._times:
             stored[c] = _EPOCH + timedelta(microseconds=stored[c])
+        for c, document in zip(self.documents, documents, strict=True):
+            stored[c] = document.decode() if document else None
         return {c: stored[c] for c in self._columns}
+
+
+class _Row(Mapping[str, Any]):
+    """A row as read: a json column is cut from the stored value when asked for, the rest is decoded
+    (once) only when another column is: a reader of documents pays for no other column."""
+
+    __slots__ = ("_codec", "_namespace", "_row", "_value")
+
+    def __init__(self, codec: _Codec, namespace: str, value: bytes) -> None:
+        self._codec, self._namespace, self._value = codec, namespace, value
+        self._row: dict[str, Any] | None = None
+
+    def _decoded(self) -> dict[str, Any]:
+        if self._row is None:
+            self._row = self._codec.row(self._namespace, self._value)
+        return self._row
+
+    def __getitem__(self, column: str) -> Any:
+        if self._row is None and column in self._codec.documents:
+            return self._codec.document(self._value, column)
+        return self._decoded()[column]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        return self._decoded() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 class RedisRows(WideStore):
@@ -325,19 +392,24 @@ class RedisRows(WideStore):
         page = PAGE if needle or scan.limit is None else min(PAGE, scan.limit)
         cursor: bytes = b"+" if scan.newest_first else b"-"
         out: list[Row] = []
-        passes = scan.test(table)
+        # `where` is decided by the lookup sets (a value names its set), but for a json column's
+        # canonical text; `contains` by Python's casefold of the text column, decoded then.
+        test = needle or any(table.type(c) == "json" for c in scan.where)
+        passes = scan.test(table) if test else None
+        ns = scan.namespace
         while True:
             args = [len(indexes), *check, int(scan.newest_first), cursor, page, needle, int(needle.isascii())]
             reply = await self._scripts["scan"](keys=keys, args=args, client=client)
             if reply[0] == b"wait":
                 return None
             check = ["", 0]  # the first page waited for `want`: the rest need not
-            for value in reply[3:]:
-                row = codec.row(scan.namespace, value)
-                if passes(row):
-                    out.append(row)
-                    if scan.limit is not None and len(out) >= scan.limit:
-                        return out
+            if len(reply) > 3:
+                rows = [_Row(codec, ns, value) for value in reply[3].split(_ROWS_GAP)]
+                if passes is not None:
+                    rows = [row for row in rows if passes(row)]
+                if scan.limit is not None and len(out) + len(rows) >= scan.limit:
+                    return out + rows[: scan.limit - len(out)]
+                out += rows
             if int(reply[2]) < page:
                 return out
             cursor = b"(" + reply[1]

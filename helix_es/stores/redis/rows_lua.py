@@ -236,8 +236,9 @@ return 0
 # One page of a scan. KEYS: the rows hash, the n indexes (the order zset, or one lookup zset per
 # `where` column), then on one server with a `want` the checkpoint hash. ARGV: n, field ('' none),
 # want offset, reverse ('1'), cursor, page, needle ('' none), ascii ('1'). Returns {'wait'} while
-# behind, else {'ok', last member read, members read, values...}: the page's rows in every index
-# (read from the smallest) that may hold the needle.
+# behind, else {'ok', last member read, members read[, values]}: the stored values of the page's rows
+# in every index (read from the smallest) that may hold the needle, joined by a 0 byte (no value holds
+# one): one reply element, not one per row, for the client to parse.
 SCAN = r"""
 local n = tonumber(ARGV[1])
 if ARGV[2] ~= '' then
@@ -267,20 +268,26 @@ for j = 1, #members do
   if ok then keep[#keep + 1] = members[j] end
 end
 if #keep == 0 then return out end
-local values = redis.call('HMGET', KEYS[1], unpack(keep))
+local values, kept = redis.call('HMGET', KEYS[1], unpack(keep)), {}
 -- Of an ASCII row (its JSON has no \u escapes either), what Python's casefold finds is decided here: an
 -- ASCII needle JSON does not escape shows verbatim in the lower-cased JSON of a row that holds it, and a
--- needle that is not ASCII (casefolded already) is in no such row. Other rows go to Python.
+-- needle that is not ASCII (casefolded already) is in no such row. Other rows go to Python. Only the
+-- row's JSON is looked at (the text column is there), not the json columns' documents after it.
 local needle, ascii = ARGV[7], ARGV[8] == '1'
 local plain = needle ~= '' and ascii and not string.find(needle, '["\\%c]')
 local wide = needle ~= '' and not ascii
 for k = 1, #values do
   local value = values[k]
-  if value and (plain or wide) and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
-      and (wide or not string.find(string.lower(value), needle, 1, true)) then
-    value = nil
+  if value and (plain or wide) then
+    local gap = string.find(value, '\1', 1, true)
+    local head = gap and string.sub(value, 1, gap - 1) or value
+    if not string.find(head, '[\128-\255]') and not string.find(head, '\\u', 1, true)
+        and (wide or not string.find(string.lower(head), needle, 1, true)) then
+      value = nil
+    end
   end
-  if value then out[#out + 1] = value end
+  if value then kept[#kept + 1] = value end
 end
+if #kept > 0 then out[4] = table.concat(kept, '\0') end
 return out
 """
