@@ -140,6 +140,88 @@ _GAP = b"\x01"  # between a stored row's JSON and each json column's text: no JS
 _ROWS_GAP = b"\x00"  # between the rows of a scan's page: neither does any stored row
 
 
+def _document(column: str, document: str | None) -> str:
+    """A json column's share of a stored value: 0x01, then its text."""
+    if document is None:
+        return "\x01"
+    if document and "\x00" not in document and "\x01" not in document:
+        return "\x01" + document
+    # no JSON document is empty or holds a bare control character
+    raise ValueError(f"column {column!r} is not a JSON document: {document[:80]!r}")
+
+
+def _compile(
+    table: Table, documents: tuple[str, ...]
+) -> tuple[Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
+    """A table's `member(row)` (its order encoding) and `put(row)` (its order encoding, stored value
+    and lookup values) as straight-line functions: every put of a rebuild passes here. Column names
+    are identifiers (`Table` checks them), safe in the source as names and in string literals."""
+
+    def micros(columns: Sequence[str]) -> list[str]:  # each time's µs once, for the order and the value alike
+        lines = []
+        for c in columns:
+            if table.type(c) == "time":
+                lines += [
+                    f"    t_{c} = row[{c!r}] - EPOCH",
+                    f"    t_{c} = (t_{c}.days * 86400 + t_{c}.seconds) * 1000000 + t_{c}.microseconds",
+                ]
+        return lines
+
+    parts = []
+    for c in table.order[1:]:
+        kind = table.type(c)
+        if kind == "text":
+            parts.append(f"text_order(row[{c!r}])")
+        elif kind == "int":
+            parts.append(f"(row[{c!r}] + SHIFT).to_bytes(8, 'big')")
+        elif kind == "time":
+            parts.append(f"(t_{c} + SHIFT).to_bytes(8, 'big')")
+        else:
+            raise ValueError("a json column cannot be ordered")
+    member = " + ".join(parts) or "b''"
+    fields = [
+        *table.lookups,
+        *(c for c, kind in table.columns if c != NAMESPACE and c not in table.lookups and kind != "json"),
+    ]
+    tokens = {}
+    for c in fields:
+        kind = table.type(c)
+        tokens[c] = {"text": f"encode_str(row[{c!r}])", "int": f"int_repr(row[{c!r}])", "time": f"str(t_{c})"}.get(
+            kind, f"canonical(row[{c!r}])"
+        )
+    body = [f"    v_{c} = {tokens[c]}" for c in table.lookups]
+    pieces = [
+        f"'{'{' if i == 0 else ','}\"{c}\":' + " + (f"v_{c}" if c in table.lookups else tokens[c])
+        for i, c in enumerate(fields)
+    ]
+    value = " + ".join([*pieces, "'}'"] if pieces else ["'{}'"])
+    value = " + ".join([value, *(f"document({c!r}, row[{c!r}])" for c in documents)])
+    found = ", ".join(f"v_{c}[1:-1]" if table.type(c) == "text" else f"lookup(v_{c})" for c in table.lookups)
+    source = "\n".join(
+        [
+            "def member(row):",
+            *micros(table.order[1:]),
+            f"    return {member}",
+            "def put(row):",
+            *micros([c for c, _ in table.columns]),
+            *body,
+            f"    return {member}, {value}, [{found}]",
+        ]
+    )
+    scope: dict[str, Any] = {
+        "EPOCH": _EPOCH,
+        "SHIFT": _SHIFT,
+        "text_order": _text_order,
+        "encode_str": _encode_str,
+        "int_repr": int.__repr__,
+        "canonical": _canonical,
+        "document": _document,
+        "lookup": _lookup,
+    }
+    exec(compile(source, f"<rows codec of {table.name}>", "exec"), scope)  # our own source, of checked names
+    return scope["member"], scope["put"]
+
+
 class _Codec:
     """One table's encodings: a row's order encoding, its stored value (JSON of its other columns,
     lookups first, then each json column's text as it is) and lookup values, and back."""
@@ -147,32 +229,10 @@ class _Codec:
     def __init__(self, table: Table) -> None:
         self.table = table
         self.lookups = table.lookups
-        self._order = [(c, _order_part(table.type(c))) for c in table.order[1:]]
-        rest = [c for c, kind in table.columns if c != NAMESPACE and c not in table.lookups and kind != "json"]
-        self._fields = [
-            (c, f'"{c}":', _tokens(table.type(c), canonical=c in table.lookups)) for c in (*table.lookups, *rest)
-        ]
         self.documents = tuple(c for c, kind in table.columns if kind == "json")
         self._times = [c for c, kind in table.columns if kind == "time"]
         self._columns = [c for c, _ in table.columns]
-
-    def member(self, row: Row) -> bytes:
-        return b"".join(part(row[c]) for c, part in self._order)
-
-    def value(self, row: Row) -> tuple[str, list[str]]:
-        """The row's stored value and its lookup values."""
-        tokens = [token(row[c]) for c, _, token in self._fields]
-        body = ",".join(head + value for (_, head, _), value in zip(self._fields, tokens, strict=True))
-        value = "{" + body + "}"
-        for c in self.documents:
-            document = row[c]
-            if document is None:
-                value += "\x01"
-            elif document and "\x00" not in document and "\x01" not in document:
-                value += "\x01" + document
-            else:  # no JSON document is empty or holds a bare control character
-                raise ValueError(f"column {c!r} is not a JSON document: {document[:80]!r}")
-        return value, [_lookup(t) for t in tokens[: len(self.lookups)]]
+        self.member, self.put = _compile(table, self.documents)
 
     def document(self, value: bytes, column: str) -> str | None:
         """One json column of a stored value, its text as it was put, nothing else decoded."""
@@ -255,17 +315,19 @@ class RedisRows(WideStore):
                 continue
             try:
                 ns = names.check_namespace(change.row.get(NAMESPACE))
-                member = codec.member(change.row)  # a delete's row is checked here only: its order columns
-                put = None if isinstance(change, Delete) else codec.value(change.row)
-                value = b"" if put is None else put[0].encode()  # a lone surrogate fails here, not on the wire
+                if isinstance(change, Delete):
+                    member, value, found = codec.member(change.row), b"", None  # a delete's order columns
+                else:
+                    member, text, found = codec.put(change.row)
+                    value = text.encode()  # a lone surrogate fails here, not on the wire
             except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
                 raise ValueError(f"table {change.table!r}: cannot encode {change.row!r}: {exc!r}") from exc
             spec, blobs = out.setdefault(ns, ([], []))
-            if put is None:
+            if found is None:
                 spec.append([1, ti])
                 blobs.append(member)
             else:
-                spec.append([0, ti, int(isinstance(change, Put) and change.replace), _floor(change), *put[1]])
+                spec.append([0, ti, int(isinstance(change, Put) and change.replace), _floor(change), *found])
                 blobs += [member, value]
         return out
 
