@@ -8,7 +8,10 @@ into a namespace of its own, then reads it (the stores take turns, batch by batc
 so load from elsewhere falls on both alike): `get` (every message of the namespace) and `search`
 (a needle in one message in 50: it reads the namespace until `limit` 10 hits, and one that matches
 nothing, reading every row). Prints apply events/s and the reads' p50 in ms, and rows/old per
-figure (above 1: rows slower). Its keys are deleted at the end. With `--old` absent (the old
+figure (above 1: rows cost more), and the CPU an apply takes per event in this process and in the
+server (the server's is its own only on a server nothing else uses: `--url` of a private one on a
+loaded machine; its wall-clock figures then vary from run to run, CPU figures much less). Its keys
+are deleted at the end. With `--old` absent (the old
 adapter gone), only the rows store runs.
 """
 
@@ -24,6 +27,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import redis.asyncio as aioredis
 
 from helix_es import Message
 from helix_es.model import names
@@ -48,18 +53,37 @@ def records(ns: str, rows: int) -> list[Record]:
     return out
 
 
+async def server_cpu(client: aioredis.Redis) -> float:
+    """The server's CPU seconds so far (user and system): its share of a call, when nothing else uses it."""
+    info = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 async def measure(
-    stores: dict[str, Any], namespaces: dict[str, str], rows: int, size: int, reads: int
+    url: str, stores: dict[str, Any], namespaces: dict[str, str], rows: int, size: int, reads: int
 ) -> dict[str, dict[str, float]]:
     """Every figure taken in turns, store after store, so load from elsewhere falls on each alike."""
     batches = {label: records(ns, rows) for label, ns in namespaces.items()}
     spent = dict.fromkeys(stores, 0.0)
+    cpu = {label: [0.0, 0.0] for label in stores}  # this process's, the server's
+    server = aioredis.Redis.from_url(url)
     for i in range(0, rows, size):
         for label, store in stores.items():
-            start = time.perf_counter()
+            served = await server_cpu(server)
+            start, used = time.perf_counter(), time.process_time()
             await store.apply(batches[label][i : i + size])
             spent[label] += time.perf_counter() - start
-    figures = {label: {"apply events/s": rows / spent[label]} for label in stores}
+            cpu[label][0] += time.process_time() - used
+            cpu[label][1] += await server_cpu(server) - served
+    await server.aclose()
+    figures = {
+        label: {
+            "apply events/s": rows / spent[label],
+            "apply client cpu us/event": cpu[label][0] / rows * 1e6,
+            "apply server cpu us/event": cpu[label][1] / rows * 1e6,
+        }
+        for label in stores
+    }
     calls: dict[str, Callable[[Any, SessionKey], Awaitable[Any]]] = {
         "get p50 ms": lambda s, k: s.get(k, Position(names.topic(k.namespace), 0, rows - 1)),
         "search p50 ms": lambda s, k: s.search(k, "needle", 10, None),
@@ -105,7 +129,7 @@ async def main() -> None:
         stores = {"old": old, **stores}
     namespaces = {label: f"bench-lt-{label}-{run}" for label in stores}
     try:
-        figures = await measure(stores, namespaces, args.rows, args.batch, args.reads)
+        figures = await measure(args.url, stores, namespaces, args.rows, args.batch, args.reads)
     finally:
         for label, store in stores.items():
             await store.drop([namespaces[label]], [names.topic(namespaces[label])])
@@ -115,7 +139,7 @@ async def main() -> None:
         line = f"{what:20} " + " ".join(f"{label} {f[what]:10.1f}" for label, f in figures.items())
         if "old" in figures:
             ratio = figures["rows"][what] / figures["old"][what]
-            line += f"   rows/old {1 / ratio if 'events/s' in what else ratio:.2f}"
+            line += f"   rows/old {1 / ratio if 'events/s' in what else ratio:.2f}"  # above 1: rows cost more
         print(line)
 
 

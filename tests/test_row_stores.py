@@ -101,7 +101,7 @@ class RedisRowsContract(RowStoreContract):
         client = store.redis
         keys = [k async for k in client.scan_iter(match=f"helix:rows:{{{ns}}}:*", count=1000)]
         mine = [k for k in keys if k.decode().startswith(prefix(ns, store.name))]
-        assert len(mine) == 5  # rows, order, two session lookups, marks
+        assert len(mine) == 6  # rows, order, two session lookups and the list of lookups, marks
         assert {key_slot(k) for k in keys} == {key_slot(ns.encode())}
         await store.drop([ns], [TOPIC])
         assert await store.scan(Scan(table.name, ns)) == [] and await store.checkpoint(TOPIC, 0) is None

@@ -13,6 +13,8 @@ Layout, for view `<view>` (the store's name) and namespace `<ns>`; every key car
 - `helix:rows:{<ns>}:<view>:<table>:l:<column>:<value>`: per lookup column and value, a sorted set
   of the order encodings of the rows holding it (scored 0: read in order too). `<value>` is the
   value's compact JSON, a string's without its quotes (`s1`, `42`; a time's µs).
+- `helix:rows:{<ns>}:<view>:<table>:lookups`: a set of the lookup sets the table has (`<column>:<value>`),
+  so a cut takes its range out of each of them without reading a row.
 - `helix:rows:{<ns>}:<view>:marks`: a hash, mark name -> its value (an int: a floor's µs or int).
 - `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
 
@@ -24,7 +26,9 @@ a prefix sorts first and the columns after it never decide. A json column cannot
 replace or a delete finds the lookup sets a row is in from its stored JSON (lookup columns first).
 
 `apply` on one server is one script (`rows_lua.APPLY`): it checks the checkpoint is `after`, applies
-the changes in order and moves the checkpoint. On a cluster the checkpoint lives in another slot: it
+the changes in order and moves the checkpoint. The changes travel as two arguments whatever their
+number: a JSON spec (per change its kind, table, lengths and lookup values) and one string of their
+binary parts (order encodings, stored values) end to end. On a cluster the checkpoint lives in another slot: it
 is read first (a moved one refuses the batch before anything is written), then each namespace's
 changes run as one script in its slot, all in one pipeline, followed by `WAIT 1` on every master with
 a replica (`helix_es.stores.redis.cluster`), then a script moves the checkpoint if it is still
@@ -58,6 +62,7 @@ from helix_es.model.events import Position
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from helix_es.stores.redis.cluster import WAIT_MS
 from helix_es.stores.redis.pool import Client, text
+from helix_es.stores.redis.retired import RetiredLayout
 from helix_es.stores.redis.rows_lua import APPLY, APPLY_NAMESPACE, MOVE, SCAN
 from helix_es.stores.redis.views import delete_matching
 from helix_es.stores.redis.wide import WideStore
@@ -66,19 +71,19 @@ from helix_es.views.rows import (
     ColumnType,
     Cut,
     Delete,
-    Put,
     Row,
     RowChange,
     Scan,
     Table,
-    check_changes,
     check_scan,
     micros_of,
 )
 
 PAGE = 500  # index members a scan reads per script call
+Retired = Callable[[str, str, bool], tuple[str, list[str]]]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SHIFT = 2**63
+_loads = json.JSONDecoder().decode  # json.loads of a str, less its checks of the argument
 _encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s string encoder (C)
 
 
@@ -132,10 +137,6 @@ def _fits(kind: ColumnType, value: Any) -> bool:
     return True
 
 
-def _floor(change: RowChange) -> str:
-    return (change.floor if isinstance(change, Put) else None) or ""
-
-
 _GAP = b"\x01"  # between a stored row's JSON and each json column's text: no JSON text holds it
 _ROWS_GAP = b"\x00"  # between the rows of a scan's page: neither does any stored row
 
@@ -152,10 +153,11 @@ def _document(column: str, document: str | None) -> str:
 
 def _compile(
     table: Table, documents: tuple[str, ...]
-) -> tuple[Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
-    """A table's `member(row)` (its order encoding) and `put(row)` (its order encoding, stored value
-    and lookup values) as straight-line functions: every put of a rebuild passes here. Column names
-    are identifiers (`Table` checks them), safe in the source as names and in string literals."""
+) -> tuple[Callable[[Row], bool], Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
+    """A table's `fits(row)` (whether `Table.check` accepts it), `member(row)` (its order encoding)
+    and `put(row)` (its order encoding, stored value and lookup values) as straight-line functions:
+    every put of a rebuild passes here. Column names are identifiers (`Table` checks them), safe in
+    the source as names and in string literals."""
 
     def micros(columns: Sequence[str]) -> list[str]:  # each time's µs once, for the order and the value alike
         lines = []
@@ -197,8 +199,20 @@ def _compile(
     value = " + ".join([*pieces, "'}'"] if pieces else ["'{}'"])
     value = " + ".join([value, *(f"document({c!r}, row[{c!r}])" for c in documents)])
     found = ", ".join(f"v_{c}[1:-1]" if table.type(c) == "text" else f"lookup(v_{c})" for c in table.lookups)
+    test = {
+        "text": "type(row[{c!r}]) is str",
+        "int": "type(row[{c!r}]) is int and -SHIFT <= row[{c!r}] < SHIFT",
+        "time": "isinstance(row[{c!r}], datetime) and row[{c!r}].tzinfo is not None",
+        "json": "(row[{c!r}] is None or type(row[{c!r}]) is str)",
+    }
+    fits = " and ".join(test[kind].format(c=c) for c, kind in table.columns)
     source = "\n".join(
         [
+            "def fits(row):",  # what `Table.check` accepts
+            "    try:",
+            f"        return {fits}",
+            "    except KeyError:",
+            "        return False",
             "def member(row):",
             *micros(table.order[1:]),
             f"    return {member}",
@@ -217,9 +231,10 @@ def _compile(
         "canonical": _canonical,
         "document": _document,
         "lookup": _lookup,
+        "datetime": datetime,
     }
     exec(compile(source, f"<rows codec of {table.name}>", "exec"), scope)  # our own source, of checked names
-    return scope["member"], scope["put"]
+    return scope["fits"], scope["member"], scope["put"]
 
 
 class _Codec:
@@ -231,8 +246,7 @@ class _Codec:
         self.lookups = table.lookups
         self.documents = tuple(c for c, kind in table.columns if kind == "json")
         self._times = [c for c, kind in table.columns if kind == "time"]
-        self._columns = [c for c, _ in table.columns]
-        self.member, self.put = _compile(table, self.documents)
+        self.fits, self.member, self.put = _compile(table, self.documents)
 
     def document(self, value: bytes, column: str) -> str | None:
         """One json column of a stored value, its text as it was put, nothing else decoded."""
@@ -244,13 +258,13 @@ class _Codec:
 
     def row(self, namespace: str, value: bytes) -> dict[str, Any]:
         head, *documents = value.split(_GAP)
-        stored = json.loads(head)
+        stored: dict[str, Any] = _loads(head.decode())
         stored[NAMESPACE] = namespace
         for c in self._times:
             stored[c] = _EPOCH + timedelta(microseconds=stored[c])
         for c, document in zip(self.documents, documents, strict=True):
             stored[c] = document.decode() if document else None
-        return {c: stored[c] for c in self._columns}
+        return stored
 
 
 class _Row(Mapping[str, Any]):
@@ -292,8 +306,13 @@ class RedisRows(WideStore):
     kind = "redis"
     SCRIPTS = (("apply", APPLY), ("namespace", APPLY_NAMESPACE), ("move", MOVE), ("scan", SCAN))
 
-    def __init__(self, url: str, name: str, tables: Sequence[Table]) -> None:
+    def __init__(self, url: str, name: str, tables: Sequence[Table], *, retired: Retired | None = None) -> None:
+        """`retired`: a layout this view's data once had (`helix_es.stores.redis.retired`), as
+        (namespace, view, cluster?) -> (its key prefix, keys any of which tell a namespace holds it):
+        such a namespace is refused (`RetiredLayout`), and `drop` deletes its old keys too."""
         super().__init__(url, name)
+        self._retired = retired
+        self._current: set[tuple[str, str]] = set()  # (view, namespace) known to hold no retired data
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
         self._codecs = {t.name: _Codec(t) for t in tables}
         self._index = {t.name: i for i, t in enumerate(tables, 1)}  # a table's place in a script's spec
@@ -302,33 +321,49 @@ class RedisRows(WideStore):
     # --- writes ---
 
     def _encode(self, changes: Sequence[RowChange]) -> dict[str, tuple[list[Any], list[bytes]]]:
-        """Per namespace, the script's changes and their binary arguments (refusing bad ones: nothing is sent yet)."""
+        """Per namespace, the script's changes and their binary parts, refusing bad changes as
+        `check_changes` does (nothing is sent yet): a row's types are checked by its table's compiled
+        test, and by `Table.check` only to say what is wrong."""
         out: dict[str, tuple[list[Any], list[bytes]]] = {}
+        checked: set[str] = set()
         for change in changes:
-            codec = self._codecs[change.table]
-            ti = self._index[change.table]
+            codec = self._codecs.get(change.table)
+            if codec is None:
+                raise ValueError(f"no table {change.table!r}")
+            table, ti = codec.table, self._index[change.table]
             if isinstance(change, Cut):
+                if table.floor is None:
+                    raise ValueError(f"table {table.name!r} has no floor column to cut")
                 if not -_SHIFT <= change.upto < _SHIFT:
                     raise ValueError(f"cut of {change.table!r}: {change.upto} is not a 64-bit int")
                 ns = names.check_namespace(change.namespace)
                 out.setdefault(ns, ([], []))[0].append([2, ti, change.mark, str(change.upto)])
                 continue
-            try:
-                ns = names.check_namespace(change.row.get(NAMESPACE))
-                if isinstance(change, Delete):
-                    member, value, found = codec.member(change.row), b"", None  # a delete's order columns
-                else:
-                    member, text, found = codec.put(change.row)
-                    value = text.encode()  # a lone surrogate fails here, not on the wire
-            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
-                raise ValueError(f"table {change.table!r}: cannot encode {change.row!r}: {exc!r}") from exc
-            spec, blobs = out.setdefault(ns, ([], []))
-            if found is None:
-                spec.append([1, ti])
-                blobs.append(member)
+            row = change.row
+            given = row.get(NAMESPACE)
+            if type(given) is str and given in checked:
+                ns = given
             else:
-                spec.append([0, ti, int(isinstance(change, Put) and change.replace), _floor(change), *found])
-                blobs += [member, value]
+                ns = names.check_namespace(given)
+                checked.add(ns)
+            try:
+                if isinstance(change, Delete):
+                    member = codec.member(row)  # a delete's order columns
+                    entry: list[Any] = [1, ti, len(member)]
+                    value = b""
+                else:
+                    if not codec.fits(row):
+                        table.check(row)  # says what is wrong
+                    if change.floor is not None and table.floor is None:
+                        raise ValueError(f"table {table.name!r} has no floor column for a floored put")
+                    member, text, found = codec.put(row)
+                    value = text.encode()  # a lone surrogate fails here, not on the wire
+                    entry = [0, ti, int(change.replace), change.floor or "", len(member), len(value), *found]
+            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
+                raise ValueError(f"table {change.table!r}: cannot encode {row!r}: {exc!r}") from exc
+            spec, parts = out.setdefault(ns, ([], []))
+            spec.append(entry)
+            parts += (member, value)
         return out
 
     def _spec(self, groups: list[list[Any]]) -> str:
@@ -338,21 +373,21 @@ class RedisRows(WideStore):
     async def apply(
         self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
     ) -> None:
-        check_changes(self.tables, changes)
         by_namespace = self._encode(changes)
         client = await self._open()
+        await self._refuse_retired(client, by_namespace)
         field = f"{topic}:{partition}"
         seen = int(field in self._checkpoints.seen)
         tail = [field, "" if after is None else after, checkpoint, seen]
         if isinstance(client, RedisCluster):
             reply = await self._apply_on_cluster(client, by_namespace, tail)
         else:
-            groups, blobs = [], []
-            for ns, (spec, ns_blobs) in by_namespace.items():
+            groups, parts = [], []
+            for ns, (spec, ns_parts) in by_namespace.items():
                 groups.append([prefix(ns, self.name), spec])
-                blobs += ns_blobs
+                parts += ns_parts
             reply = await self._scripts["apply"](
-                keys=[self._checkpoints.key], args=[*tail, self._spec(groups), *blobs], client=client
+                keys=[self._checkpoints.key], args=[*tail, self._spec(groups), b"".join(parts)], client=client
             )
             reply = reply[0].decode(), (reply[1].decode() if len(reply) > 1 else "")
         if reply[0] == "LOST":
@@ -374,9 +409,9 @@ class RedisRows(WideStore):
             return "STALE", current
         if by_namespace:
             calls = []
-            for ns, (spec, blobs) in by_namespace.items():
+            for ns, (spec, parts) in by_namespace.items():
                 base = prefix(ns, self.name)
-                calls.append(([base + "marks"], [self._spec([[base, spec]]), *blobs]))
+                calls.append(([base + "marks"], [self._spec([[base, spec]]), b"".join(parts)]))
             await self._replicated(client, calls)
         moved = await self._scripts["move"](keys=[key], args=tail, client=client)
         return ("LOST", "") if moved == -1 else ("STALE", "") if moved == -2 else ("OK", "")
@@ -420,6 +455,17 @@ class RedisRows(WideStore):
         value = await client.hget(prefix(namespace, self.name) + "marks", mark)
         return None if value is None else int(value)
 
+    async def _refuse_retired(self, client: Client, namespaces: Collection[str]) -> None:
+        """`RetiredLayout` for the first of `namespaces` that holds data in the retired layout."""
+        if self._retired is None:
+            return
+        for ns in namespaces:
+            if (self.name, ns) not in self._current:
+                head, marks = self._retired(ns, self.name, self._cluster)
+                if await client.exists(*marks):
+                    raise RetiredLayout(self.name, ns, head)
+                self._current.add((self.name, ns))
+
     # --- reads ---
 
     async def _behind(self, client: Client, want: Position) -> bool:
@@ -430,6 +476,7 @@ class RedisRows(WideStore):
         table = check_scan(self.tables, scan)
         codec = self._codecs[table.name]
         client = await self._open()
+        await self._refuse_retired(client, [scan.namespace])
         head = prefix(scan.namespace, self.name) + table.name + ":"
         indexes: list[str] = []
         for column, value in scan.where.items():
@@ -486,6 +533,11 @@ class RedisRows(WideStore):
         elif heads:  # one SCAN of the keyspace for them all, not one each
             every = re.compile("|".join(map(re.escape, heads)))
             await delete_matching(client, "helix:rows:{*}:" + _glob(self.name) + ":*", every)
+        if self._retired is not None:  # data a namespace still holds in the retired layout goes too
+            for ns in namespaces:
+                head = self._retired(ns, self.name, self._cluster)[0]
+                await delete_matching(client, _glob(head) + "*", re.compile(re.escape(head)))
+                self._current.discard((self.name, ns))
         await self._checkpoints.drop(client, topics)
 
     async def close(self) -> None:
