@@ -1,14 +1,13 @@
-"""A retraction and an erasure in a big Redis long-term namespace: the session's own rows read
-(a namespace begun by this version) against the index scan (an index made before, which has no
-session sets), in the same run.
+"""A retraction and an erasure in a big Redis long-term namespace (the long-term fold over Redis
+rows: a retraction or an erasure reads the session's rows through its `session_id` lookup set).
 
     python bench/redis_retract.py [--rows 100000] [--sessions 1000] [--times 20] [--json]
 
-Needs HELIX_REDIS_URL (eval "$(scripts/services up)"). Each mode writes `--rows` rows of
-`--sessions` sessions into a namespace of its own; then `--times` times: one add and one
-retraction of one session (the retraction's apply is timed), then one erasure of a session, and
-at the end a clear of the whole namespace (which, with session sets, takes the rows it drops out
-of them too). Anchor: a raw redis-py PING round trip. Every key it made is deleted at the end.
+Needs HELIX_REDIS_URL (eval "$(scripts/services up)"). It writes `--rows` rows of `--sessions`
+sessions into a namespace of its own; then `--times` times: one add and one retraction of one
+session (the retraction's apply is timed), then two erasures of a session (one of a session with
+no rows), and at the end a clear of the whole namespace. Anchor: a raw redis-py PING round trip.
+Every key it made is deleted at the end.
 """
 
 from __future__ import annotations
@@ -30,7 +29,10 @@ except ModuleNotFoundError:  # run as `python bench/<script>.py`: bench/ itself 
 from helix_es import Event, Message, MessageAdded
 from helix_es.model import names
 from helix_es.model.events import MemoryCleared, MessageRetracted, Position, Record, SessionErased
-from helix_es.stores.redis.long_term import RedisLongTerm
+from helix_es.projection.long_term import LongTermRows
+from helix_es.stores.redis.rows import RedisRows, prefix
+from helix_es.views.long_term import DEFAULT_TABLE
+from helix_es.views.long_term_rows import tables
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -40,11 +42,11 @@ def record(ns: str, sid: str, payload: Any, offset: int) -> Record:
     return Record(Event(ns, sid, payload, timestamp=at), Position(names.topic(ns), 0, offset))
 
 
-async def mode(url: str, args: argparse.Namespace, legacy: bool) -> dict[str, float]:
+async def mode(url: str, args: argparse.Namespace) -> dict[str, float]:
     ns = f"bench-rt-{uuid.uuid4().hex[:8]}"
-    store = RedisLongTerm(url)
+    store = LongTermRows(RedisRows(url, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
     client = aioredis.Redis.from_url(url)
-    base = f"helix:memory:{ns}:long-term:"
+    base = prefix(ns, "long-term") + DEFAULT_TABLE + ":"
     try:
         offset = 0
         for start in range(0, args.rows, 5000):
@@ -54,10 +56,6 @@ async def mode(url: str, args: argparse.Namespace, legacy: bool) -> dict[str, fl
                 batch.append(record(ns, f"s{i % args.sessions}", message, offset))
                 offset += 1
             await store.apply(batch)
-        if legacy:  # as if the index had been made before session sets existed
-            await client.delete(base + "by-session")
-            async for key in client.scan_iter(match=base + "s:*", count=1000):
-                await client.delete(key)
         retract: list[float] = []
         for i in range(args.times):
             sid = f"s{i}"
@@ -75,16 +73,14 @@ async def mode(url: str, args: argparse.Namespace, legacy: bool) -> dict[str, fl
         started = time.perf_counter()
         await store.apply([record(ns, "s0", MemoryCleared(), offset + 2)])
         clear = time.perf_counter() - started
-        assert await client.zcard(base + "index") == 0 and await client.exists(base + "s:s1") == 0
+        assert await client.zcard(base + "o") == 0 and await client.exists(base + "l:session_id:s1") == 0
         return {
             "retract_p50_ms": statistics.median(retract) * 1000,
             "erase_two_ms": erase * 1000,
             "clear_ms": clear * 1000,
         }
     finally:
-        async for key in client.scan_iter(match=f"helix:memory:{ns}:*", count=1000):
-            await client.delete(key)
-        await client.hdel(names.checkpoint_key("long-term"), f"{names.topic(ns)}:0")
+        await store.drop([ns], [names.topic(ns)])
         await client.aclose()
         await store.close()
 
@@ -106,15 +102,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     url = os.environ.get("HELIX_REDIS_URL")
     if not url:
         raise SystemExit('redis_retract: set HELIX_REDIS_URL (eval "$(bash scripts/services up)")')
-    by_session = await mode(url, args, legacy=False)
-    scanned = await mode(url, args, legacy=True)
+    rows = await mode(url, args)
     ping = await ping_p50(url)
     return {
         "rows": args.rows,
         "sessions": args.sessions,
         "ping_p50_ms": round(ping, 3),
-        "by_session": {k: round(v, 2) for k, v in by_session.items()},
-        "index_scan": {k: round(v, 2) for k, v in scanned.items()},
+        "by_session": {k: round(v, 2) for k, v in rows.items()},
     }
 
 
@@ -128,7 +122,7 @@ def cli() -> None:
         return
     args, result = ran
     print(f"{args.rows:,} rows of {args.sessions:,} sessions in one namespace; raw PING p50 {result['ping_p50_ms']} ms")
-    for name in ("by_session", "index_scan"):
+    for name in ("by_session",):
         r = result[name]
         retract, erase, clear = r["retract_p50_ms"], r["erase_two_ms"], r["clear_ms"]
         print(

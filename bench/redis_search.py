@@ -2,11 +2,11 @@
 
     python bench/redis_search.py [--rows 1000000] [--port 7100]
 
-Starts a private redis-server (no persistence) on `--port`, seeds `--rows` long-term rows of one
-namespace straight into the store's layout (pipelines), then, while a client PINGs in a loop,
-runs a search that matches nothing (it reads every row): the paged search of
-`helix_es.stores.redis.long_term` next to the whole-keyspace single-script SCAN it replaced (its
-Lua, kept here). Prints the pinger's p50/p99/max and each search's duration.
+Starts a private redis-server (no persistence) on `--port`, folds `--rows` long-term messages of one
+namespace into it (the long-term fold over Redis rows, batches of 10,000), then, while a client
+PINGs in a loop, runs a search that matches nothing (it reads every row): the paged search of
+`helix_es.stores.redis.rows` next to one script that reads every row at once (its Lua, kept here:
+what a search did before it paged). Prints the pinger's p50/p99/max and each search's duration.
 """
 
 from __future__ import annotations
@@ -19,60 +19,42 @@ import statistics
 import subprocess
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
+from helix_es.model import names
+from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.model.message import Message
+from helix_es.projection.long_term import LongTermRows
 from helix_es.stores.ports import SessionKey
-from helix_es.stores.redis.long_term import RedisLongTerm, prefix
+from helix_es.stores.redis.rows import RedisRows, prefix
+from helix_es.views.long_term import DEFAULT_TABLE
+from helix_es.views.long_term_rows import tables
 
-# The search this store ran before it paged (one script, one SCAN of the keyspace).
-_OLD_SEARCH = r"""
-local needle = ARGV[2]
-local out = {'ok'}
-local cursor = '0'
-repeat
-  local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-  cursor = page[1]
-  local found = page[2]
-  for i = 1, #found, 500 do
-    local keys = {}
-    for j = i, math.min(i + 499, #found) do keys[#keys + 1] = found[j] end
-    local values = redis.call('MGET', unpack(keys))
-    for k = 1, #values do
-      local value = values[k]
-      if value then
-        local content = cjson.decode(value)['message']['content']
-        if string.find(string.lower(content), needle, 1, true) then
-          out[#out + 1] = keys[k]
-          out[#out + 1] = value
-        end
-      end
-    end
-  end
-until cursor == '0'
+# One script over every row of the namespace at once: Redis serves nobody else until it ends.
+_ONE_SCRIPT = r"""
+local needle = ARGV[1]
+local out = {}
+local values = redis.call('HVALS', KEYS[1])
+for i = 1, #values do
+  if string.find(string.lower(values[i]), needle, 1, true) then out[#out + 1] = values[i] end
+end
 return out
 """
+T0 = datetime(2023, 11, 14, tzinfo=UTC)
 
 
-async def seed(client: aioredis.Redis, ns: str, rows: int) -> None:
-    base = prefix(ns)
+async def seed(store: LongTermRows, ns: str, rows: int) -> None:
     for start in range(0, rows, 10_000):
-        async with client.pipeline(transaction=False) as pipe:
-            members = []
-            for i in range(start, min(start + 10_000, rows)):
-                member = f"{1_700_000_000_000_000 + i:020d},helix.memory.{ns},{i % 6:010d},{i:020d}"
-                message = Message("user", f"row {i}: the weather in Oslo is {i % 17} degrees")
-                value = (
-                    f'{{"session_id":"s{i % 1000}","at":{1_700_000_000_000_000 + i},'
-                    f'"position":"helix.memory.{ns}:{i % 6}:{i}","message":{message.to_json()}}}'
-                )
-                pipe.set(base + "m:" + member, value)
-                members.append(member)
-            pipe.zadd(base + "index", dict.fromkeys(members, 0))
-            await pipe.execute()
+        batch = []
+        for i in range(start, min(start + 10_000, rows)):
+            message = MessageAdded(Message("user", f"row {i}: the weather in Oslo is {i % 17} degrees"))
+            event = Event(ns, f"s{i % 1000}", message, timestamp=T0 + timedelta(microseconds=i))
+            batch.append(Record(event, Position(names.topic(ns), 0, i)))
+        await store.apply(batch)
 
 
 def pinger(port: int, stop: Any, out: Any) -> None:
@@ -100,19 +82,19 @@ def report(name: str, lat: list[float], took: float) -> None:
 async def main(rows: int, port: int) -> None:
     client = aioredis.Redis(port=port, socket_timeout=None, socket_connect_timeout=None)
     ns = "bench-search"
+    store = LongTermRows(RedisRows(f"redis://127.0.0.1:{port}/0", "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
     t = time.perf_counter()
-    await seed(client, ns, rows)
+    await seed(store, ns, rows)
     used = (await client.info("memory"))["used_memory_human"]
     print(f"seeded {rows} rows in {time.perf_counter() - t:.1f} s; used_memory {used}")
-    store = RedisLongTerm(f"redis://127.0.0.1:{port}/0")
 
     async def paged() -> None:
         assert await store.search(SessionKey(ns, "s1"), "no such words", 5, None) == []
 
     async def old() -> None:
-        await client.eval(_OLD_SEARCH, 0, prefix(ns) + "m:*", "no such words")
+        await client.eval(_ONE_SCRIPT, 1, prefix(ns, "long-term") + DEFAULT_TABLE + ":r", "no such words")
 
-    for name, search in (("idle (no search)", None), ("paged search (now)", paged), ("one-script SCAN (before)", old)):
+    for name, search in (("idle (no search)", None), ("paged search (now)", paged), ("one script (before)", old)):
         stop, out = multiprocessing.Event(), multiprocessing.Queue()
         ping = multiprocessing.Process(target=pinger, args=(port, stop, out))
         ping.start()

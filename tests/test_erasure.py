@@ -49,8 +49,10 @@ from helix_es.stores.postgres.keys import PostgresKeyStore
 from helix_es.stores.postgres.long_term import PostgresLongTerm
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.stores.redis.keys import RedisKeyStore
-from helix_es.stores.redis.long_term import RedisLongTerm
+from helix_es.stores.redis.rows import RedisRows
 from helix_es.views.conversation import Conversation
+from helix_es.views.long_term import DEFAULT_TABLE
+from helix_es.views.long_term_rows import tables
 from helix_es.views.sliding_window import SlidingWindow
 from helix_es.views.summary import Summary, split
 from tests.conftest import start_projector, stop, topic_values, unique, wait_for
@@ -379,7 +381,8 @@ def said(ns: str, sid: str, offset: int, text: str, partition: int = 0) -> Recor
 async def long_term(request: pytest.FixtureRequest) -> AsyncIterator[Projection]:
     projection: Projection
     if request.param == "redis":
-        projection = RedisLongTerm(request.getfixturevalue("redis_url"))
+        url = request.getfixturevalue("redis_url")
+        projection = LongTermRows(RedisRows(url, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
     elif request.param == "postgres":
         projection = PostgresLongTerm(request.getfixturevalue("postgres_dsn"))
     else:

@@ -8,35 +8,29 @@ The store-level suite is `tests.contracts.long_term.LongTermContract`, run here 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import asyncpg
 import pytest
-import redis.asyncio as aioredis
 
 from helix_es import ConfigError, Message, ToolCall, open_memory
 from helix_es.client.memory import ViewMemory
 from helix_es.config import load_config
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.model.events import Position, SessionErased
 from helix_es.projection.factory import open_projection
 from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.rows import MemoryRows
-from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
-from helix_es.stores.redis.long_term import RedisLongTerm, prefix
 from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table, escape_like
 from projectors.runner import Projector
 from tests.conftest import RUN, copy_always, unique, wait_for
-from tests.contracts.long_term import T0, LongTermContract, cleared, contents, record, said, took
+from tests.contracts.long_term import LongTermContract, contents
 
 STORES = ["memory", "redis", "postgres", "postgres-copy"]
 
@@ -74,12 +68,6 @@ async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
     projection = unwrapped(projection)
     if isinstance(projection, LongTermRows):
         return [r["session_id"] for r in await projection.rows(namespace)]
-    if isinstance(projection, RedisLongTerm):
-        base = prefix(namespace, projection.name)
-        members = cast(list[bytes], await projection.redis.zrange(base + "index", 0, -1))
-        keys = [base.encode() + b"m:" + m for m in members]
-        values = cast(list[bytes], await projection.redis.mget(keys) if keys else [])
-        return [json.loads(v)["session_id"] for v in values]
     assert isinstance(projection, PostgresLongTerm)
     conn = await asyncpg.connect(projection.dsn)
     try:
@@ -109,23 +97,6 @@ class TestMemoryLongTerm(LongTermContract):
     async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
         assert isinstance(store, LongTermRows) and isinstance(store.store, MemoryRows)
         store.store._checkpoints.pop((topic, partition))
-
-
-class TestRedisLongTerm(LongTermContract):
-    refuses_after_a_lost_checkpoint = True
-
-    @pytest.fixture
-    async def store(self, redis_url: str) -> AsyncIterator[Projection]:
-        s = RedisLongTerm(redis_url)
-        yield s
-        await s.close()
-
-    async def stored_sessions(self, store: Projection, namespace: str) -> list[str]:
-        return await stored_sessions(store, namespace)
-
-    async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
-        assert isinstance(store, RedisLongTerm)
-        await store.redis.hdel(names.checkpoint_key(store.name), f"{topic}:{partition}")
 
 
 class TestPostgresLongTerm(LongTermContract):
@@ -277,90 +248,6 @@ async def test_store_file_keeps_the_namespace_across_restarts(tmp_path: Path) ->
     assert path.exists()
     async with open_memory(cfg, session_id="s3") as s3:  # a new process would rebuild it the same way
         assert contents(await s3.search("DISK")) == ["kept on disk"]
-
-
-async def test_redis_layout(redis_url: str) -> None:
-    ns = unique("lt")
-    topic = names.topic(ns)
-    projection = RedisLongTerm(redis_url)
-    try:
-        await projection.apply([said(ns, topic, 2, 7, "hello", T0, sid="s-1")])
-        base = f"helix:memory:{ns}:long-term:"
-        micros = int((T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000
-        member = f"{micros:020d},{topic},{2:010d},{7:020d}"
-        r = aioredis.Redis.from_url(redis_url)
-        try:
-            assert await r.zrange(base + "index", 0, -1) == [member.encode()]
-            stored = cast(bytes, await r.get(base + "m:" + member))
-            value = json.loads(stored)
-            assert value == {
-                "session_id": "s-1",
-                "at": micros,
-                "position": f"{topic}:2:7",
-                "message": {"role": "user", "content": "hello"},
-            }
-            assert await r.hget("helix:checkpoint:long-term", f"{topic}:2") == b"7"
-            await projection.apply([cleared(ns, topic, 2, 8, T0)])
-            assert await r.get(base + "cleared") == str(micros).encode()
-            assert await r.exists(base + "index", base + "m:" + member) == 0
-            assert await r.exists(base + "s:s-1", base + "sessions") == 0  # the clear took all: its sets go whole
-        finally:
-            await r.aclose()
-    finally:
-        await projection.close()
-
-
-@pytest.mark.parametrize("legacy", [False, True], ids=["by-session", "index-made-before"])
-async def test_redis_retractions_and_erasures_read_the_sessions_rows(redis_url: str, legacy: bool) -> None:
-    """A namespace begun by this version files rows by session too, so a retraction or an erasure
-    reads the session's rows; one whose index was made before (no `by-session`) scans it, as it did.
-    Both give the same rows. A clear takes the rows it drops out of their sessions' sets."""
-    ns = unique("lt")
-    topic = names.topic(ns)
-    base = f"helix:memory:{ns}:long-term:"
-    t = [T0 + timedelta(seconds=i) for i in range(20)]
-    projection = RedisLongTerm(redis_url)
-    r = aioredis.Redis.from_url(redis_url)
-    try:
-        first = [said(ns, topic, 0, 0, "old", t[0], sid="a"), said(ns, topic, 0, 1, "b", t[1], sid="b")]
-        late = said(ns, topic, 1, 0, "z-late", t[15], sid="z")  # newer than the clear, on another partition
-        await projection.apply(first)
-        await projection.apply([late])  # a batch holds one partition
-        if legacy:  # as an index written before session sets existed
-            await r.delete(base + "by-session", base + "s:a", base + "s:b", base + "s:z", base + "sessions")
-        else:
-            assert await r.exists(base + "by-session") == 1
-            assert await r.zrange(base + "s:a", 0, -1, withscores=True) == [(member_of(ns, t[0], 0, 0).encode(), 0.0)]
-        await projection.apply(
-            [
-                cleared(ns, topic, 0, 2, t[2], sid="b"),  # drops both rows, and their sessions' sets
-                said(ns, topic, 0, 3, "a1", t[3], sid="a"),
-                said(ns, topic, 0, 4, "c1", t[4], sid="c"),
-                said(ns, topic, 0, 5, "a2", t[5], sid="a"),
-                took(ns, topic, 0, 6, t[6], sid="a"),  # a2
-                took(ns, topic, 0, 7, t[7], sid="a"),  # a1, not c1
-                took(ns, topic, 0, 8, t[8], sid="a"),  # nothing of a is left ("old" was cleared)
-                said(ns, topic, 0, 9, "a3", t[9], sid="a"),
-                said(ns, topic, 0, 10, "c2", t[10], sid="c"),
-            ]
-        )
-        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["c1", "a3", "c2", "z-late"]
-        if not legacy:  # the clear emptied b's set and a's ("old"), and left z's; a3 came after it
-            assert await r.exists(base + "s:b") == 0 and await r.zcard(base + "s:a") == 1
-            assert await r.zcard(base + "s:z") == 1 and await r.smembers(base + "sessions") == {b"a", b"c", b"z"}
-        erased = record(ns, "c", SessionErased(), t[11], Position(topic, 0, 11))
-        await projection.apply([erased, said(ns, topic, 0, 12, "c3", t[12], sid="c")])
-        assert contents(await projection.get(SessionKey(ns, "a"), None) or []) == ["a3", "c3", "z-late"]
-        if not legacy:
-            assert await r.zcard(base + "s:a") == 1 and await r.zcard(base + "s:c") == 1  # what is left
-    finally:
-        await r.aclose()
-        await projection.close()
-
-
-def member_of(ns: str, at: datetime, partition: int, offset: int) -> str:
-    micros = int((at - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000
-    return f"{micros:020d},{names.topic(ns)},{partition:010d},{offset:020d}"
 
 
 # --- configuration -------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ a private cluster of its own under load and compares every view with a clean fol
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -27,13 +26,10 @@ from redis import exceptions as redis_errors
 from redis.asyncio.cluster import RedisCluster
 
 from helix_es import Message, open_memory
-from helix_es.model import names
-from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, IdempotencyStore, KeyStore, ViewStore
 from helix_es.stores.redis.aliases import RedisAliases
 from helix_es.stores.redis.idempotency import RedisIdempotency
 from helix_es.stores.redis.keys import RedisKeyStore
-from helix_es.stores.redis.long_term import RedisLongTerm, prefix
 from helix_es.stores.redis.pool import connect
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views.sliding_window import SlidingWindow
@@ -41,7 +37,6 @@ from tests.conftest import ROOT, _missing, unique, wait_for
 from tests.contracts.alias_store import AliasStoreContract, NewAliases
 from tests.contracts.idempotency_store import IdempotencyStoreContract, NewStore
 from tests.contracts.key_store import KeyStoreContract, NewKeys
-from tests.contracts.long_term import LongTermContract
 from tests.contracts.view_store import ViewStoreContract
 from tests.test_faults import Projector, assert_views_match_log, caught_up, running
 
@@ -122,35 +117,6 @@ class TestClusterIdempotency(IdempotencyStoreContract):
         yield new
         for store in made:
             await store.close()
-
-
-class TestClusterLongTerm(LongTermContract):
-    refuses_after_a_lost_checkpoint = True
-
-    @pytest.fixture
-    async def store(self, redis_cluster_url: str) -> AsyncIterator[Projection]:
-        s = RedisLongTerm(redis_cluster_url)
-        yield s
-        await s.close()
-
-    async def stored_sessions(self, store: Projection, namespace: str) -> list[str]:
-        assert isinstance(store, RedisLongTerm)
-        client = await connect(store.url)
-        try:
-            base = prefix(namespace, store.name, cluster=True)  # one slot per namespace
-            members = await client.zrange(base + "index", 0, -1)
-            values = [await client.get(base.encode() + b"m:" + m) for m in members]
-            return [json.loads(v)["session_id"] for v in values]
-        finally:
-            await client.aclose()
-
-    async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
-        assert isinstance(store, RedisLongTerm)
-        client = await connect(store.url)
-        try:
-            await client.hdel(names.checkpoint_key(store.name), f"{topic}:{partition}")
-        finally:
-            await client.aclose()
 
 
 # --- a master killed under load -----------------------------------------------------------------

@@ -101,12 +101,37 @@ class RedisRowsContract(RowStoreContract):
         client = store.redis
         keys = [k async for k in client.scan_iter(match=f"helix:rows:{{{ns}}}:*", count=1000)]
         mine = [k for k in keys if k.decode().startswith(prefix(ns, store.name))]
-        assert len(mine) == 5  # rows, order, two session lookups, marks
+        assert len(mine) == 6  # rows, order, two session lookups and the list of lookups, marks
         assert {key_slot(k) for k in keys} == {key_slot(ns.encode())}
         await store.drop([ns], [TOPIC])
         assert await store.scan(Scan(table.name, ns)) == [] and await store.checkpoint(TOPIC, 0) is None
         assert contents(await other.scan(Scan(table.name, ns, where={"session_id": "s0"}))) == ["m0", "m2"]
         assert await other.mark(ns, "c") == 0 and await other.checkpoint(TOPIC, 0) == 3
+
+    async def test_documents_read_alone_are_their_text_and_bad_ones_are_refused(self, opened: OpenRows) -> None:
+        tag = uuid.uuid4().hex[:10]
+        twice = Table(
+            f"d_{tag}",
+            columns=(("namespace", "text"), ("k", "int"), ("first", "json"), ("label", "text"), ("second", "json")),
+            key=("namespace", "k"),
+            order=("namespace", "k"),
+            lookups=("label",),
+        )
+        store, ns = opened(f"rows-{tag}", [twice]), f"ns-{tag}"
+        spaced = '{ "a" : [1, 2],\n "b": "\\u00fc\u00fc" }'  # kept as put: spacing, escapes, newlines
+        rows = [
+            {"namespace": ns, "k": 0, "first": spaced, "label": "x", "second": None},
+            {"namespace": ns, "k": 1, "first": None, "label": "y", "second": "[]"},
+        ]
+        await store.apply(TOPIC, 0, [Put(twice.name, r) for r in rows], 1, after=None)
+        got = await store.scan(Scan(twice.name, ns))
+        assert got is not None
+        assert [(r["first"], r["second"]) for r in got] == [(spaced, None), (None, "[]")]  # cut out, undecoded
+        assert got == rows and [dict(r) for r in got] == rows and [r["label"] for r in got] == ["x", "y"]
+        for bad in ("", "[1,\x00 2]", "\x01"):  # no JSON document is empty or holds a bare control character
+            with pytest.raises(ValueError, match="not a JSON document"):
+                await store.apply(TOPIC, 0, [Put(twice.name, rows[0] | {"k": 2, "second": bad})], 2, after=1)
+        assert len(await store.scan(Scan(twice.name, ns)) or []) == 2 and await store.checkpoint(TOPIC, 0) == 1
 
 
 class TestRedisRows(RedisRowsContract):

@@ -8,8 +8,9 @@ from helix_es.stores.redis.checkpoints import RedisCheckpoints
 from helix_es.stores.redis.idempotency import RedisIdempotency
 from helix_es.stores.redis.items import RedisItems
 from helix_es.stores.redis.keys import RedisKeyStore
-from helix_es.stores.redis.long_term import RedisLongTerm
 from helix_es.stores.redis.pool import transient
+from helix_es.stores.redis.retired import long_term
+from helix_es.stores.redis.rows import RedisRows
 from helix_es.stores.redis.views import RedisStore
 
 
@@ -23,11 +24,12 @@ KIND = StoreKind(
     address="redis_url",
     in_process=False,
     views=lambda url: RedisStore(_url(url)),
-    long_term=lambda url, table, name: RedisLongTerm(_url(url), name=name),
+    long_term=None,  # kept as rows: the long-term fold over `rows`
     aliases=lambda url: RedisAliases(_url(url)),
     keys=lambda url: RedisKeyStore(_url(url)),
     idempotency=lambda url: RedisIdempotency(_url(url)),
     items=lambda url, view: RedisItems(_url(url), view),
     checkpoints=lambda url, name: RedisCheckpoints(_url(url), name),
+    rows=lambda url, name, tables: RedisRows(_url(url), name, tables, retired=long_term),
     transient=transient,
 )

@@ -3,13 +3,18 @@ r"""Redis rows (`helix_es.views.rows`): a view's tables in hashes and sorted set
 Layout, for view `<view>` (the store's name) and namespace `<ns>`; every key carries the hash tag
 `{<ns>}`, on one server as on a cluster, so a namespace's rows share one slot:
 
-- `helix:rows:{<ns>}:<view>:<table>:r`: a hash, a row's order encoding -> the row as compact JSON
-  (times as µs since 1970, the namespace left out: the key holds it), its lookup columns first.
+- `helix:rows:{<ns>}:<view>:<table>:r`: a hash, a row's order encoding -> the row: its columns but
+  the json ones as compact JSON (times as µs since 1970, the namespace left out: the key holds it),
+  its lookup columns first, then for each json column a 0x01 byte and the document's text as it was
+  put (nothing: None). No JSON text holds a bare 0x00 or 0x01 (a json column's is refused if it does),
+  so a reader cuts a document out without decoding the row, and a page of values joins on 0x00.
 - `helix:rows:{<ns>}:<view>:<table>:o`: a sorted set of those order encodings, all scored 0, so
   ZRANGEBYLEX reads the table in order and a cut (floor is the order's first column) is a lex range.
 - `helix:rows:{<ns>}:<view>:<table>:l:<column>:<value>`: per lookup column and value, a sorted set
   of the order encodings of the rows holding it (scored 0: read in order too). `<value>` is the
   value's compact JSON, a string's without its quotes (`s1`, `42`; a time's µs).
+- `helix:rows:{<ns>}:<view>:<table>:lookups`: a set of the lookup sets the table has (`<column>:<value>`),
+  so a cut takes its range out of each of them without reading a row.
 - `helix:rows:{<ns>}:<view>:marks`: a hash, mark name -> its value (an int: a floor's µs or int).
 - `helix:checkpoint:<view>`: hash `<topic>:<partition>` -> last applied offset (as every view).
 
@@ -21,7 +26,9 @@ a prefix sorts first and the columns after it never decide. A json column cannot
 replace or a delete finds the lookup sets a row is in from its stored JSON (lookup columns first).
 
 `apply` on one server is one script (`rows_lua.APPLY`): it checks the checkpoint is `after`, applies
-the changes in order and moves the checkpoint. On a cluster the checkpoint lives in another slot: it
+the changes in order and moves the checkpoint. The changes travel as two arguments whatever their
+number: a JSON spec (per change its kind, table, lengths and lookup values) and one string of their
+binary parts (order encodings, stored values) end to end. On a cluster the checkpoint lives in another slot: it
 is read first (a moved one refuses the batch before anything is written), then each namespace's
 changes run as one script in its slot, all in one pipeline, followed by `WAIT 1` on every master with
 a replica (`helix_es.stores.redis.cluster`), then a script moves the checkpoint if it is still
@@ -29,17 +36,20 @@ a replica (`helix_es.stores.redis.cluster`), then a script moves the checkpoint 
 nothing), so a batch applied again by a projector that lost the race changes nothing.
 
 A scan reads its index a page per script call (`PAGE` members: no call holds Redis up for long) and
-the rows' JSON beside it; `where` reads the smallest of its lookup sets and keeps members in the
-others, `contains` is Python's casefold over the text column (the script only drops ASCII rows that
-cannot hold the needle). On one server the first page checks the checkpoint of `want` in the
-same script; on a cluster the checkpoint is read just before (rows read after it are at least as new).
+the rows' values beside it, joined into one reply string (one element to parse, not one per row);
+`where` reads the smallest of its lookup sets and keeps members in the others, `contains` is
+Python's casefold over the text column (the script only drops ASCII rows that cannot hold the
+needle). The rows it returns decode lazily: a json column asked for is its stored text, cut out;
+any other column decodes the row's JSON, once. On one server the first page checks the checkpoint
+of `want` in the same script; on a cluster the checkpoint is read just before (rows read after it
+are at least as new).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,6 +62,7 @@ from helix_es.model.events import Position
 from helix_es.stores.ports import CheckpointLost, StaleWrite
 from helix_es.stores.redis.cluster import WAIT_MS
 from helix_es.stores.redis.pool import Client, text
+from helix_es.stores.redis.retired import RetiredLayout
 from helix_es.stores.redis.rows_lua import APPLY, APPLY_NAMESPACE, MOVE, SCAN
 from helix_es.stores.redis.views import delete_matching
 from helix_es.stores.redis.wide import WideStore
@@ -60,19 +71,19 @@ from helix_es.views.rows import (
     ColumnType,
     Cut,
     Delete,
-    Put,
     Row,
     RowChange,
     Scan,
     Table,
-    check_changes,
     check_scan,
     micros_of,
 )
 
 PAGE = 500  # index members a scan reads per script call
+Retired = Callable[[str, str, bool], tuple[str, list[str]]]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SHIFT = 2**63
+_loads = json.JSONDecoder().decode  # json.loads of a str, less its checks of the argument
 _encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s string encoder (C)
 
 
@@ -126,47 +137,182 @@ def _fits(kind: ColumnType, value: Any) -> bool:
     return True
 
 
-def _floor(change: RowChange) -> str:
-    return (change.floor if isinstance(change, Put) else None) or ""
+_GAP = b"\x01"  # between a stored row's JSON and each json column's text: no JSON text holds it
+_ROWS_GAP = b"\x00"  # between the rows of a scan's page: neither does any stored row
+
+
+def _document(column: str, document: str | None) -> str:
+    """A json column's share of a stored value: 0x01, then its text."""
+    if document is None:
+        return "\x01"
+    if document and "\x00" not in document and "\x01" not in document:
+        return "\x01" + document
+    # no JSON document is empty or holds a bare control character
+    raise ValueError(f"column {column!r} is not a JSON document: {document[:80]!r}")
+
+
+def _compile(
+    table: Table, documents: tuple[str, ...]
+) -> tuple[Callable[[Row], bool], Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
+    """A table's `fits(row)` (whether `Table.check` accepts it), `member(row)` (its order encoding)
+    and `put(row)` (its order encoding, stored value and lookup values) as straight-line functions:
+    every put of a rebuild passes here. Column names are identifiers (`Table` checks them), safe in
+    the source as names and in string literals."""
+
+    def micros(columns: Sequence[str]) -> list[str]:  # each time's µs once, for the order and the value alike
+        lines = []
+        for c in columns:
+            if table.type(c) == "time":
+                lines += [
+                    f"    t_{c} = row[{c!r}] - EPOCH",
+                    f"    t_{c} = (t_{c}.days * 86400 + t_{c}.seconds) * 1000000 + t_{c}.microseconds",
+                ]
+        return lines
+
+    parts = []
+    for c in table.order[1:]:
+        kind = table.type(c)
+        if kind == "text":
+            parts.append(f"text_order(row[{c!r}])")
+        elif kind == "int":
+            parts.append(f"(row[{c!r}] + SHIFT).to_bytes(8, 'big')")
+        elif kind == "time":
+            parts.append(f"(t_{c} + SHIFT).to_bytes(8, 'big')")
+        else:
+            raise ValueError("a json column cannot be ordered")
+    member = " + ".join(parts) or "b''"
+    fields = [
+        *table.lookups,
+        *(c for c, kind in table.columns if c != NAMESPACE and c not in table.lookups and kind != "json"),
+    ]
+    tokens = {}
+    for c in fields:
+        kind = table.type(c)
+        tokens[c] = {"text": f"encode_str(row[{c!r}])", "int": f"int_repr(row[{c!r}])", "time": f"str(t_{c})"}.get(
+            kind, f"canonical(row[{c!r}])"
+        )
+    body = [f"    v_{c} = {tokens[c]}" for c in table.lookups]
+    pieces = [
+        f"'{'{' if i == 0 else ','}\"{c}\":' + " + (f"v_{c}" if c in table.lookups else tokens[c])
+        for i, c in enumerate(fields)
+    ]
+    value = " + ".join([*pieces, "'}'"] if pieces else ["'{}'"])
+    value = " + ".join([value, *(f"document({c!r}, row[{c!r}])" for c in documents)])
+    found = ", ".join(f"v_{c}[1:-1]" if table.type(c) == "text" else f"lookup(v_{c})" for c in table.lookups)
+    test = {
+        "text": "type(row[{c!r}]) is str",
+        "int": "type(row[{c!r}]) is int and -SHIFT <= row[{c!r}] < SHIFT",
+        "time": "isinstance(row[{c!r}], datetime) and row[{c!r}].tzinfo is not None",
+        "json": "(row[{c!r}] is None or type(row[{c!r}]) is str)",
+    }
+    fits = " and ".join(test[kind].format(c=c) for c, kind in table.columns)
+    source = "\n".join(
+        [
+            "def fits(row):",  # what `Table.check` accepts
+            "    try:",
+            f"        return {fits}",
+            "    except KeyError:",
+            "        return False",
+            "def member(row):",
+            *micros(table.order[1:]),
+            f"    return {member}",
+            "def put(row):",
+            *micros([c for c, _ in table.columns]),
+            *body,
+            f"    return {member}, {value}, [{found}]",
+        ]
+    )
+    scope: dict[str, Any] = {
+        "EPOCH": _EPOCH,
+        "SHIFT": _SHIFT,
+        "text_order": _text_order,
+        "encode_str": _encode_str,
+        "int_repr": int.__repr__,
+        "canonical": _canonical,
+        "document": _document,
+        "lookup": _lookup,
+        "datetime": datetime,
+    }
+    exec(compile(source, f"<rows codec of {table.name}>", "exec"), scope)  # our own source, of checked names
+    return scope["fits"], scope["member"], scope["put"]
 
 
 class _Codec:
-    """One table's encodings: a row's order encoding, its JSON (lookups first) and lookup values, and back."""
+    """One table's encodings: a row's order encoding, its stored value (JSON of its other columns,
+    lookups first, then each json column's text as it is) and lookup values, and back."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
         self.lookups = table.lookups
-        self._order = [(c, _order_part(table.type(c))) for c in table.order[1:]]
-        rest = [c for c, _ in table.columns if c != NAMESPACE and c not in table.lookups]
-        self._fields = [
-            (c, f'"{c}":', _tokens(table.type(c), canonical=c in table.lookups)) for c in (*table.lookups, *rest)
-        ]
+        self.documents = tuple(c for c, kind in table.columns if kind == "json")
         self._times = [c for c, kind in table.columns if kind == "time"]
-        self._columns = [c for c, _ in table.columns]
+        self.fits, self.member, self.put = _compile(table, self.documents)
 
-    def member(self, row: Row) -> bytes:
-        return b"".join(part(row[c]) for c, part in self._order)
-
-    def value(self, row: Row) -> tuple[str, list[str]]:
-        """The row's JSON and its lookup values."""
-        tokens = [token(row[c]) for c, _, token in self._fields]
-        body = ",".join(head + value for (_, head, _), value in zip(self._fields, tokens, strict=True))
-        return "{" + body + "}", [_lookup(t) for t in tokens[: len(self.lookups)]]
+    def document(self, value: bytes, column: str) -> str | None:
+        """One json column of a stored value, its text as it was put, nothing else decoded."""
+        if len(self.documents) == 1:
+            text = value[value.index(_GAP) + 1 :]
+        else:
+            text = value.split(_GAP)[1 + self.documents.index(column)]
+        return text.decode() if text else None
 
     def row(self, namespace: str, value: bytes) -> dict[str, Any]:
-        stored = json.loads(value)
+        head, *documents = value.split(_GAP)
+        stored: dict[str, Any] = _loads(head.decode())
         stored[NAMESPACE] = namespace
         for c in self._times:
             stored[c] = _EPOCH + timedelta(microseconds=stored[c])
-        return {c: stored[c] for c in self._columns}
+        for c, document in zip(self.documents, documents, strict=True):
+            stored[c] = document.decode() if document else None
+        return stored
+
+
+class _Row(Mapping[str, Any]):
+    """A row as read: a json column is cut from the stored value when asked for, the rest is decoded
+    (once) only when another column is: a reader of documents pays for no other column."""
+
+    __slots__ = ("_codec", "_namespace", "_row", "_value")
+
+    def __init__(self, codec: _Codec, namespace: str, value: bytes) -> None:
+        self._codec, self._namespace, self._value = codec, namespace, value
+        self._row: dict[str, Any] | None = None
+
+    def _decoded(self) -> dict[str, Any]:
+        if self._row is None:
+            self._row = self._codec.row(self._namespace, self._value)
+        return self._row
+
+    def __getitem__(self, column: str) -> Any:
+        if self._row is None and column in self._codec.documents:
+            return self._codec.document(self._value, column)
+        return self._decoded()[column]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        return self._decoded() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 class RedisRows(WideStore):
     kind = "redis"
     SCRIPTS = (("apply", APPLY), ("namespace", APPLY_NAMESPACE), ("move", MOVE), ("scan", SCAN))
 
-    def __init__(self, url: str, name: str, tables: Sequence[Table]) -> None:
+    def __init__(self, url: str, name: str, tables: Sequence[Table], *, retired: Retired | None = None) -> None:
+        """`retired`: a layout this view's data once had (`helix_es.stores.redis.retired`), as
+        (namespace, view, cluster?) -> (its key prefix, keys any of which tell a namespace holds it):
+        such a namespace is refused (`RetiredLayout`), and `drop` deletes its old keys too."""
         super().__init__(url, name)
+        self._retired = retired
+        self._current: set[tuple[str, str]] = set()  # (view, namespace) known to hold no retired data
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
         self._codecs = {t.name: _Codec(t) for t in tables}
         self._index = {t.name: i for i, t in enumerate(tables, 1)}  # a table's place in a script's spec
@@ -175,31 +321,49 @@ class RedisRows(WideStore):
     # --- writes ---
 
     def _encode(self, changes: Sequence[RowChange]) -> dict[str, tuple[list[Any], list[bytes]]]:
-        """Per namespace, the script's changes and their binary arguments (refusing bad ones: nothing is sent yet)."""
+        """Per namespace, the script's changes and their binary parts, refusing bad changes as
+        `check_changes` does (nothing is sent yet): a row's types are checked by its table's compiled
+        test, and by `Table.check` only to say what is wrong."""
         out: dict[str, tuple[list[Any], list[bytes]]] = {}
+        checked: set[str] = set()
         for change in changes:
-            codec = self._codecs[change.table]
-            ti = self._index[change.table]
+            codec = self._codecs.get(change.table)
+            if codec is None:
+                raise ValueError(f"no table {change.table!r}")
+            table, ti = codec.table, self._index[change.table]
             if isinstance(change, Cut):
+                if table.floor is None:
+                    raise ValueError(f"table {table.name!r} has no floor column to cut")
                 if not -_SHIFT <= change.upto < _SHIFT:
                     raise ValueError(f"cut of {change.table!r}: {change.upto} is not a 64-bit int")
                 ns = names.check_namespace(change.namespace)
                 out.setdefault(ns, ([], []))[0].append([2, ti, change.mark, str(change.upto)])
                 continue
-            try:
-                ns = names.check_namespace(change.row.get(NAMESPACE))
-                member = codec.member(change.row)  # a delete's row is checked here only: its order columns
-                put = None if isinstance(change, Delete) else codec.value(change.row)
-                value = b"" if put is None else put[0].encode()  # a lone surrogate fails here, not on the wire
-            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
-                raise ValueError(f"table {change.table!r}: cannot encode {change.row!r}: {exc!r}") from exc
-            spec, blobs = out.setdefault(ns, ([], []))
-            if put is None:
-                spec.append([1, ti])
-                blobs.append(member)
+            row = change.row
+            given = row.get(NAMESPACE)
+            if type(given) is str and given in checked:
+                ns = given
             else:
-                spec.append([0, ti, int(isinstance(change, Put) and change.replace), _floor(change), *put[1]])
-                blobs += [member, value]
+                ns = names.check_namespace(given)
+                checked.add(ns)
+            try:
+                if isinstance(change, Delete):
+                    member = codec.member(row)  # a delete's order columns
+                    entry: list[Any] = [1, ti, len(member)]
+                    value = b""
+                else:
+                    if not codec.fits(row):
+                        table.check(row)  # says what is wrong
+                    if change.floor is not None and table.floor is None:
+                        raise ValueError(f"table {table.name!r} has no floor column for a floored put")
+                    member, text, found = codec.put(row)
+                    value = text.encode()  # a lone surrogate fails here, not on the wire
+                    entry = [0, ti, int(change.replace), change.floor or "", len(member), len(value), *found]
+            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
+                raise ValueError(f"table {change.table!r}: cannot encode {row!r}: {exc!r}") from exc
+            spec, parts = out.setdefault(ns, ([], []))
+            spec.append(entry)
+            parts += (member, value)
         return out
 
     def _spec(self, groups: list[list[Any]]) -> str:
@@ -209,21 +373,21 @@ class RedisRows(WideStore):
     async def apply(
         self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
     ) -> None:
-        check_changes(self.tables, changes)
         by_namespace = self._encode(changes)
         client = await self._open()
+        await self._refuse_retired(client, by_namespace)
         field = f"{topic}:{partition}"
         seen = int(field in self._checkpoints.seen)
         tail = [field, "" if after is None else after, checkpoint, seen]
         if isinstance(client, RedisCluster):
             reply = await self._apply_on_cluster(client, by_namespace, tail)
         else:
-            groups, blobs = [], []
-            for ns, (spec, ns_blobs) in by_namespace.items():
+            groups, parts = [], []
+            for ns, (spec, ns_parts) in by_namespace.items():
                 groups.append([prefix(ns, self.name), spec])
-                blobs += ns_blobs
+                parts += ns_parts
             reply = await self._scripts["apply"](
-                keys=[self._checkpoints.key], args=[*tail, self._spec(groups), *blobs], client=client
+                keys=[self._checkpoints.key], args=[*tail, self._spec(groups), b"".join(parts)], client=client
             )
             reply = reply[0].decode(), (reply[1].decode() if len(reply) > 1 else "")
         if reply[0] == "LOST":
@@ -245,9 +409,9 @@ class RedisRows(WideStore):
             return "STALE", current
         if by_namespace:
             calls = []
-            for ns, (spec, blobs) in by_namespace.items():
+            for ns, (spec, parts) in by_namespace.items():
                 base = prefix(ns, self.name)
-                calls.append(([base + "marks"], [self._spec([[base, spec]]), *blobs]))
+                calls.append(([base + "marks"], [self._spec([[base, spec]]), b"".join(parts)]))
             await self._replicated(client, calls)
         moved = await self._scripts["move"](keys=[key], args=tail, client=client)
         return ("LOST", "") if moved == -1 else ("STALE", "") if moved == -2 else ("OK", "")
@@ -291,6 +455,17 @@ class RedisRows(WideStore):
         value = await client.hget(prefix(namespace, self.name) + "marks", mark)
         return None if value is None else int(value)
 
+    async def _refuse_retired(self, client: Client, namespaces: Collection[str]) -> None:
+        """`RetiredLayout` for the first of `namespaces` that holds data in the retired layout."""
+        if self._retired is None:
+            return
+        for ns in namespaces:
+            if (self.name, ns) not in self._current:
+                head, marks = self._retired(ns, self.name, self._cluster)
+                if await client.exists(*marks):
+                    raise RetiredLayout(self.name, ns, head)
+                self._current.add((self.name, ns))
+
     # --- reads ---
 
     async def _behind(self, client: Client, want: Position) -> bool:
@@ -301,6 +476,7 @@ class RedisRows(WideStore):
         table = check_scan(self.tables, scan)
         codec = self._codecs[table.name]
         client = await self._open()
+        await self._refuse_retired(client, [scan.namespace])
         head = prefix(scan.namespace, self.name) + table.name + ":"
         indexes: list[str] = []
         for column, value in scan.where.items():
@@ -325,19 +501,24 @@ class RedisRows(WideStore):
         page = PAGE if needle or scan.limit is None else min(PAGE, scan.limit)
         cursor: bytes = b"+" if scan.newest_first else b"-"
         out: list[Row] = []
-        passes = scan.test(table)
+        # `where` is decided by the lookup sets (a value names its set), but for a json column's
+        # canonical text; `contains` by Python's casefold of the text column, decoded then.
+        test = needle or any(table.type(c) == "json" for c in scan.where)
+        passes = scan.test(table) if test else None
+        ns = scan.namespace
         while True:
             args = [len(indexes), *check, int(scan.newest_first), cursor, page, needle, int(needle.isascii())]
             reply = await self._scripts["scan"](keys=keys, args=args, client=client)
             if reply[0] == b"wait":
                 return None
             check = ["", 0]  # the first page waited for `want`: the rest need not
-            for value in reply[3:]:
-                row = codec.row(scan.namespace, value)
-                if passes(row):
-                    out.append(row)
-                    if scan.limit is not None and len(out) >= scan.limit:
-                        return out
+            if len(reply) > 3:
+                rows = [_Row(codec, ns, value) for value in reply[3].split(_ROWS_GAP)]
+                if passes is not None:
+                    rows = [row for row in rows if passes(row)]
+                if scan.limit is not None and len(out) + len(rows) >= scan.limit:
+                    return out + rows[: scan.limit - len(out)]
+                out += rows
             if int(reply[2]) < page:
                 return out
             cursor = b"(" + reply[1]
@@ -352,6 +533,11 @@ class RedisRows(WideStore):
         elif heads:  # one SCAN of the keyspace for them all, not one each
             every = re.compile("|".join(map(re.escape, heads)))
             await delete_matching(client, "helix:rows:{*}:" + _glob(self.name) + ":*", every)
+        if self._retired is not None:  # data a namespace still holds in the retired layout goes too
+            for ns in namespaces:
+                head = self._retired(ns, self.name, self._cluster)[0]
+                await delete_matching(client, _glob(head) + "*", re.compile(re.escape(head)))
+                self._current.discard((self.name, ns))
         await self._checkpoints.drop(client, topics)
 
     async def close(self) -> None:

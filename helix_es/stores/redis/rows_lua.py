@@ -109,18 +109,20 @@ local function mark_of(base, name)
   return m, k
 end
 
--- Apply one namespace's changes (its key prefix `base`), their binary arguments (order encodings, row
--- values) in ARGV from `blob` on; returns where the next namespace's arguments start. Every change is idempotent:
--- a batch applied again (a cluster's checkpoint moves after its rows) changes nothing.
-local function apply_changes(tables, base, changes, blob)
+-- Apply one namespace's changes (its key prefix `base`), their binary parts (order encodings, row
+-- values, lengths in the changes) one after the other in `data` from `at` on; returns where the next
+-- namespace's parts start. Every change is idempotent: a batch applied again (a cluster's checkpoint
+-- moves after its rows) changes nothing.
+local function apply_changes(tables, base, changes, data, at)
   for n = 1, #changes do
     local c = changes[n]
     local t = tables[c[2]]
     local head, cols = base .. t[1] .. ':', t[2]
     local rows, index = head .. 'r', head .. 'o'
-    if c[1] == 0 then  -- put: {0, table, replace, floor mark, lookup values...}
-      local member, value = ARGV[blob], ARGV[blob + 1]
-      blob = blob + 2
+    if c[1] == 0 then  -- put: {0, table, replace, floor mark, member length, value length, lookup values...}
+      local member = string.sub(data, at, at + c[5] - 1)
+      local value = string.sub(data, at + c[5], at + c[5] + c[6] - 1)
+      at = at + c[5] + c[6]
       local m = c[4] ~= '' and mark_of(base, c[4])
       if not (m and cmp8(member, m) <= 0) then
         local old = nil
@@ -132,20 +134,25 @@ local function apply_changes(tables, base, changes, blob)
         end
         if not old then
           redis.call('ZADD', index, 0, member)
-          for i = 1, #cols do redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[4 + i], 0, member) end
+          for i = 1, #cols do
+            local set = cols[i] .. ':' .. c[6 + i]
+            redis.call('ZADD', head .. 'l:' .. set, 0, member)
+            redis.call('SADD', head .. 'lookups', set)
+          end
         elseif old ~= value and #cols > 0 then
           local was = lookups(old, #cols)
           for i = 1, #cols do
-            if was[i] ~= c[4 + i] then
+            if was[i] ~= c[6 + i] then
               redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member)
-              redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[4 + i], 0, member)
+              redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[6 + i], 0, member)
+              redis.call('SADD', head .. 'lookups', cols[i] .. ':' .. c[6 + i])
             end
           end
         end
       end
-    elseif c[1] == 1 then  -- delete: {1, table}
-      local member = ARGV[blob]
-      blob = blob + 1
+    elseif c[1] == 1 then  -- delete: {1, table, member length}
+      local member = string.sub(data, at, at + c[3] - 1)
+      at = at + c[3]
       if #cols == 0 then
         if redis.call('HDEL', rows, member) == 1 then redis.call('ZREM', index, member) end
       else
@@ -166,40 +173,45 @@ local function apply_changes(tables, base, changes, blob)
         marks[k] = m
       end
       local bound = above(m)
+      -- The rows in the range, a page at a time; then the range of the index and of every lookup set
+      -- (their members are the same order encodings, so a cut is a lex range of each), none decoded.
+      local from = '-'
       while true do
-        local gone = redis.call('ZRANGEBYLEX', index, '-', bound, 'LIMIT', 0, 500)
+        local gone = redis.call('ZRANGEBYLEX', index, from, bound, 'LIMIT', 0, 500)
         if #gone == 0 then break end
-        if #cols > 0 then
-          local values, sets = redis.call('HMGET', rows, unpack(gone)), {}
-          for j = 1, #gone do
-            if values[j] then
-              local was = lookups(values[j], #cols)
-              for i = 1, #cols do
-                local key = head .. 'l:' .. cols[i] .. ':' .. was[i]
-                local set = sets[key]
-                if not set then set = {}; sets[key] = set end
-                set[#set + 1] = gone[j]
-              end
-            end
-          end
-          for key, set in pairs(sets) do redis.call('ZREM', key, unpack(set)) end
-        end
         redis.call('HDEL', rows, unpack(gone))
-        redis.call('ZREM', index, unpack(gone))
+        from = '(' .. gone[#gone]
+      end
+      redis.call('ZREMRANGEBYLEX', index, '-', bound)
+      if #cols > 0 then
+        local sets = redis.call('SMEMBERS', head .. 'lookups')
+        local whole = redis.call('EXISTS', index) == 0
+        for i = 1, #sets do
+          local key = head .. 'l:' .. sets[i]
+          if whole then
+            redis.call('DEL', key)
+          else
+            redis.call('ZREMRANGEBYLEX', key, '-', bound)
+            if redis.call('EXISTS', key) == 0 then redis.call('SREM', head .. 'lookups', sets[i]) end  -- emptied
+          end
+        end
+        if whole then redis.call('DEL', head .. 'lookups') end
       end
     end
   end
-  return blob
+  return at
 end
 
--- The spec: {tables ({name, lookup columns}), {{namespace key prefix, changes}...}} (see rows.py).
-local function apply_spec(spec, blob)
-  for g = 1, #spec[2] do blob = apply_changes(spec[1], spec[2][g][1], spec[2][g][2], blob) end
+-- The spec: {tables ({name, lookup columns}), {{namespace key prefix, changes}...}} (see rows.py);
+-- `data` the changes' binary parts, in the order of the changes.
+local function apply_spec(spec, data)
+  local at = 1
+  for g = 1, #spec[2] do at = apply_changes(spec[1], spec[2][g][1], spec[2][g][2], data, at) end
 end
 """
 
 # One server: KEYS[1] the checkpoint hash; ARGV: field, after ('' none), new checkpoint, seen ('1':
-# this writer had seen the field), the spec, then the changes' binary arguments. Returns {'OK'},
+# this writer had seen the field), the spec, the changes' binary parts (one string). Returns {'OK'},
 # {'STALE', stored} (nothing written) or {'LOST'} (a checkpoint seen is gone: nothing written).
 APPLY = (
     _CHANGES
@@ -207,18 +219,18 @@ APPLY = (
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if not stored and ARGV[4] == '1' then return {'LOST'} end
 if (stored or '') ~= ARGV[2] then return {'STALE', stored or ''} end
-apply_spec(cjson.decode(ARGV[5]), 6)
+apply_spec(cjson.decode(ARGV[5]), ARGV[6])
 if not stored or tonumber(ARGV[3]) > tonumber(stored) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 return {'OK'}
 """
 )
 
 # A cluster: one namespace's changes (KEYS[1], its marks hash, routes the call to its slot); ARGV: the
-# spec, then the binary arguments.
+# spec, the binary parts.
 APPLY_NAMESPACE = (
     _CHANGES
     + r"""
-apply_spec(cjson.decode(ARGV[1]), 2)
+apply_spec(cjson.decode(ARGV[1]), ARGV[2])
 return 1
 """
 )
@@ -236,8 +248,9 @@ return 0
 # One page of a scan. KEYS: the rows hash, the n indexes (the order zset, or one lookup zset per
 # `where` column), then on one server with a `want` the checkpoint hash. ARGV: n, field ('' none),
 # want offset, reverse ('1'), cursor, page, needle ('' none), ascii ('1'). Returns {'wait'} while
-# behind, else {'ok', last member read, members read, values...}: the page's rows in every index
-# (read from the smallest) that may hold the needle.
+# behind, else {'ok', last member read, members read[, values]}: the stored values of the page's rows
+# in every index (read from the smallest) that may hold the needle, joined by a 0 byte (no value holds
+# one): one reply element, not one per row, for the client to parse.
 SCAN = r"""
 local n = tonumber(ARGV[1])
 if ARGV[2] ~= '' then
@@ -267,20 +280,26 @@ for j = 1, #members do
   if ok then keep[#keep + 1] = members[j] end
 end
 if #keep == 0 then return out end
-local values = redis.call('HMGET', KEYS[1], unpack(keep))
+local values, kept = redis.call('HMGET', KEYS[1], unpack(keep)), {}
 -- Of an ASCII row (its JSON has no \u escapes either), what Python's casefold finds is decided here: an
 -- ASCII needle JSON does not escape shows verbatim in the lower-cased JSON of a row that holds it, and a
--- needle that is not ASCII (casefolded already) is in no such row. Other rows go to Python.
+-- needle that is not ASCII (casefolded already) is in no such row. Other rows go to Python. Only the
+-- row's JSON is looked at (the text column is there), not the json columns' documents after it.
 local needle, ascii = ARGV[7], ARGV[8] == '1'
 local plain = needle ~= '' and ascii and not string.find(needle, '["\\%c]')
 local wide = needle ~= '' and not ascii
 for k = 1, #values do
   local value = values[k]
-  if value and (plain or wide) and not string.find(value, '[\128-\255]') and not string.find(value, '\\u', 1, true)
-      and (wide or not string.find(string.lower(value), needle, 1, true)) then
-    value = nil
+  if value and (plain or wide) then
+    local gap = string.find(value, '\1', 1, true)
+    local head = gap and string.sub(value, 1, gap - 1) or value
+    if not string.find(head, '[\128-\255]') and not string.find(head, '\\u', 1, true)
+        and (wide or not string.find(string.lower(head), needle, 1, true)) then
+      value = nil
+    end
   end
-  if value then out[#out + 1] = value end
+  if value then kept[#kept + 1] = value end
 end
+if #kept > 0 then out[4] = table.concat(kept, '\0') end
 return out
 """
