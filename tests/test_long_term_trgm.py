@@ -13,16 +13,20 @@ import pytest
 
 from helix_es import Message
 from helix_es.model.events import Event, MessageAdded, Position, Record
+from helix_es.projection.long_term import LongTermRows
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres import trigrams
 from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.stores.postgres.rows import PostgresRows, _index_name
 from helix_es.stores.postgres.trigrams import probe, words
-from helix_es.views.long_term import escape_like
+from helix_es.views.long_term_rows import tables
+from helix_es.views.rows import Scan
 from tests.conftest import unique
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 WORDS = ["flight", "hotel", "invoice", "meeting", "passport", "train", "budget", "dentist"]
 ODD = ["Zebra 100% done", "zebra_crossing", r"back\slash zebra", "ZEBRA", "a 50%_off deal"]
+COLUMNS = ["namespace", "created_at", "topic", "partition", "offset", "session_id", "role", "content", "message"]
 
 
 def contents(n: int) -> list[str]:
@@ -32,29 +36,29 @@ def contents(n: int) -> list[str]:
     return rows
 
 
-async def filled(dsn: str, n: int) -> tuple[PostgresLongTerm, str, list[str]]:
-    store = PostgresLongTerm(dsn, table=unique("lt_trgm").replace("-", "_"))
-    await store.ensure_table()
+def rows_store(dsn: str, table: str | None = None) -> LongTermRows:
+    table = table or unique("lt_trgm").replace("-", "_")
+    return LongTermRows(PostgresRows(dsn, f"long-term-{table}", tables(table)), table)
+
+
+def pg(store: LongTermRows) -> PostgresRows:
+    assert isinstance(store.store, PostgresRows)
+    return store.store
+
+
+async def filled(dsn: str, n: int) -> tuple[LongTermRows, str, list[str]]:
+    store = rows_store(dsn)
     ns, texts = unique("ns"), contents(n)
+    await store.rows(ns)  # the schema
     conn = await asyncpg.connect(dsn)
     try:
         await conn.copy_records_to_table(
             store.table,
             records=[
-                (ns, "t", 0, i, "s", T0 + timedelta(seconds=i), "user", t, Message("user", t).to_json())
+                (ns, T0 + timedelta(seconds=i), "t", 0, i, "s", "user", t, Message("user", t).to_json())
                 for i, t in enumerate(texts)
             ],
-            columns=[
-                "namespace",
-                "topic",
-                "partition",
-                "offset",
-                "session_id",
-                "created_at",
-                "role",
-                "content",
-                "message",
-            ],
+            columns=COLUMNS,
         )
         await conn.execute(f'ANALYZE "{store.table}"')
     finally:
@@ -62,26 +66,28 @@ async def filled(dsn: str, n: int) -> tuple[PostgresLongTerm, str, list[str]]:
     return store, ns, texts
 
 
-async def drop(dsn: str, store: PostgresLongTerm) -> None:
+async def drop(dsn: str, store: LongTermRows | PostgresLongTerm) -> None:
     await store.close()
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(f'DROP TABLE IF EXISTS "{store.table}"')
+        await conn.execute(f'DROP TABLE IF EXISTS "{store.table}", "{store.table}_retracted"')
     finally:
         await conn.close()
 
 
-async def explain(dsn: str, store: PostgresLongTerm, ns: str, query: str) -> str:
+async def explain(dsn: str, store: LongTermRows, ns: str, query: str) -> str:
+    scan = Scan(store.table, ns, contains=query, limit=10, columns=("message",))
+    sql, args = pg(store)._sql[store.table].select(scan, ["message"], None, want=False)
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch("EXPLAIN " + store._search, store.name, None, None, 0, ns, escape_like(query), 10)
+        rows = await conn.fetch("EXPLAIN " + sql, *args)
         return "\n".join(r[0] for r in rows)
     finally:
         await conn.close()
 
 
 async def found_as_in_python(
-    store: PostgresLongTerm, ns: str, texts: list[str], queries: list[str], limits: tuple[int, ...]
+    store: LongTermRows | PostgresLongTerm, ns: str, texts: list[str], queries: list[str], limits: tuple[int, ...]
 ) -> None:
     """Every query's results are the texts holding it, case folded, oldest first."""
     for query in queries:
@@ -95,7 +101,7 @@ async def test_a_rare_word_is_found_through_the_trigram_index(postgres_dsn: str)
     store, ns, _ = await filled(postgres_dsn, 20_000)
     try:
         plan = await explain(postgres_dsn, store, ns, "zebra")
-        assert "Bitmap Index Scan" in plan and f"{store.table}_content_idx" in plan, plan
+        assert "Bitmap Index Scan" in plan and _index_name(store.table, "trgm") in plan, plan
     finally:
         await drop(postgres_dsn, store)
 
@@ -112,9 +118,9 @@ async def test_results_are_the_plain_scans_for_every_query(postgres_dsn: str) ->
 
 async def test_projectors_starting_together_make_one_index(postgres_dsn: str) -> None:
     table = unique("lt_trgm").replace("-", "_")
-    stores = [PostgresLongTerm(postgres_dsn, table=table) for _ in range(4)]
+    stores = [rows_store(postgres_dsn, table) for _ in range(4)]
     try:
-        await asyncio.gather(*(s.ensure_table() for s in stores))
+        await asyncio.gather(*(s.rows("ns") for s in stores))
         conn = await asyncpg.connect(postgres_dsn)
         try:
             n = await conn.fetchval(
@@ -155,18 +161,19 @@ async def test_a_query_with_frequent_trigrams_is_probed_by_its_rare_pieces_and_r
     texts[400] = r"ref_000044 and 100% ref\000045"
     conn = await asyncpg.connect(postgres_dsn)
     try:
-        for i, t in enumerate(texts):
-            await conn.execute(
-                f'UPDATE "{store.table}" SET content = $1, message = $2::jsonb WHERE "offset" = $3',
-                t,
-                Message("user", t).to_json(),
-                i,
-            )
+        await conn.execute(
+            f'UPDATE "{store.table}" r SET content = u.t, message = u.m::jsonb'
+            ' FROM unnest($1::text[], $2::text[], $3::bigint[]) u(t, m, o) WHERE r."offset" = u.o',
+            texts,
+            [Message("user", t).to_json() for t in texts],
+            list(range(len(texts))),
+        )
         await conn.execute(f'ANALYZE "{store.table}"')
     finally:
         await conn.close()
     try:
-        frequent = await store._frequent.get(await store._pool_ready())
+        rows = pg(store)
+        frequent = await rows._frequent[store.table].get(await rows._pool())
         assert {"ref", "not", "the"} <= frequent, sorted(frequent)[:50]
         queries = ["ref-000042", "ref-000043", "ref_000044", "ref-000044", "ref\\000045", "100% ref", "ref-0001",
                    "note about", "ref-000042: a note", "000042", "pieces in the other"]  # fmt: skip

@@ -13,6 +13,8 @@ from helix_es.views.long_term import DEFAULT_TABLE, VIEW_NAME, Op, ops
 from helix_es.views.long_term_rows import CLEARED, LongTermFold, Wants, tables
 from helix_es.views.rows import Row, Scan
 
+_MESSAGE = ("message",)  # all a reader decodes
+
 
 class _Fold(LongTermFold):
     mark = CLEARED
@@ -42,11 +44,12 @@ class LongTermRows(RowProjection[Op, Wants]):
         return await self.store.scan(Scan(self.table, namespace)) or []
 
     async def get(self, key: SessionKey, want: Position | None) -> list[Message] | None:
-        rows = await self.store.scan(Scan(self.table, key.namespace), want)
+        rows = await self.store.scan(Scan(self.table, key.namespace, columns=_MESSAGE), want)
         return None if rows is None else [decode_json(r["message"]) for r in rows]
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
-        rows = await self.store.scan(Scan(self.table, key.namespace, contains=query, limit=limit), want)
+        scan = Scan(self.table, key.namespace, contains=query, limit=limit, columns=_MESSAGE)
+        rows = await self.store.scan(scan, want)
         return None if rows is None else [decode_json(r["message"]) for r in rows]
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:

@@ -176,7 +176,7 @@ def namespace_of(change: RowChange) -> str:
 class Scan:
     """Rows of one namespace's table in order (`newest_first`: reversed), those whose `where`
     columns equal the values given and whose text column holds `contains` (case-insensitive), at
-    most `limit`."""
+    most `limit`. `columns`: the columns the reader uses (None: all); a store may answer more."""
 
     table: str
     namespace: str
@@ -184,6 +184,7 @@ class Scan:
     contains: str | None = None
     limit: int | None = None
     newest_first: bool = False
+    columns: tuple[str, ...] | None = None
 
     def test(self, table: Table) -> Callable[[Row], bool]:
         """The filter, as the stores that filter rows themselves apply it."""
@@ -209,6 +210,8 @@ def check_scan(tables: Mapping[str, Table], scan: Scan) -> Table:
         raise ValueError(f"table {table.name!r}: {unknown} are not lookup columns")
     if scan.contains is not None and table.text is None:
         raise ValueError(f"table {table.name!r} has no text column to search")
+    if scan.columns is not None and (unknown := [c for c in scan.columns if c not in dict(table.columns)]):
+        raise ValueError(f"table {table.name!r}: no columns {unknown}")
     if scan.limit is not None and scan.limit < 0:
         raise ValueError(f"limit must be >= 0, got {scan.limit}")
     return table

@@ -8,7 +8,8 @@ creator takes):
   collation so that `ILIKE` folds their case; int is bigint, time timestamptz, json jsonb (the
   document's text goes in and comes out: no decoding on the way). The key is the primary key;
   the order a unique index (the read order); each lookup an index `(namespace, column, order...)`;
-  the text column a pg_trgm GIN index where the extension is installed.
+  the text column a pg_trgm GIN index where the extension is installed (no pending list: every
+  search would scan it).
 - `helix_row_marks (view, namespace, mark, value)`: the marks cuts raise (µs for a time floor).
 - `helix_checkpoints`: shared with every other view.
 
@@ -17,7 +18,10 @@ concurrent first write finds it) and compared with `after`; namespaces with a fl
 take a transaction-scoped advisory lock each, in order, so a cut from another partition and a
 floored put serialise; then the changes run in order, consecutive puts or deletes of one table as
 one statement over arrays, and the checkpoint moves. `scan` is one statement: the checkpoint of
-`want` and, only if it covers it, the rows.
+`want` and, only if it covers it, the rows, as one array (the rows' query is planned as without
+`want`), of the columns the scan names only (a json column's text passed through). A `contains`
+scan asks the trigram index for the query's rare pieces only (`helix_es.stores.postgres.trigrams`:
+a trigram most rows hold costs the index more than it saves) and rechecks the whole query.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import asyncpg
 
 from helix_es.model.events import Position
 from helix_es.stores.ports import StaleWrite
+from helix_es.stores.postgres import trigrams
 from helix_es.stores.postgres.pool import (
     ADVANCE,
     CHECKPOINTS,
@@ -97,7 +102,9 @@ class _Sql:
             if table.text is None
             else index_if_missing(
                 _index_name(table.name, "trgm"),
-                f"CREATE INDEX {_index_name(table.name, 'trgm')} ON {t} USING gin ({_q(table.text)} gin_trgm_ops)",
+                f"CREATE INDEX {_index_name(table.name, 'trgm')} ON {t} USING gin ({_q(table.text)} gin_trgm_ops)"
+                # no pending list, which every search would scan (priced as a full scan until a vacuum)
+                " WITH (fastupdate = off)",
             )
         )
         columns = [c for c, _ in table.columns]
@@ -135,28 +142,39 @@ class _Sql:
     def arrays(self, rows: Sequence[Row]) -> list[list[Any]]:
         return [[r[c] for r in rows] for c, _ in self.table.columns]
 
-    def select(self, scan: Scan, want: bool) -> tuple[str, list[Any]]:
-        """The scan's statement and its arguments after the checkpoint's three ($1-$3, or none)."""
+    def select(self, scan: Scan, columns: Sequence[str], probe: str | None, want: bool) -> tuple[str, list[Any]]:
+        """The scan's statement and its arguments after the checkpoint's four ($1-$4, or none).
+
+        `columns` are read, `probe` (trigrams.probe: the query's rare pieces) is what the text
+        index is asked for, the whole query rechecked on the rows it finds. With `want`, one row:
+        the checkpoint, and only if it covers $4 the rows, as an array (of records, for more than
+        one column), so the rows' query is planned on its own, as without `want`."""
         args: list[Any] = [scan.namespace]
-        first = 4 if want else 1
+        first = 5 if want else 1
         where = [f'"namespace" = ${first}']
         for column, value in scan.where.items():
             args.append(value)
             where.append(f"{_q(column)} = ${first + len(args) - 1}")
         if scan.contains is not None and self.table.text is not None:
+            text = _q(self.table.text)
+            if probe is not None:  # the index looks up the probe; `text || ''` keeps the query out of it
+                args.append(probe)
+                where.append(f"{text} ILIKE ${first + len(args) - 1}")
+                text = f"({text} || '')"
             args.append(escape_like(scan.contains))
-            where.append(f"{_q(self.table.text)} ILIKE ${first + len(args) - 1} ESCAPE E'\\\\'")
+            where.append(f"{text} ILIKE ${first + len(args) - 1} ESCAPE E'\\\\'")
         order = self.order_desc if scan.newest_first else self.order_asc
         limit = "" if scan.limit is None else f" LIMIT {int(scan.limit)}"
-        rows = f"SELECT {self.columns} FROM {_q(self.table.name)} WHERE {' AND '.join(where)} ORDER BY {order}{limit}"
+        picked = ", ".join(_q(c) for c in columns)
+        if want and len(columns) > 1:
+            picked = f"ROW({picked})"
+        rows = f"SELECT {picked} FROM {_q(self.table.name)} WHERE {' AND '.join(where)} ORDER BY {order}{limit}"
         if not want:
             return rows, args
-        args.append(None)  # placeholder, replaced by want.offset
-        at = first + len(args) - 1
         sql = (
-            'SELECT cp.o AS helix_checkpoint, r.* FROM (SELECT (SELECT "offset" FROM helix_checkpoints'
-            " WHERE view = $1 AND topic = $2 AND partition = $3) AS o) cp"
-            f" LEFT JOIN LATERAL ({rows}) r ON cp.o >= ${at}"
+            'WITH cp AS MATERIALIZED (SELECT (SELECT "offset" FROM helix_checkpoints'
+            " WHERE view = $1 AND topic = $2 AND partition = $3) AS o)"
+            f" SELECT cp.o, CASE WHEN cp.o >= $4 THEN array({rows}) END FROM cp"
         )
         return sql, args
 
@@ -169,6 +187,7 @@ class PostgresRows:
         self.name = name
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
         self._sql: dict[str, _Sql] = {}  # made once the server's collations are known
+        self._frequent = {t.name: trigrams.FrequentTrigrams(_q(t.name), _q(t.text)) for t in tables if t.text}
         self._schema = ""
         self.pg = Pg(dsn)
 
@@ -276,17 +295,21 @@ class PostgresRows:
         await pool.execute(ADVANCE, self.name, topic, partition, offset)
 
     async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
-        check_scan(self.tables, scan)
+        table = check_scan(self.tables, scan)
         pool = await self._pool()
-        sql, args = self._sql[scan.table].select(scan, want is not None)
+        columns = scan.columns or [c for c, _ in table.columns]
+        probe = None
+        if scan.contains is not None and table.text is not None:
+            probe = trigrams.probe(scan.contains, await self._frequent[table.name].get(pool))
+        sql, args = self._sql[scan.table].select(scan, columns, probe, want is not None)
         if want is None:
-            return [dict(r) for r in await pool.fetch(sql, *args)] if scan.limit != 0 else []
-        args[-1] = want.offset
-        found = await pool.fetch(sql, self.name, want.topic, want.partition, *args)
-        if not found or found[0]["helix_checkpoint"] is None or found[0]["helix_checkpoint"] < want.offset:
+            return [dict(zip(columns, r, strict=True)) for r in await pool.fetch(sql, *args)]
+        _, found = await pool.fetchrow(sql, self.name, want.topic, want.partition, want.offset, *args)
+        if found is None:
             return None
-        columns = [c for c, _ in self.tables[scan.table].columns]
-        return [{c: r[c] for c in columns} for r in found if r[columns[0]] is not None]
+        if len(columns) == 1:
+            return [{columns[0]: v} for v in found]
+        return [dict(zip(columns, r, strict=True)) for r in found]
 
     async def mark(self, namespace: str, mark: str) -> int | None:
         pool = await self._pool()
@@ -311,6 +334,8 @@ class PostgresRows:
             await drop_checkpoints(conn, self.name, topics)
 
     async def close(self) -> None:
+        for frequent in self._frequent.values():
+            await frequent.close()
         await self.pg.close()
 
 

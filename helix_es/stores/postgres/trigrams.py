@@ -1,4 +1,4 @@
-"""Which part of a long-term search the pg_trgm index should look up: the query's rare pieces.
+"""Which part of a substring search the pg_trgm index should look up: the query's rare pieces.
 
 A GIN index answers `content ILIKE '%q%'` by intersecting the posting lists of q's trigrams,
 and reads each list whole: a trigram in every row (a greeting, a prefix every message has)
@@ -33,7 +33,7 @@ _WORD = re.compile(r"[^\W_]+")  # \w without the underscore: letters and digits
 # The trigrams the index holds for a sample of rows (show_trgm is what the opclass indexes, each
 # once per row) that more than a share $2 of them hold; SYSTEM sampling reads whole pages: cheap.
 _SAMPLE = """
-WITH s AS MATERIALIZED (SELECT show_trgm(content) AS g FROM {t} TABLESAMPLE SYSTEM ($1) REPEATABLE (1))
+WITH s AS MATERIALIZED (SELECT show_trgm({c}) AS g FROM {t} TABLESAMPLE SYSTEM ($1) REPEATABLE (1))
 SELECT t FROM s, unnest(s.g) AS t GROUP BY t HAVING count(*) > $2::float8 * (SELECT count(*) FROM s)
 """
 # The planner's row count, and whether pg_trgm (show_trgm) is there at all.
@@ -74,13 +74,13 @@ def _rare_piece(word: str, frequent: frozenset[str]) -> str:
 
 
 class FrequentTrigrams:
-    """The trigrams of one table's content column that are too common to look up, sampled now and then:
+    """The trigrams of one table's text column that are too common to look up, sampled now and then:
     the first time before the search that needs it, later on a task of its own (a sample of a
     million-row table takes a few hundred ms), the old set serving meanwhile."""
 
-    def __init__(self, table: str) -> None:
-        self._table = table  # double-quoted already
-        self._sample = _SAMPLE.format(t=table)
+    def __init__(self, table: str, column: str = "content") -> None:
+        self._table = table  # double-quoted already, as `column`
+        self._sample = _SAMPLE.format(t=table, c=column)
         self.trigrams: frozenset[str] | None = None
         self._due = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -103,7 +103,7 @@ class FrequentTrigrams:
                 else await pool.fetch(self._sample, min(100.0, 100.0 * SAMPLE_ROWS / rows), FREQUENT)
             )
         except asyncpg.PostgresError as e:  # only a speed-up: the whole query is looked up meanwhile
-            log.warning("long-term %s: no trigram sample (%s); search looks up whole queries", self._table, e)
+            log.warning("%s: no trigram sample (%s); search looks up whole queries", self._table, e)
             found = []
         self.trigrams = frozenset(r["t"] for r in found)
 
