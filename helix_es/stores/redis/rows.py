@@ -49,8 +49,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -63,12 +62,12 @@ from helix_es.stores.ports import CheckpointLost, StaleWrite
 from helix_es.stores.redis.cluster import WAIT_MS
 from helix_es.stores.redis.pool import Client, text
 from helix_es.stores.redis.retired import RetiredLayout
+from helix_es.stores.redis.row_codec import ROWS_GAP, SHIFT, LazyRow, RowCodec, fits, lookup, tokens
 from helix_es.stores.redis.rows_lua import APPLY, APPLY_NAMESPACE, MOVE, SCAN
 from helix_es.stores.redis.views import delete_matching
 from helix_es.stores.redis.wide import WideStore
 from helix_es.views.rows import (
     NAMESPACE,
-    ColumnType,
     Cut,
     Delete,
     Row,
@@ -76,230 +75,15 @@ from helix_es.views.rows import (
     Scan,
     Table,
     check_scan,
-    micros_of,
 )
 
 PAGE = 500  # index members a scan reads per script call
 Retired = Callable[[str, str, bool], tuple[str, list[str]]]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_SHIFT = 2**63
-_loads = json.JSONDecoder().decode  # json.loads of a str, less its checks of the argument
-_encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s string encoder (C)
 
 
 def prefix(namespace: str, view: str) -> str:
     """`helix:rows:{<ns>}:<view>:`: every key of the namespace in this view, one hash slot."""
     return f"helix:rows:{{{names.check_namespace(namespace)}}}:{view}:"
-
-
-def _text_order(value: str) -> bytes:
-    return value.encode().replace(b"\x01", b"\x01\x02").replace(b"\x00", b"\x01\x01") + b"\x00"
-
-
-def _order_part(kind: ColumnType) -> Callable[[Any], bytes]:
-    if kind == "text":
-        return _text_order
-    if kind == "int":
-        return lambda v: (v + _SHIFT).to_bytes(8, "big")
-    if kind == "time":
-        return lambda v: (micros_of(v) + _SHIFT).to_bytes(8, "big")
-    raise ValueError("a json column cannot be ordered")
-
-
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_canonical = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
-
-
-def _tokens(kind: ColumnType, *, canonical: bool = False) -> Callable[[Any], str]:
-    """A value as the row's JSON holds it (a lookup's json canonical, keys sorted, so equal values match)."""
-    if kind == "text":
-        return _encode_str
-    if kind == "int":
-        return int.__repr__  # digits, for an int subclass too (`str` of an IntEnum is its name)
-    if kind == "time":
-        return lambda v: str(micros_of(v))
-    return _canonical if canonical else _json
-
-
-def _lookup(token: str) -> str:
-    """A lookup set's `<value>`: the JSON token, a string's without its quotes (as the scripts strip them)."""
-    return token[1:-1] if token.startswith('"') else token
-
-
-def _fits(kind: ColumnType, value: Any) -> bool:
-    """Whether a `where` value can equal a column's (a lookup set is named by it)."""
-    if kind == "text":
-        return isinstance(value, str)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "time":
-        return isinstance(value, datetime) and value.tzinfo is not None
-    return True
-
-
-_GAP = b"\x01"  # between a stored row's JSON and each json column's text: no JSON text holds it
-_ROWS_GAP = b"\x00"  # between the rows of a scan's page: neither does any stored row
-
-
-def _document(column: str, document: str | None) -> str:
-    """A json column's share of a stored value: 0x01, then its text."""
-    if document is None:
-        return "\x01"
-    if document and "\x00" not in document and "\x01" not in document:
-        return "\x01" + document
-    # no JSON document is empty or holds a bare control character
-    raise ValueError(f"column {column!r} is not a JSON document: {document[:80]!r}")
-
-
-def _compile(
-    table: Table, documents: tuple[str, ...]
-) -> tuple[Callable[[Row], bool], Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
-    """A table's `fits(row)` (whether `Table.check` accepts it), `member(row)` (its order encoding)
-    and `put(row)` (its order encoding, stored value and lookup values) as straight-line functions:
-    every put of a rebuild passes here. Column names are identifiers (`Table` checks them), safe in
-    the source as names and in string literals."""
-
-    def micros(columns: Sequence[str]) -> list[str]:  # each time's µs once, for the order and the value alike
-        lines = []
-        for c in columns:
-            if table.type(c) == "time":
-                lines += [
-                    f"    t_{c} = row[{c!r}] - EPOCH",
-                    f"    t_{c} = (t_{c}.days * 86400 + t_{c}.seconds) * 1000000 + t_{c}.microseconds",
-                ]
-        return lines
-
-    parts = []
-    for c in table.order[1:]:
-        kind = table.type(c)
-        if kind == "text":
-            parts.append(f"text_order(row[{c!r}])")
-        elif kind == "int":
-            parts.append(f"(row[{c!r}] + SHIFT).to_bytes(8, 'big')")
-        elif kind == "time":
-            parts.append(f"(t_{c} + SHIFT).to_bytes(8, 'big')")
-        else:
-            raise ValueError("a json column cannot be ordered")
-    member = " + ".join(parts) or "b''"
-    fields = [
-        *table.lookups,
-        *(c for c, kind in table.columns if c != NAMESPACE and c not in table.lookups and kind != "json"),
-    ]
-    tokens = {}
-    for c in fields:
-        kind = table.type(c)
-        tokens[c] = {"text": f"encode_str(row[{c!r}])", "int": f"int_repr(row[{c!r}])", "time": f"str(t_{c})"}.get(
-            kind, f"canonical(row[{c!r}])"
-        )
-    body = [f"    v_{c} = {tokens[c]}" for c in table.lookups]
-    pieces = [
-        f"'{'{' if i == 0 else ','}\"{c}\":' + " + (f"v_{c}" if c in table.lookups else tokens[c])
-        for i, c in enumerate(fields)
-    ]
-    value = " + ".join([*pieces, "'}'"] if pieces else ["'{}'"])
-    value = " + ".join([value, *(f"document({c!r}, row[{c!r}])" for c in documents)])
-    found = ", ".join(f"v_{c}[1:-1]" if table.type(c) == "text" else f"lookup(v_{c})" for c in table.lookups)
-    test = {
-        "text": "type(row[{c!r}]) is str",
-        "int": "type(row[{c!r}]) is int and -SHIFT <= row[{c!r}] < SHIFT",
-        "time": "isinstance(row[{c!r}], datetime) and row[{c!r}].tzinfo is not None",
-        "json": "(row[{c!r}] is None or type(row[{c!r}]) is str)",
-    }
-    fits = " and ".join(test[kind].format(c=c) for c, kind in table.columns)
-    source = "\n".join(
-        [
-            "def fits(row):",  # what `Table.check` accepts
-            "    try:",
-            f"        return {fits}",
-            "    except KeyError:",
-            "        return False",
-            "def member(row):",
-            *micros(table.order[1:]),
-            f"    return {member}",
-            "def put(row):",
-            *micros([c for c, _ in table.columns]),
-            *body,
-            f"    return {member}, {value}, [{found}]",
-        ]
-    )
-    scope: dict[str, Any] = {
-        "EPOCH": _EPOCH,
-        "SHIFT": _SHIFT,
-        "text_order": _text_order,
-        "encode_str": _encode_str,
-        "int_repr": int.__repr__,
-        "canonical": _canonical,
-        "document": _document,
-        "lookup": _lookup,
-        "datetime": datetime,
-    }
-    exec(compile(source, f"<rows codec of {table.name}>", "exec"), scope)  # our own source, of checked names
-    return scope["fits"], scope["member"], scope["put"]
-
-
-class _Codec:
-    """One table's encodings: a row's order encoding, its stored value (JSON of its other columns,
-    lookups first, then each json column's text as it is) and lookup values, and back."""
-
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self.lookups = table.lookups
-        self.documents = tuple(c for c, kind in table.columns if kind == "json")
-        self._times = [c for c, kind in table.columns if kind == "time"]
-        self.fits, self.member, self.put = _compile(table, self.documents)
-
-    def document(self, value: bytes, column: str) -> str | None:
-        """One json column of a stored value, its text as it was put, nothing else decoded."""
-        if len(self.documents) == 1:
-            text = value[value.index(_GAP) + 1 :]
-        else:
-            text = value.split(_GAP)[1 + self.documents.index(column)]
-        return text.decode() if text else None
-
-    def row(self, namespace: str, value: bytes) -> dict[str, Any]:
-        head, *documents = value.split(_GAP)
-        stored: dict[str, Any] = _loads(head.decode())
-        stored[NAMESPACE] = namespace
-        for c in self._times:
-            stored[c] = _EPOCH + timedelta(microseconds=stored[c])
-        for c, document in zip(self.documents, documents, strict=True):
-            stored[c] = document.decode() if document else None
-        return stored
-
-
-class _Row(Mapping[str, Any]):
-    """A row as read: a json column is cut from the stored value when asked for, the rest is decoded
-    (once) only when another column is: a reader of documents pays for no other column."""
-
-    __slots__ = ("_codec", "_namespace", "_row", "_value")
-
-    def __init__(self, codec: _Codec, namespace: str, value: bytes) -> None:
-        self._codec, self._namespace, self._value = codec, namespace, value
-        self._row: dict[str, Any] | None = None
-
-    def _decoded(self) -> dict[str, Any]:
-        if self._row is None:
-            self._row = self._codec.row(self._namespace, self._value)
-        return self._row
-
-    def __getitem__(self, column: str) -> Any:
-        if self._row is None and column in self._codec.documents:
-            return self._codec.document(self._value, column)
-        return self._decoded()[column]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-    def __eq__(self, other: object) -> bool:
-        return self._decoded() == other
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self._decoded())
 
 
 class RedisRows(WideStore):
@@ -314,7 +98,7 @@ class RedisRows(WideStore):
         self._retired = retired
         self._current: set[tuple[str, str]] = set()  # (view, namespace) known to hold no retired data
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
-        self._codecs = {t.name: _Codec(t) for t in tables}
+        self._codecs = {t.name: RowCodec(t) for t in tables}
         self._index = {t.name: i for i, t in enumerate(tables, 1)}  # a table's place in a script's spec
         self._spec_tables = [[t.name, list(t.lookups)] for t in tables]
 
@@ -334,7 +118,7 @@ class RedisRows(WideStore):
             if isinstance(change, Cut):
                 if table.floor is None:
                     raise ValueError(f"table {table.name!r} has no floor column to cut")
-                if not -_SHIFT <= change.upto < _SHIFT:
+                if not -SHIFT <= change.upto < SHIFT:
                     raise ValueError(f"cut of {change.table!r}: {change.upto} is not a 64-bit int")
                 ns = names.check_namespace(change.namespace)
                 out.setdefault(ns, ([], []))[0].append([2, ti, change.mark, str(change.upto)])
@@ -481,10 +265,10 @@ class RedisRows(WideStore):
         indexes: list[str] = []
         for column, value in scan.where.items():
             kind = table.type(column)
-            if not _fits(kind, value):
+            if not fits(kind, value):
                 indexes = []  # no row holds it
                 break
-            indexes.append(f"{head}l:{column}:{_lookup(_tokens(kind, canonical=True)(value))}")
+            indexes.append(f"{head}l:{column}:{lookup(tokens(kind, canonical=True)(value))}")
         else:
             indexes = indexes or [head + "o"]
         if want is not None and (self._cluster or not indexes or scan.limit == 0):
@@ -513,7 +297,7 @@ class RedisRows(WideStore):
                 return None
             check = ["", 0]  # the first page waited for `want`: the rest need not
             if len(reply) > 3:
-                rows = [_Row(codec, ns, value) for value in reply[3].split(_ROWS_GAP)]
+                rows = [LazyRow(codec, ns, value) for value in reply[3].split(ROWS_GAP)]
                 if passes is not None:
                     rows = [row for row in rows if passes(row)]
                 if scan.limit is not None and len(out) + len(rows) >= scan.limit:
