@@ -13,8 +13,8 @@ Faults, and what the loop does about them:
   with the batch held, so nothing is skipped; a stop (SIGTERM) during the wait abandons the
   batch, unwritten, for the next start to re-read. A transient failure anywhere else (the
   live source cannot start, the alias cannot be read) ends that projector's run, and
-  `run_projectors` starts it again after a backoff (0.5 s doubling to 30 s): `helix-es project`
-  does not exit for an outage, only for a fault that waiting does not cure.
+  `projectors.supervise` starts it again after a backoff (0.5 s doubling to 30 s):
+  `helix-es project` does not exit for an outage, only for a fault that waiting does not cure.
 - A checkpoint that vanished (Redis FLUSHALL, or a Redis restarted without persistence, took the
   view's data with it): the store refuses the write (`CheckpointLost`) or the periodic check
   (every `verify_interval` seconds, for partitions with nothing new to write) finds it missing,
@@ -29,9 +29,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from helix_es.log import kafka_errors
 from helix_es.log.check import Checker
 from helix_es.log.codec import Codec
 from helix_es.log.dead_letters import DeadLetters
@@ -42,8 +41,8 @@ from helix_es.model import names
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
-from helix_es.stores import registry
-from helix_es.stores.ports import CheckpointLost, StaleWrite
+from helix_es.stores.ports import CheckpointLost
+from projectors.supervise import transient
 
 log = logging.getLogger(__name__)
 
@@ -51,34 +50,9 @@ T = TypeVar("T")
 
 RETRY_FIRST = 0.1  # seconds before the first retry of a store write; doubles up to RETRY_MAX
 RETRY_MAX = 5.0
-RESTART_FIRST = 0.5  # seconds before a projector stopped by an outage starts again; doubles up to RESTART_MAX
-RESTART_MAX = 30.0
 CHECKPOINT_READS = 64  # checkpoints read at once (partitions dealt to this process, the periodic check)
 FOLDS_AT_ONCE = 16  # partitions' batches folded at once (each holds a store connection)
 VERIFY_STEP = 0.1  # seconds between the periodic check's steps through many partitions
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
-    TimeoutError,
-    StaleWrite,  # another projector kept winning the session guards: reload and try again
-)
-
-
-_LOCAL_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
-def transient(exc: BaseException) -> bool:
-    """A failure that waiting cures: a store or broker that is down, restarting or busy."""
-    for cause in (exc, exc.__cause__):
-        if isinstance(cause, _LOCAL_OS_ERRORS):
-            return False
-        if isinstance(cause, _TRANSIENT):
-            return True
-        if cause is not None and kafka_errors.transient(cause):  # the brokers away, or a retriable error
-            return True
-        if cause is not None and registry.transient(cause):  # a store's service away, restarting or busy
-            return True
-    return False
 
 
 class _Stopped(Exception):
@@ -95,7 +69,7 @@ class Progress:
     batches: int = 0
     assigned: set[Partition] = field(default_factory=set)
     retries: int = 0  # store writes retried after a transient failure
-    restarts: int = 0  # runs started again after a transient failure (by `run_projectors`)
+    restarts: int = 0  # runs started again after a transient failure (by `projectors.supervise`)
     refolds: int = 0  # partitions refolded from the start because their checkpoint vanished
 
 
@@ -424,51 +398,3 @@ class Projector:
         if self._log is None:
             self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
         await self._log.append(event)
-
-
-class Runnable(Protocol):
-    """A `Projector`, or what runs one (`projectors.aliases.TargetFollower`)."""
-
-    projection: Projection
-    progress: Progress
-
-    async def run(self, stop: asyncio.Event) -> Progress: ...
-
-
-async def supervise(projector: Runnable, stop: asyncio.Event) -> Progress:
-    """Run `projector` until `stop`; a transient failure starts it again after a backoff, any other raises."""
-    loop = asyncio.get_running_loop()
-    delay = RESTART_FIRST
-    while True:
-        started = loop.time()
-        try:
-            return await projector.run(stop)
-        except Exception as exc:
-            if stop.is_set() or not transient(exc):
-                raise
-            if loop.time() - started > 4 * RESTART_MAX:
-                delay = RESTART_FIRST  # it ran a good while: a new outage starts the backoff afresh
-            projector.progress.restarts += 1
-            log.warning(
-                "%s: stopped by %s: %s; starting again in %.1fs",
-                projector.projection.name,
-                type(exc).__name__,
-                exc,
-                delay,
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            if stop.is_set():
-                return projector.progress
-            delay = min(delay * 2, RESTART_MAX)
-
-
-async def run_projectors(projectors: Sequence[Runnable], stop: asyncio.Event) -> list[Progress]:
-    """Run several views side by side until `stop`, each restarted after outages; a fault stops them all."""
-    tasks = [asyncio.create_task(supervise(p, stop)) for p in projectors]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise

@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from helix_es.log.live.cold import ColdWatch
 from helix_es.log.port import Partition
-from projectors.runner import transient
+from projectors.supervise import transient
 from tests.conftest import unique
 
 
