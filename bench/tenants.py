@@ -52,9 +52,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from helix_es import Message, open_memory
 from helix_es.log.kafka import TOPIC_CONFIGS
+from helix_es.log.live.tiers import IDLE_SECONDS
 from projectors import heap
 from projectors.lag import lag
-from projectors.tiers import IDLE_SECONDS
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -399,7 +399,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         projector = bench.start_projector()
         out["start_to_caught_up_s"] = await bench.caught_up(600)
         # Partitions that had records are fetched apart for IDLE_SECONDS after, moved back at a
-        # look every third of that (projectors.tiers): the idle figure starts after both.
+        # look every third of that (helix_es.log.live.tiers): the idle figure starts after both.
         settled = IDLE_SECONDS * 4 / 3 + 5
         say(f"projector caught up {out['start_to_caught_up_s']:.1f} s after its start; idle for {settled + 20:.0f} s")
         await asyncio.sleep(settled)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from helix_es.log.kafka import ends_of
-from helix_es.log.kafka_clients import TopicPartition
+from helix_es.log.port import Partition
 from helix_es.model import names
 from helix_es.projection.aliases import current_target, target_projection
 from helix_es.projection.factory import open_store
@@ -39,7 +39,7 @@ class LagReport:
         return sum(p.lag for p in self.partitions if view is None or p.view == view)
 
 
-async def _ends(bootstrap: str, pattern: str) -> dict[TopicPartition, int]:
+async def _ends(bootstrap: str, pattern: str) -> dict[Partition, int]:
     return await ends_of(bootstrap, pattern, committed_only=False)  # the high watermarks, as always
 
 

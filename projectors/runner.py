@@ -1,8 +1,8 @@
-"""The consume-fold-checkpoint loop: one Kafka consumer group per view, the topics of its namespaces.
+"""The consume-fold-checkpoint loop: one view, the topics of its namespaces, read from a live source.
 
-The group deals shards, not partitions (`projectors.shards`: a new namespace's topic joins its
-owner's assignment without a rebalance). A partition dealt to this process is sought to the
-view's stored checkpoint + 1 (no offsets are committed to Kafka: the checkpoints are the
+The live source (`helix_es.log.port.LiveSource`; on Kafka `helix_es.log.live`, one consumer group
+per view) says which partitions this process folds. A partition dealt to this process is sought
+to the view's stored checkpoint + 1 (no offsets are committed to the log: the checkpoints are the
 truth), each batch is folded per session and written with its checkpoint in one atomic step,
 and session guards make a re-delivered event a no-op.
 
@@ -12,9 +12,9 @@ Faults, and what the loop does about them:
   retried with backoff (0.1 s doubling to 5 s, one warning per attempt) for as long as it takes,
   with the batch held, so nothing is skipped; a stop (SIGTERM) during the wait abandons the
   batch, unwritten, for the next start to re-read. A transient failure anywhere else (the
-  consumer cannot start, the alias cannot be read) ends that projector's run, and
-  `run_projectors` starts it again after a backoff (0.5 s doubling to 30 s): `helix-es project`
-  does not exit for an outage, only for a fault that waiting does not cure.
+  live source cannot start, the alias cannot be read) ends that projector's run, and
+  `projectors.supervise` starts it again after a backoff (0.5 s doubling to 30 s):
+  `helix-es project` does not exit for an outage, only for a fault that waiting does not cure.
 - A checkpoint that vanished (Redis FLUSHALL, or a Redis restarted without persistence, took the
   view's data with it): the store refuses the write (`CheckpointLost`) or the periodic check
   (every `verify_interval` seconds, for partitions with nothing new to write) finds it missing,
@@ -29,22 +29,20 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from helix_es.log import kafka_errors
 from helix_es.log.check import Checker
 from helix_es.log.codec import Codec
 from helix_es.log.dead_letters import DeadLetters
 from helix_es.log.kafka import KafkaLog
-from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition
+from helix_es.log.live.source import KafkaLive
+from helix_es.log.port import Batches, LiveSource, Partition, RawRecord
 from helix_es.model import names
 from helix_es.model.events import Event, Position, Record
 from helix_es.projection.driver import Driver
 from helix_es.projection.protocol import Projection
-from helix_es.stores import registry
-from helix_es.stores.ports import CheckpointLost, StaleWrite
-from projectors.shards import Shards
-from projectors.tiers import Batches, Tiers
+from helix_es.stores.ports import CheckpointLost
+from projectors.supervise import transient
 
 log = logging.getLogger(__name__)
 
@@ -52,34 +50,9 @@ T = TypeVar("T")
 
 RETRY_FIRST = 0.1  # seconds before the first retry of a store write; doubles up to RETRY_MAX
 RETRY_MAX = 5.0
-RESTART_FIRST = 0.5  # seconds before a projector stopped by an outage starts again; doubles up to RESTART_MAX
-RESTART_MAX = 30.0
 CHECKPOINT_READS = 64  # checkpoints read at once (partitions dealt to this process, the periodic check)
 FOLDS_AT_ONCE = 16  # partitions' batches folded at once (each holds a store connection)
 VERIFY_STEP = 0.1  # seconds between the periodic check's steps through many partitions
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    OSError,  # refused, reset, unreachable: ConnectionError and socket timeouts are OSErrors
-    TimeoutError,
-    StaleWrite,  # another projector kept winning the session guards: reload and try again
-)
-
-
-_LOCAL_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
-def transient(exc: BaseException) -> bool:
-    """A failure that waiting cures: a store or broker that is down, restarting or busy."""
-    for cause in (exc, exc.__cause__):
-        if isinstance(cause, _LOCAL_OS_ERRORS):
-            return False
-        if isinstance(cause, _TRANSIENT):
-            return True
-        if cause is not None and kafka_errors.transient(cause):  # the brokers away, or a retriable error
-            return True
-        if cause is not None and registry.transient(cause):  # a store's service away, restarting or busy
-            return True
-    return False
 
 
 class _Stopped(Exception):
@@ -94,9 +67,9 @@ class Progress:
     skipped: int = 0  # re-delivered at or below a session guard
     dead_letters: int = 0  # records it could not use, parked on helix.dlq.<namespace>
     batches: int = 0
-    assigned: set[TopicPartition] = field(default_factory=set)
+    assigned: set[Partition] = field(default_factory=set)
     retries: int = 0  # store writes retried after a transient failure
-    restarts: int = 0  # runs started again after a transient failure (by `run_projectors`)
+    restarts: int = 0  # runs started again after a transient failure (by `projectors.supervise`)
     refolds: int = 0  # partitions refolded from the start because their checkpoint vanished
 
 
@@ -117,6 +90,7 @@ class Projector:
         group_instance_id: str | None = None,
         replication_factor: int = 1,
         metadata_interval: float = 1.0,
+        live: Callable[[], LiveSource] | None = None,
     ) -> None:
         self.projection = projection
         # The view's namespaces (names or globs), None for every one: another namespace's events never reach it.
@@ -132,61 +106,64 @@ class Projector:
         self.group_instance_id = group_instance_id
         self.replication_factor = replication_factor  # of the shards topic, as of the namespace topics
         self.metadata_interval = metadata_interval  # how soon a new namespace's topic is found
-        self.consumer: Tiers | None = None  # the partitions this process folds, assigned by hand
-        self.shards: Shards | None = None
+        # What deals and reads the view's partitions, a new one each run: by default Kafka's.
+        self._new_live = live or self._kafka_live
+        self.live: LiveSource | None = None
         self._log: KafkaLog | None = None  # appends derived events
         self.dead_letters = DeadLetters(bootstrap_servers, topic_prefix)
         self.progress = Progress()
-        self.written: dict[TopicPartition, int] = {}  # the checkpoint this process last read or wrote
-        self.next: dict[TopicPartition, int] = {}  # where each assigned partition is read from next
-        self._unverified: list[TopicPartition] = []  # the periodic check's round, still to check
+        self.written: dict[Partition, int] = {}  # the checkpoint this process last read or wrote
+        self.next: dict[Partition, int] = {}  # where each assigned partition is read from next
+        self._unverified: list[Partition] = []  # the periodic check's round, still to check
         # The last offset this process folded, per partition: a record at or below it that comes again
-        # (a seek back, a refold, records fetched before the rebalance listener's seek) was parked already.
-        self.handled: dict[TopicPartition, int] = {}
+        # (a seek back, a refold) was parked already.
+        self.handled: dict[Partition, int] = {}
         # Per partition, a number that changes with every seek: records fetched before the last seek
-        # (from Kafka's committed offset, while the rebalance listener was still reading checkpoints)
         # are dropped, never folded; the partition is read again from where it was sought.
-        self.sought: dict[TopicPartition, int] = {}
+        self.sought: dict[Partition, int] = {}
         self._seeks = 0
         self._stop = asyncio.Event()
+
+    def _kafka_live(self) -> LiveSource:
+        """The view's partitions on Kafka: those of the shards this process owns in the view's group."""
+        return KafkaLive(
+            self.bootstrap_servers,
+            group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
+            topic_prefix=self.topic_prefix,
+            pattern=self.pattern,
+            replication_factor=self.replication_factor,
+            session_timeout=self.session_timeout,
+            group_instance_id=self.group_instance_id,
+            metadata_interval=self.metadata_interval,
+        )
 
     async def run(self, stop: asyncio.Event) -> Progress:
         """Consume until `stop` is set; then leave the group cleanly."""
         self._stop = stop
-        self.consumer = Tiers(self.bootstrap_servers, self.pattern, self.metadata_interval)
-        self.shards = Shards(
-            bootstrap_servers=self.bootstrap_servers,
-            group_id=names.consumer_group(self.projection.name, self.projection.kind, self.topic_prefix),
-            topic_prefix=self.topic_prefix,
-            watch=self.consumer.cold,
-            replication_factor=self.replication_factor,
-            session_timeout=self.session_timeout,
-            group_instance_id=self.group_instance_id,
-        )
+        self.live = live = self._new_live()
         self.written.clear()
         self.sought.clear()
         self.next.clear()
         # The checkpoints of partitions newly dealt are read while the others are folded: a new
         # namespace a second would otherwise hold every busy partition up for those round trips.
-        dealing: asyncio.Task[tuple[set[TopicPartition], list[TopicPartition], list[int | None]]] | None = None
+        dealing: asyncio.Task[tuple[set[Partition], list[Partition], list[int | None]]] | None = None
         try:
-            await self.consumer.start()
-            await self.shards.start()
+            await live.start()
             loop = asyncio.get_running_loop()
             next_check = loop.time() + self.verify_interval
             while not stop.is_set():
-                if self.shards.changed.is_set() and dealing is None:
-                    dealing = asyncio.create_task(self._read_gained(self.shards.wanted()))
-                if dealing is not None and (dealing.done() or not self.consumer.assigned):
+                if live.changed.is_set() and dealing is None:
+                    dealing = asyncio.create_task(self._read_gained(live.wanted()))
+                if dealing is not None and (dealing.done() or not live.assigned):
                     await self._reassign(*await dealing)
                     dealing = None
-                if not self.consumer.assigned:
+                if not live.assigned:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.shards.changed.wait(), 0.2)
+                        await asyncio.wait_for(live.changed.wait(), 0.2)
                     continue
-                batches = await self.consumer.poll(self.batch_size)
+                batches = await live.poll(self.batch_size)
                 await self._fold_all(batches)
-                await self.consumer.settle(self.next)
+                await live.settle(self.next)
                 if loop.time() >= next_check:
                     next_check = loop.time() + await self._verify()
         except _Stopped:
@@ -199,10 +176,7 @@ class Projector:
                 dealing.cancel()
                 await asyncio.gather(dealing, return_exceptions=True)
             self.progress.assigned.clear()
-            try:
-                await self.shards.stop(leave=stop.is_set())
-            finally:
-                await self.consumer.stop()
+            await live.stop(leave=stop.is_set())
             await self.dead_letters.close()
             if self._log is not None:
                 await self._log.close()
@@ -219,7 +193,7 @@ class Projector:
             return
         gate = asyncio.Semaphore(FOLDS_AT_ONCE)
 
-        async def fold(tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
+        async def fold(tp: Partition, messages: Sequence[RawRecord]) -> None:
             async with gate:
                 await self._fold(tp, messages)
 
@@ -228,12 +202,10 @@ class Projector:
             if isinstance(result, BaseException):
                 raise result
 
-    async def _read_gained(
-        self, wanted: set[TopicPartition]
-    ) -> tuple[set[TopicPartition], list[TopicPartition], list[int | None]]:
+    async def _read_gained(self, wanted: set[Partition]) -> tuple[set[Partition], list[Partition], list[int | None]]:
         """`wanted`, the partitions in it not folded yet, and their stored checkpoints."""
-        assert self.consumer is not None
-        gained = sorted(wanted - self.consumer.assigned)
+        assert self.live is not None
+        gained = sorted(wanted - self.live.assigned)
         checkpoints: list[int | None] = []
         for i in range(0, len(gained), CHECKPOINT_READS):
             some = gained[i : i + CHECKPOINT_READS]
@@ -243,18 +215,16 @@ class Projector:
             )
         return wanted, gained, checkpoints
 
-    async def _reassign(
-        self, wanted: set[TopicPartition], gained: list[TopicPartition], checkpoints: list[int | None]
-    ) -> None:
+    async def _reassign(self, wanted: set[Partition], gained: list[Partition], checkpoints: list[int | None]) -> None:
         """Fold `wanted` from now on: partitions kept read on where they were, the `gained` ones from their
         `checkpoints` (read by `_read_gained` while the assignment stayed as it is).
 
         `assign` replaces the whole assignment (and drops what was fetched), so every kept partition
         is sought back to where it was: no store read, no pause beyond one fetch for the others.
         """
-        consumer = self.consumer
-        assert consumer is not None
-        current = set(consumer.assigned)
+        live = self.live
+        assert live is not None
+        current = set(live.assigned)
         if wanted == current:
             return
         for tp in current - wanted:  # dealt to another process
@@ -263,15 +233,15 @@ class Projector:
         fresh = set()
         for tp, checkpoint in zip(gained, checkpoints, strict=True):
             if checkpoint is None:
-                # From the start: offset 0, or where the log begins (the consumer resets to the earliest
-                # offset), without asking the brokers first, which waits while a new topic elects leaders.
+                # From the start: offset 0, or where the log begins (the live source reads from there),
+                # without asking the brokers first, which waits while a new topic elects leaders.
                 fresh.add(tp)
                 self.written.pop(tp, None)
             else:
                 self.written[tp] = checkpoint
             self.next[tp] = 0 if checkpoint is None else checkpoint + 1
             self.mark_sought(tp)
-        await consumer.assign(wanted, self.next, fresh)
+        await live.assign(wanted, self.next, fresh)
         self.progress.assigned = set(wanted)
         name = self.projection.name
         if len(gained) <= 12:
@@ -282,13 +252,13 @@ class Projector:
         if current - wanted:
             log.info("%s: %d partitions dealt to other processes", name, len(current - wanted))
 
-    async def _checkpoints(self, tps: Sequence[TopicPartition]) -> list[int | None]:
+    async def _checkpoints(self, tps: Sequence[Partition]) -> list[int | None]:
         """The stored checkpoints of `tps` (at most `CHECKPOINT_READS`), read at once."""
         return list(await asyncio.gather(*(self.projection.checkpoint(tp.topic, tp.partition) for tp in tps)))
 
-    async def _seek(self, tp: TopicPartition, offset: int) -> None:
-        assert self.consumer is not None
-        await self.consumer.seek(tp, offset)
+    async def _seek(self, tp: Partition, offset: int) -> None:
+        assert self.live is not None
+        await self.live.seek(tp, offset)
         self.next[tp] = offset
         self.mark_sought(tp)
 
@@ -323,16 +293,16 @@ class Projector:
                 log.info("%s: %s succeeded after %d failed attempts", self.projection.name, what, failures)
             return result
 
-    async def _refold(self, tp: TopicPartition, why: str) -> None:
+    async def _refold(self, tp: Partition, why: str) -> None:
         """The view lost what it held of `tp`: fold the partition again from the start of the log."""
         log.warning(
             "%s: %s; refolding %s[%d] from the start of the log", self.projection.name, why, tp.topic, tp.partition
         )
         self.written.pop(tp, None)
         self.progress.refolds += 1
-        await self._seek(tp, 0)  # the consumer resets to where the log begins
+        await self._seek(tp, 0)  # the live source reads from where the log begins
 
-    def mark_sought(self, tp: TopicPartition) -> None:
+    def mark_sought(self, tp: Partition) -> None:
         self._seeks += 1
         self.sought[tp] = self._seeks
 
@@ -342,7 +312,7 @@ class Projector:
         A few at a time (`CHECKPOINT_READS`, read at once), so that thousands of partitions never
         hold up the folding: a round over all of them starts every `verify_interval` seconds.
         """
-        assert self.consumer is not None
+        assert self.live is not None
         if not self._unverified:
             self._unverified = list(self.written)
             if not self._unverified:
@@ -358,7 +328,7 @@ class Projector:
             return self.verify_interval
         for tp, stored in zip(some, found, strict=True):
             written = self.written.get(tp)
-            if written is None or tp not in self.consumer.assigned:
+            if written is None or tp not in self.live.assigned:
                 continue  # dealt away, or refolding, meanwhile
             if stored is None:
                 await self._refold(tp, f"the checkpoint of {tp.topic}[{tp.partition}] is gone (was {written})")
@@ -375,13 +345,12 @@ class Projector:
                 await self._seek(tp, stored + 1)
         return VERIFY_STEP if self._unverified else self.verify_interval
 
-    async def _fold(self, tp: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
+    async def _fold(self, tp: Partition, messages: Sequence[RawRecord]) -> None:
         records = []
         handled = self.handled.get(tp, -1)
         for m in messages:
             try:
-                event, checked = self.codec.read(m.value)
-                self.check(event, tp.topic, m.key, checked)
+                event = self.check.use(self.codec.read, m.value, tp.topic, m.key)
             except Exception as exc:  # a record we cannot use must not stop every view behind it
                 if m.offset > handled:
                     await self.retrying(
@@ -393,10 +362,10 @@ class Projector:
                     self.progress.dead_letters += 1
                 continue
             records.append(Record(event, Position(tp.topic, tp.partition, m.offset)))
-        assert self.consumer is not None
-        if tp not in self.consumer.assigned:
+        assert self.live is not None
+        if tp not in self.live.assigned:
             return  # revoked while this batch was decoded: its new owner folds it from the checkpoint
-        highwater = self.consumer.highwater(tp)
+        highwater = self.live.highwater(tp)
         live = highwater is None or messages[-1].offset + 1 >= highwater
         where = f"{tp.topic}[{tp.partition}]@{messages[0].offset}-{messages[-1].offset}"
         driver = Driver(self.projection, append=self._append_derived, retry=self.retrying)
@@ -429,51 +398,3 @@ class Projector:
         if self._log is None:
             self._log = KafkaLog(self.bootstrap_servers, topic_prefix=self.topic_prefix)
         await self._log.append(event)
-
-
-class Runnable(Protocol):
-    """A `Projector`, or what runs one (`projectors.aliases.TargetFollower`)."""
-
-    projection: Projection
-    progress: Progress
-
-    async def run(self, stop: asyncio.Event) -> Progress: ...
-
-
-async def supervise(projector: Runnable, stop: asyncio.Event) -> Progress:
-    """Run `projector` until `stop`; a transient failure starts it again after a backoff, any other raises."""
-    loop = asyncio.get_running_loop()
-    delay = RESTART_FIRST
-    while True:
-        started = loop.time()
-        try:
-            return await projector.run(stop)
-        except Exception as exc:
-            if stop.is_set() or not transient(exc):
-                raise
-            if loop.time() - started > 4 * RESTART_MAX:
-                delay = RESTART_FIRST  # it ran a good while: a new outage starts the backoff afresh
-            projector.progress.restarts += 1
-            log.warning(
-                "%s: stopped by %s: %s; starting again in %.1fs",
-                projector.projection.name,
-                type(exc).__name__,
-                exc,
-                delay,
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            if stop.is_set():
-                return projector.progress
-            delay = min(delay * 2, RESTART_MAX)
-
-
-async def run_projectors(projectors: Sequence[Runnable], stop: asyncio.Event) -> list[Progress]:
-    """Run several views side by side until `stop`, each restarted after outages; a fault stops them all."""
-    tasks = [asyncio.create_task(supervise(p, stop)) for p in projectors]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise

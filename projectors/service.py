@@ -11,7 +11,7 @@ from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
 from projectors import heap, instance
 from projectors.follow import TargetFollower
-from projectors.runner import run_projectors
+from projectors.supervise import run_projectors
 
 log = logging.getLogger("helix_es.project")
 

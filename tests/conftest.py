@@ -436,7 +436,7 @@ def redis_cluster_url() -> str:
 
 async def members(kafka: str, group: str, topic: str, partitions: int) -> dict[str, set[int]]:
     """The group's members (static ones are named after their instance id) and the partitions of `topic`
-    each folds: the group deals shards (`projectors.shards`), each partition belongs to one."""
+    each folds: the group deals shards (`helix_es.log.live.shards`), each partition belongs to one."""
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 

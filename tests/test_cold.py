@@ -10,11 +10,12 @@ import sys
 import time
 
 import pytest
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from projectors.cold import ColdWatch
-from projectors.runner import transient
+from helix_es.log.live.cold import ColdWatch
+from helix_es.log.port import Partition
+from projectors.supervise import transient
 from tests.conftest import unique
 
 
@@ -29,7 +30,7 @@ async def _topic(bootstrap: str, partitions: int) -> str:
     return topic
 
 
-async def _produce(bootstrap: str, tp: TopicPartition, count: int = 1) -> None:
+async def _produce(bootstrap: str, tp: Partition, count: int = 1) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
@@ -39,9 +40,9 @@ async def _produce(bootstrap: str, tp: TopicPartition, count: int = 1) -> None:
         await producer.stop()
 
 
-async def _woken(watch: ColdWatch, within: float) -> set[TopicPartition]:
+async def _woken(watch: ColdWatch, within: float) -> set[Partition]:
     deadline = time.monotonic() + within
-    woken: set[TopicPartition] = set()
+    woken: set[Partition] = set()
     while time.monotonic() < deadline and not woken:
         await watch.wait(0.2)
         woken = watch.take()
@@ -50,7 +51,7 @@ async def _woken(watch: ColdWatch, within: float) -> set[TopicPartition]:
 
 async def test_a_record_wakes_its_partition_and_a_paused_one_waits_for_resume(kafka_bootstrap: str) -> None:
     topic = await _topic(kafka_bootstrap, 3)
-    a, b, c = (TopicPartition(topic, p) for p in range(3))
+    a, b, c = (Partition(topic, p) for p in range(3))
     await _produce(kafka_bootstrap, c, 2)  # below the position it is watched from: not a wake-up
     watch = ColdWatch(kafka_bootstrap, 200)
     await watch.start()
@@ -73,7 +74,7 @@ async def test_a_record_wakes_its_partition_and_a_paused_one_waits_for_resume(ka
 
 async def test_added_partitions_are_watched_and_the_others_keep_their_offsets_and_pauses(kafka_bootstrap: str) -> None:
     topic = await _topic(kafka_bootstrap, 3)
-    a, b, c = (TopicPartition(topic, p) for p in range(3))
+    a, b, c = (Partition(topic, p) for p in range(3))
     await _produce(kafka_bootstrap, a, 2)
     watch = ColdWatch(kafka_bootstrap, 200)
     await watch.start()
@@ -134,7 +135,7 @@ async def test_a_watcher_that_died_fails_the_run_transiently(kafka_bootstrap: st
 
 PARENT = """
 import asyncio, sys, time
-from projectors.cold import ColdWatch
+from helix_es.log.live.cold import ColdWatch
 
 async def main():
     watch = ColdWatch(sys.argv[1], 200)

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from helix_es import Message, load_config, open_memory
+from helix_es.log.live import tiers
+from helix_es.log.live.source import KafkaLive
 from helix_es.projection.session import SessionProjection
 from helix_es.stores.redis.views import RedisStore
 from helix_es.views.base import View
-from projectors import tiers
 from projectors.runner import Projector
 from tests.conftest import unique, wait_for
 
@@ -54,20 +55,21 @@ async def test_new_namespaces_join_without_a_rebalance_and_idle_partitions_wake(
     task = asyncio.create_task(projector.run(stop))
     try:
         await wait_for(lambda: _assigned(projector, 10), 60, "the first five namespaces' partitions")
-        assert projector.shards is not None and projector.consumer is not None
-        deals = projector.shards.deals
+        live = projector.live
+        assert isinstance(live, KafkaLive)
+        deals = live.shards.deals
         for ns in spaces[5:]:  # new namespaces while it runs: each one's first add is read back
             assert await add(ns, f"first in {ns}") == [f"first in {ns}"]
         assert len(projector.progress.assigned) == 20
-        assert projector.shards.deals == deals, "a new namespace's topic rebalanced the group"
+        assert live.shards.deals == deals, "a new namespace's topic rebalanced the group"
 
-        tiered = projector.consumer
+        tiered = live.tiers
         await wait_for(lambda: _all_cold(tiered), 30, "every partition to go idle")
         for ns in spaces:  # an idle partition's next record wakes it
             got = await add(ns, f"again in {ns}")
             assert got[-1] == f"again in {ns}" and len(got) == 2, got
         assert tiered._hot, "the partitions that had records again are fetched apart"
-        assert projector.shards.deals == deals
+        assert live.shards.deals == deals
     finally:
         stop.set()
         await task

@@ -13,7 +13,8 @@ import logging
 
 from helix_es.log import kafka_clients as clients
 from helix_es.log.kafka import create_topic
-from helix_es.log.kafka_clients import ConsumerRecord, Producer
+from helix_es.log.kafka_clients import Producer
+from helix_es.log.port import RawRecord
 from helix_es.model import names
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class DeadLetters:
         self._producer: Producer | None = None
         self._topics: set[str] = set()
 
-    async def park(self, record: ConsumerRecord[bytes, bytes], error: Exception, view: str) -> str:
+    async def park(self, record: RawRecord, error: Exception, view: str) -> str:
         topic = names.dlq_topic(names.namespace_of(record.topic, self.prefix), self.prefix)
         if self._producer is None:
             self._producer = clients.producer(self.bootstrap_servers)

@@ -22,7 +22,7 @@ from helix_es.log.check import Checker, OnBad, concerns, skipped
 from helix_es.log.codec import Codec
 from helix_es.log.kafka_clients import Admin, Consumer, Producer, TopicPartition
 from helix_es.log.kafka_errors import KafkaUnavailable
-from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Unclaimed
+from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Partition, Unclaimed
 from helix_es.model import names
 from helix_es.model.errors import EventTooLarge, HelixError
 from helix_es.model.events import Event, Position, Record
@@ -82,7 +82,7 @@ async def track(consumer: Consumer, topics: set[str]) -> None:
         await client.force_metadata_update()
 
 
-async def ends_of(bootstrap_servers: str, pattern: str, *, committed_only: bool = True) -> dict[TopicPartition, int]:
+async def ends_of(bootstrap_servers: str, pattern: str, *, committed_only: bool = True) -> dict[Partition, int]:
     """The end offset of every partition of the topics `pattern` matches, asked once (`committed_only`: as
     `kafka_clients.consumer`'s). `helix-es lag` compares them with the views' checkpoints."""
     async with clients.admin_session(bootstrap_servers) as admin:
@@ -98,7 +98,7 @@ async def ends_of(bootstrap_servers: str, pattern: str, *, committed_only: bool 
     await consumer.start()
     try:
         await track(consumer, {tp.topic for tp in tps})
-        return dict(await consumer.end_offsets(tps))
+        return {Partition(*tp): end for tp, end in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
 

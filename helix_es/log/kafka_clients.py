@@ -1,7 +1,8 @@
 """Every Kafka client helix-es makes: consumers, producers, admin and metadata clients, built here.
 
 The rest of helix-es never imports aiokafka: it asks this module for clients and uses the names it
-passes on (`TopicPartition`, `ConsumerRecord`, `RebalanceListener`). No consumer commits offsets: the
+passes on (`TopicPartition`, `RebalanceListener`); outside the log layer, partitions and records are
+the log's own (`helix_es.log.port`). No consumer commits offsets: the
 views' checkpoints say where reading resumes. A site's own tuning (fetch sizes and waits, group
 membership, producer batching) is passed as the client's keyword options.
 """
@@ -12,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator, Collection
 from typing import Any, TypeAlias
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer.subscription_state import ManualSubscription, TopicPartitionState
@@ -22,7 +23,6 @@ __all__ = [
     "CLIENT_LOGGER",
     "Admin",
     "Consumer",
-    "ConsumerRecord",
     "MetadataClient",
     "Producer",
     "RebalanceListener",

@@ -1,11 +1,13 @@
-"""The event log port: the one source of truth. Adapters: embedded file, Kafka."""
+"""The log's ports: the event log, the one source of truth (adapters: embedded file, Kafka), and the
+live source a projector folds from (adapter: Kafka, `helix_es.log.live`)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, NamedTuple, Protocol
 
 from helix_es.log.check import OnBad
 from helix_es.model.events import Event, Position, Record
@@ -87,3 +89,85 @@ class Unclaimed:
             self._writes[event_id] = write
             write.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning if it fails
             raise
+
+
+class Partition(NamedTuple):
+    """One partition of a namespace's log: its topic and number."""
+
+    topic: str
+    partition: int
+
+
+class RawRecord(Protocol):
+    """A record as the log holds it, not decoded yet: its reader decides what a bad one means."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...  # None: a tombstone, which no helix-es writer makes
+
+    @property
+    def timestamp(self) -> int: ...  # milliseconds since the epoch, as the log stamped it
+
+
+Batches = Sequence[tuple[Partition, Sequence[RawRecord]]]  # one partition's records each, in offset order
+
+
+class LiveSource(Protocol):
+    """A view's partitions as they are written: which of them this process folds, and their new records.
+
+    A projector (`projectors.runner`) reads `wanted` when `changed` is set, `assign`s those partitions
+    with where each is read from, then `poll`s batches, folds them, and `settle`s with where each
+    partition is read from next. Nothing is committed to the log: the view's checkpoints are the truth.
+    """
+
+    changed: asyncio.Event  # the partitions wanted changed since `wanted` was last read
+
+    @property
+    def assigned(self) -> AbstractSet[Partition]:
+        """The partitions assigned now (the last `assign`)."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, *, leave: bool) -> None:
+        """Stop reading; `leave`: hand this process's share to the others at once (a clean stop), else
+        keep it for a restart under the same identity (an outage)."""
+        ...
+
+    def wanted(self) -> set[Partition]:
+        """The partitions this process should fold now; clears `changed`."""
+        ...
+
+    async def assign(
+        self, partitions: Iterable[Partition], positions: Mapping[Partition, int], fresh: AbstractSet[Partition]
+    ) -> None:
+        """Fold `partitions` from `positions` (every one of them); the `fresh` ones were never folded. An
+        offset below where a partition's log begins reads from its beginning (here and in `seek`)."""
+        ...
+
+    async def poll(self, max_records: int) -> Batches:
+        """Records come since the last poll, `max_records` at most in all; waits a little for some."""
+        ...
+
+    async def seek(self, partition: Partition, offset: int) -> None:
+        """Read `partition` from `offset` next."""
+        ...
+
+    async def settle(self, positions: Mapping[Partition, int]) -> None:
+        """After the batches of `poll` are folded, with where each partition is read from next."""
+        ...
+
+    def highwater(self, partition: Partition) -> int | None:
+        """The end of `partition` as of the last poll, if known: a batch that reaches it is live."""
+        ...

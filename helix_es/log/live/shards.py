@@ -7,7 +7,7 @@ appears (aiokafka has no incremental rebalancing). So the view's group
 shards, and rebalances only when projector processes come or go. Each topic-partition of the
 namespaces belongs to one shard (`names.shard_of`); a process folds the partitions of the
 shards it owns, assigned by hand to a second consumer that no group manages, and hears of new
-namespace topics from the idle partitions' watcher (`projectors.cold`), which reads the cluster's
+namespace topics from the idle partitions' watcher (`helix_es.log.live.cold`), which reads the cluster's
 metadata in its own process: a new topic adds its partitions to the owner's assignment and
 disturbs nothing else.
 """
@@ -23,6 +23,7 @@ from typing import Protocol
 from helix_es.log import kafka_clients as clients
 from helix_es.log.kafka import create_topic
 from helix_es.log.kafka_clients import RebalanceListener, TopicPartition
+from helix_es.log.port import Partition
 from helix_es.model import names
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ FIRST_TOPICS_SECONDS = 60.0  # how long a start waits for the watcher's first li
 
 
 class TopicWatch(Protocol):
-    """What names the namespace topics (`projectors.cold.ColdWatch`): the last list, and a hook for changes."""
+    """What names the namespace topics (`helix_es.log.live.cold.ColdWatch`): the last list, and a hook for changes."""
 
     topics: dict[str, int] | None
     on_topics: Callable[[dict[str, int]], None] | None
@@ -91,7 +92,7 @@ class Shards:
         self.count = names.SHARDS  # the shards topic's partitions, once read
         self.topics: dict[str, int] = {}  # namespace topic -> partitions
         self.changed = asyncio.Event()  # the deal or the topics changed since `wanted` was last read
-        self._shard: dict[TopicPartition, int] = {}
+        self._shard: dict[Partition, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -127,13 +128,13 @@ class Shards:
         while True:
             await self.group.getmany(timeout_ms=1000)
 
-    def wanted(self) -> set[TopicPartition]:
+    def wanted(self) -> set[Partition]:
         """The namespace partitions of the shards this process owns now."""
         self.changed.clear()
         out = set()
         for topic, count in self.topics.items():
             for p in range(count):
-                tp = TopicPartition(topic, p)
+                tp = Partition(topic, p)
                 shard = self._shard.get(tp)
                 if shard is None:
                     shard = self._shard[tp] = names.shard_of(topic, p, self.count)

@@ -5,7 +5,7 @@ aiokafka decodes every fetch answer in Python, one entry per partition asked for
 tens of milliseconds per thousand partitions. In the folding process, even on a thread of its
 own, that decode held the interpreter lock while busy partitions waited for it: add-to-visible
 p99 137 ms with 6,000 idle partitions and nothing else changing, beside 51 ms with the lock
-handed over ten times as often. So a child process (`helix_es/log/idle_poll.py`) holds the idle
+handed over ten times as often. So a child process (`idle_poll.py` beside this file) holds the idle
 partitions and long-polls them; when some have records it pauses them and names them, and the
 folding process fetches them with its busy partitions' consumer from its own positions. What
 the child fetched is never decoded into events. The child also reads the cluster's metadata every
@@ -30,9 +30,9 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 
-from helix_es.log import idle_poll
-from helix_es.log.idle_poll import LINE_LIMIT, partitions
-from helix_es.log.kafka_clients import TopicPartition
+from helix_es.log.live import idle_poll
+from helix_es.log.live.idle_poll import LINE_LIMIT
+from helix_es.log.port import Partition
 
 STOP_SECONDS = 10.0  # how long a stop waits for the child to leave before it is killed
 
@@ -47,7 +47,7 @@ class ColdWatch:
         self.interval = interval  # seconds between the child's looks at the cluster's topics
         self.topics: dict[str, int] | None = None  # the matching topics the child named last
         self.on_topics: Callable[[dict[str, int]], None] | None = None
-        self.woken: set[TopicPartition] = set()
+        self.woken: set[Partition] = set()
         self._woke = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -81,14 +81,14 @@ class ColdWatch:
                 if self.on_topics is not None:
                     self.on_topics(message["topics"])
                 continue
-            self.woken.update(partitions(message["woke"]))
+            self.woken.update(Partition(t, p) for t, p in message["woke"])
             self._woke.set()
         self._gone = f"exited with code {await self._proc.wait()}"
         self._woke.set()
 
     def _check(self) -> None:
         if self._gone is not None:
-            # An OSError: `supervise` starts the projector again, with a new watcher.
+            # An OSError: a projector's supervision waits it out, and starts the projector again with a new watcher.
             raise ChildProcessError(f"the idle partitions' watcher {self._gone}; see its log above")
 
     async def _send(self, message: Mapping[str, object]) -> None:
@@ -97,19 +97,19 @@ class ColdWatch:
         self._proc.stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
         await self._proc.stdin.drain()
 
-    async def assign(self, at: Mapping[TopicPartition, int], paused: Iterable[TopicPartition]) -> None:
+    async def assign(self, at: Mapping[Partition, int], paused: Iterable[Partition]) -> None:
         """Watch exactly `at` (each from its offset), `paused` ones not yet."""
         assign = [[tp.topic, tp.partition, o] for tp, o in sorted(at.items())]
         await self._send({"assign": assign, "paused": [list(tp) for tp in paused]})
 
-    async def add(self, at: Mapping[TopicPartition, int]) -> None:
+    async def add(self, at: Mapping[Partition, int]) -> None:
         """Watch `at` too (each from its offset); the others stay as they are, paused or not."""
         await self._send({"add": [[tp.topic, tp.partition, o] for tp, o in sorted(at.items())]})
 
-    async def resume(self, at: Mapping[TopicPartition, int]) -> None:
+    async def resume(self, at: Mapping[Partition, int]) -> None:
         await self._send({"resume": [[tp.topic, tp.partition, o] for tp, o in at.items()]})
 
-    async def seek(self, tp: TopicPartition, offset: int) -> None:
+    async def seek(self, tp: Partition, offset: int) -> None:
         await self._send({"seek": [[tp.topic, tp.partition, offset]]})
 
     async def wait(self, timeout: float) -> None:
@@ -119,7 +119,7 @@ class ColdWatch:
                 await asyncio.wait_for(self._woke.wait(), timeout)
         self._check()
 
-    def take(self) -> set[TopicPartition]:
+    def take(self) -> set[Partition]:
         """The partitions that woke since the last take (the child paused them)."""
         woken, self.woken = self.woken, set()
         self._woke.clear()

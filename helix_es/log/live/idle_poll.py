@@ -1,8 +1,8 @@
 """The idle partitions' long poll: a projector's child process that only says which partitions woke,
-and which namespace topics there are (why, and the JSON lines it reads and writes: `projectors.cold`).
+and which namespace topics there are (why, and the JSON lines it reads and writes: `helix_es.log.live.cold`).
 
 The parent runs this file by its path (`python -P`: its directory stays off `sys.path`), not as a
-module of helix_es: it loads its sibling `kafka_clients` (the standard library and aiokafka only) from
+module of helix_es: it loads the log layer's `kafka_clients` (the standard library and aiokafka only) from
 its file, without the helix_es package, whose import would add most of a second to every projector's start.
 """
 
@@ -22,9 +22,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 
-def _sibling(name: str) -> ModuleType:
-    """The module `name` of this file's directory, loaded from its file alone."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+def _log_module(name: str) -> ModuleType:
+    """The module `name` of the log layer's directory (this one's parent), loaded from its file alone."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -34,7 +34,7 @@ def _sibling(name: str) -> ModuleType:
 if TYPE_CHECKING or __package__:
     from helix_es.log import kafka_clients as clients
 else:  # run by its path, as the parent does
-    clients = _sibling("kafka_clients")
+    clients = _log_module("kafka_clients")
 
 LINE_LIMIT = 64 * 1024 * 1024  # an assignment of 100,000 partitions is about 5 MB of JSON
 

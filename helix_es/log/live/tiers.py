@@ -6,7 +6,7 @@ With a thousand namespaces of six partitions that is 6,000 entries per round tri
 a few sessions write all the time the rounds come back to back: measured, 35% of a core at
 idle and add-to-visible 4.6 s at p50. So the partitions that had records in the last
 `IDLE_SECONDS` are fetched by a `hot` consumer of their own (small, fast rounds), and every
-other partition is watched by a child process (`projectors.cold`) whose long poll
+other partition is watched by a child process (`helix_es.log.live.cold`) whose long poll
 (`COLD_WAIT_MS`) returns as soon as any of them has a record: that partition then moves to
 `hot`, which reads it from this process's position. The child keeps the partitions it had and
 pauses the hot ones, so a move is a pause or resume, not a new assignment. A broker answers a
@@ -18,10 +18,12 @@ in flight: a new namespace's partitions start hot, and go to the child only when
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
-from helix_es.log.kafka_clients import ConsumerRecord, TopicPartition, add_partitions, fold_consumer
-from projectors.cold import ColdWatch
+from helix_es.log.kafka_clients import TopicPartition, add_partitions, fold_consumer
+from helix_es.log.live.cold import ColdWatch
+from helix_es.log.port import Batches, Partition
 
 IDLE_SECONDS = 30.0  # a hot partition without records this long goes back to the cold watcher
 # A new namespace's partitions start hot; most never get a record (a session writes to one): these
@@ -41,7 +43,12 @@ HOT_FETCH_WAIT_MS = 5
 # hot about once a second. Each fetch round still walks the paused ones, so past this many (or the
 # partitions fetched, if more) `hot` is assigned afresh.
 PARKED_MAX = 64
-Batches = list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]
+Positions = Mapping[Partition, int]
+
+
+def _kafka(partitions: Iterable[Partition]) -> list[TopicPartition]:
+    """The client's own type, which some of its calls insist on (ours hash and compare alike)."""
+    return [TopicPartition(*tp) for tp in partitions]
 
 
 class Tiers:
@@ -56,13 +63,13 @@ class Tiers:
     def __init__(self, bootstrap_servers: str, pattern: str | None = None, metadata_interval: float = 1.0) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.hot = fold_consumer(bootstrap_servers, HOT_FETCH_WAIT_MS)
-        # The child also names the topics matching `pattern` (`projectors.shards` deals them).
+        # The child also names the topics matching `pattern` (`helix_es.log.live.shards` deals them).
         self.cold = ColdWatch(bootstrap_servers, COLD_WAIT_MS, pattern, metadata_interval)
-        self.assigned: set[TopicPartition] = set()
-        self._hot: set[TopicPartition] = set()
-        self._cold: set[TopicPartition] = set()  # cold's assignment: the hot ones among them paused
-        self._parked: set[TopicPartition] = set()  # in hot's assignment, paused: cold watches them
-        self._last: dict[TopicPartition, float] = {}  # when each hot partition last had records
+        self.assigned: set[Partition] = set()
+        self._hot: set[Partition] = set()
+        self._cold: set[Partition] = set()  # cold's assignment: the hot ones among them paused
+        self._parked: set[Partition] = set()  # in hot's assignment, paused: cold watches them
+        self._last: dict[Partition, float] = {}  # when each hot partition last had records
         self._next_demotion = 0.0
 
     async def start(self) -> None:
@@ -74,7 +81,7 @@ class Tiers:
         await self.cold.stop()
 
     async def assign(
-        self, partitions: Iterable[TopicPartition], positions: dict[TopicPartition, int], fresh: set[TopicPartition]
+        self, partitions: Iterable[Partition], positions: Positions, fresh: AbstractSet[Partition]
     ) -> None:
         """Fold `partitions` from `positions` (every one of them). The `fresh` ones (never folded: a new
         namespace, records due) start hot; others cold, until they have records."""
@@ -92,7 +99,7 @@ class Tiers:
             await self._assign_cold(cold, positions)
         self._assign_hot(positions)
 
-    async def _assign_cold(self, cold: set[TopicPartition], positions: dict[TopicPartition, int]) -> None:
+    async def _assign_cold(self, cold: set[Partition], positions: Positions) -> None:
         """Give `cold` to the watcher: only the new ones where none leave (a short message, not thousands)."""
         more = cold - self._cold
         if self._cold <= cold:
@@ -101,40 +108,40 @@ class Tiers:
             await self.cold.assign({tp: positions[tp] for tp in cold}, cold & self._hot)
         self._cold = cold
 
-    def _assign_hot(self, positions: dict[TopicPartition, int]) -> None:
+    def _assign_hot(self, positions: Positions) -> None:
         """Make `hot` fetch exactly `_hot`: partitions leaving are paused, coming back resumed, new ones
         added in place; a new assignment only when some left this process or too many wait paused."""
-        held = self.hot.assignment()
+        held = {Partition(*tp) for tp in self.hot.assignment()}
         parked = held - self._hot
         if not held or not held <= self.assigned or len(parked) > max(PARKED_MAX, len(self._hot)):
-            self.hot.assign(sorted(self._hot))
+            self.hot.assign(_kafka(sorted(self._hot)))
             for tp in self._hot:
-                self.hot.seek(tp, positions[tp])
+                self.hot.seek(TopicPartition(*tp), positions[tp])
             self._parked = set()
             return
         if parked - self._parked:
-            self.hot.pause(*(parked - self._parked))
+            self.hot.pause(*_kafka(parked - self._parked))
         back = self._hot & self._parked
         for tp in back:
-            self.hot.seek(tp, positions[tp])
+            self.hot.seek(TopicPartition(*tp), positions[tp])
         if back:
-            self.hot.resume(*back)
+            self.hot.resume(*_kafka(back))
         self._parked = parked
         new = self._hot - held
         if new:
-            add_partitions(self.hot, new)
+            add_partitions(self.hot, _kafka(new))
             for tp in new:
-                self.hot.seek(tp, positions[tp])
+                self.hot.seek(TopicPartition(*tp), positions[tp])
 
-    async def seek(self, tp: TopicPartition, offset: int) -> None:
+    async def seek(self, tp: Partition, offset: int) -> None:
         if tp in self._hot:
-            self.hot.seek(tp, offset)
+            self.hot.seek(TopicPartition(*tp), offset)
         else:
             await self.cold.seek(tp, offset)
 
-    def highwater(self, tp: TopicPartition) -> int | None:
+    def highwater(self, tp: Partition) -> int | None:
         """The end of `tp` as of the last fetch (only hot partitions' records are folded)."""
-        return self.hot.highwater(tp) if tp in self._hot else None
+        return self.hot.highwater(TopicPartition(*tp)) if tp in self._hot else None
 
     async def poll(self, max_records: int) -> Batches:
         """Records of hot partitions, waiting up to HOT_WAIT_MS for some (IDLE_WAIT_MS for a cold one
@@ -142,13 +149,14 @@ class Tiers:
         if not self._hot:
             await self.cold.wait(IDLE_WAIT_MS / 1000)
             return []
-        out: Batches = list((await self.hot.getmany(timeout_ms=HOT_WAIT_MS, max_records=max_records)).items())
+        fetched = await self.hot.getmany(timeout_ms=HOT_WAIT_MS, max_records=max_records)
+        out = [(Partition(*tp), records) for tp, records in fetched.items()]
         now = time.monotonic()
         for tp, _ in out:
             self._last[tp] = now
         return out
 
-    async def settle(self, positions: dict[TopicPartition, int]) -> None:
+    async def settle(self, positions: Positions) -> None:
         """After the batches of `poll` are folded: partitions that woke move hot, long-idle ones cold."""
         now = time.monotonic()
         moved = False
