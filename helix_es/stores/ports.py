@@ -441,6 +441,23 @@ class RowStore(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class BulkLoad(Protocol):
+    """A store that can load a rebuild's target without its search indexes, built once at the end."""
+
+    def defer_indexes(self) -> None:
+        """Before first use: leave the search indexes for `build_indexes` (every process of the load)."""
+        ...
+
+    async def start_load(self) -> None:
+        """The rebuild's own process, before any process folds into the target: a load begins (defers too)."""
+        ...
+
+    async def build_indexes(self) -> None:
+        """The indexes deferred, over every row now in the target, before readers are switched to it."""
+        ...
+
+
 # --- a store kind: what one technology offers ---
 
 
