@@ -36,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import asyncpg
@@ -145,6 +146,10 @@ class _Sql:
         )
         self.trgm = None if self.trgm_create is None else index_if_missing(self.trgm_name, self.trgm_create)
         columns = [c for c, _ in table.columns]
+        # a row's values in column order, as COPY takes them (a tuple even of one column)
+        self.values: Callable[[Row], tuple[Any, ...]] = (
+            itemgetter(*columns) if len(columns) > 1 else lambda row: (row[columns[0]],)
+        )
         self.columns = ", ".join(_q(c) for c in columns)
         arrays = ", ".join(f"${i}::{_SQL_TYPE[k]}[]" for i, (_, k) in enumerate(table.columns, 3))
         unnest = f"SELECT * FROM unnest({arrays}) AS u({self.columns})"
@@ -479,9 +484,7 @@ class PostgresRows:
         columns = [c for c, _ in table.columns]
         try:
             async with conn.transaction():  # a savepoint, for the INSERT after it
-                await conn.copy_records_to_table(
-                    table.name, records=[tuple(r[c] for c in columns) for r in rows], columns=columns
-                )
+                await conn.copy_records_to_table(table.name, records=map(sql.values, rows), columns=columns)
         except asyncpg.UniqueViolationError:
             return False
         return True
