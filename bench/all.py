@@ -606,15 +606,17 @@ async def run_throughput(run: Run) -> None:
 async def run_long_term(run: Run) -> None:
     import asyncpg
 
-    from helix_es.stores.postgres.long_term import PostgresLongTerm
+    from helix_es.projection.long_term import LongTermRows
+    from helix_es.stores.postgres.rows import PostgresRows
+    from helix_es.views.long_term_rows import tables
 
     size = run.size
     ns = f"lt-{run.run_id}"
     table = f"bench_long_term_{run.run_id}"
-    store = PostgresLongTerm(run.dsn, table=table)
-    await store.ensure_table()
+    store = LongTermRows(PostgresRows(run.dsn, f"long-term-{table}", tables(table)), table)
+    await store.rows(ns)  # its tables and indexes, as the view makes them
     await store.close()
-    run.tables.append(table)
+    run.tables += [table, f"{table}_retracted"]
     topic = names.topic(ns, run.prefix)
     rng = random.Random(5)
     t0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -626,7 +628,7 @@ async def run_long_term(run: Run) -> None:
             role,
             f"turn {i}: about the {words[i % len(words)]}, " + "words of a typical chat message " * 2 + f"ref-{i:06d}",
         )
-        return (ns, topic, i % 6, i // 6, f"s{i % 500}", t0 + timedelta(microseconds=i), role, m.content, m.to_json())
+        return (ns, t0 + timedelta(microseconds=i), topic, i % 6, i // 6, f"s{i % 500}", role, m.content, m.to_json())
 
     say(f"long-term: COPY {size.long_term_rows:,} rows into {table}")
     conn = await asyncpg.connect(run.dsn)
@@ -637,11 +639,11 @@ async def run_long_term(run: Run) -> None:
             records=[row(i) for i in range(size.long_term_rows)],
             columns=[
                 "namespace",
+                "created_at",
                 "topic",
                 "partition",
                 "offset",
                 "session_id",
-                "created_at",
                 "role",
                 "content",
                 "message",
@@ -1412,7 +1414,7 @@ async def cleanup(run: Run) -> None:
     try:
         for t in run.tables:
             await conn.execute(f'DROP TABLE IF EXISTS "{t}"')
-        for t in ("helix_checkpoints", "helix_long_term_cleared"):
+        for t in ("helix_checkpoints", "helix_row_marks"):
             if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", t):
                 await conn.execute(f"DELETE FROM {t} WHERE view LIKE 'long-term-bench_long_term_{run.run_id}%'")
         for t in ("helix_aliases", "helix_targets", "helix_served"):

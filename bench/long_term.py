@@ -3,7 +3,8 @@
     python bench/long_term.py [--n 1000000] [--queries 200] [--keep] [--json]
 
 Target: `search` p50 <= 5 ms at 1M rows in one namespace, for a term in one row at a random
-place. The anchor is the same SELECT on the same table with bitmap scans off, the only way the
+place, of the long-term view as the postgres store keeps it (`LongTermRows` over `PostgresRows`).
+The anchor is the same SELECT on the same table with bitmap scans off, the only way the
 planner can use a GIN index: the ordered scan helix-es did before the index (it reads half the
 namespace on average for such a term). Every query's results are checked equal between the two.
 Also: a common word (the planner may still prefer the ordered scan, which stops at LIMIT) and a
@@ -30,15 +31,17 @@ import asyncpg
 from cli import missed  # bench/, this script's directory
 
 from helix_es import Message
+from helix_es.projection.long_term import LongTermRows
 from helix_es.stores.ports import SessionKey
-from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.postgres.trigrams import probe
-from helix_es.views.long_term import escape_like
+from helix_es.views.long_term_rows import tables
+from helix_es.views.rows import Scan
 
 TARGET_MS = 5.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 WORDS = ["flight", "hotel", "invoice", "meeting", "passport", "train", "budget", "dentist", "weather", "visa"]
-COLUMNS = ["namespace", "topic", "partition", "offset", "session_id", "created_at", "role", "content", "message"]
+COLUMNS = ["namespace", "created_at", "topic", "partition", "offset", "session_id", "role", "content", "message"]
 NS = "bench-lt"
 
 
@@ -50,8 +53,13 @@ def pct(samples: list[float], q: float) -> float:
 def row(i: int) -> tuple[Any, ...]:
     role = "user" if i % 2 else "assistant"
     text = f"turn {i}: about the {WORDS[i % len(WORDS)]}, " + "words of a typical chat message " * 2 + f"ref-{i:06d}"
-    return (NS, "bench", i % 6, i // 6, f"s{i % 500}", T0 + timedelta(microseconds=i), role, text,
+    return (NS, T0 + timedelta(microseconds=i), "bench", i % 6, i // 6, f"s{i % 500}", role, text,
             Message(role, text).to_json())  # fmt: skip
+
+
+def opened(dsn: str, table: str) -> LongTermRows:
+    """The long-term view of `table`, as the postgres store kind keeps it: rows."""
+    return LongTermRows(PostgresRows(dsn, f"bench-lt-{table}", tables(table)), table)
 
 
 async def trgm_index(conn: asyncpg.Connection, table: str) -> str | None:
@@ -68,14 +76,16 @@ async def seed(dsn: str, table: str, n: int, result: dict[str, Any]) -> None:
     try:
         if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{table}"'):
             have = await conn.fetchval(f'SELECT count(*) FROM "{table}"')
-            if have == n and await trgm_index(conn, table):
+            rows = await conn.fetchval(  # a kept table of this layout, not of the adapter before rows
+                "SELECT format_type(atttypid, atttypmod) = 'bigint' FROM pg_attribute"
+                " WHERE attrelid = $1::regclass AND attname = 'partition'",
+                f'"{table}"',
+            )
+            if have == n and rows and await trgm_index(conn, table):
                 return  # a kept table
-            await conn.execute(f'DROP TABLE "{table}"')
-        store = PostgresLongTerm(dsn, table=table)
-        await store.ensure_table()
-        await store.close()
-        index = await trgm_index(conn, table)
-        await conn.execute(f'DROP INDEX "{index}"')  # COPY first, then build it: the build is a figure
+            await conn.execute(f'DROP TABLE "{table}", "{table}_retracted"')
+        store = opened(dsn, table)
+        await store.start_load()  # the table without its trigram index: COPY first, then build it (a figure)
         t = time.perf_counter()
         for start in range(0, n, 100_000):
             await conn.copy_records_to_table(
@@ -83,8 +93,7 @@ async def seed(dsn: str, table: str, n: int, result: dict[str, Any]) -> None:
             )
         result["copy_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        store = PostgresLongTerm(dsn, table=table)  # a new process would make the index the same way
-        await store.ensure_table()
+        await store.build_indexes()  # as a rebuild builds it over its target's rows
         await store.close()
         result["build_s"] = time.perf_counter() - t
         await conn.execute(f'VACUUM ANALYZE "{table}"')
@@ -97,38 +106,43 @@ async def main(n: int, queries: int, keep: bool) -> dict[str, Any]:
     table = f"bench_long_term_{n}"
     result: dict[str, Any] = {"n": n, "queries": queries}
     await seed(dsn, table, n, result)
-    store = PostgresLongTerm(dsn, table=table)
+    store = opened(dsn, table)
+    rows = store.store
+    assert isinstance(rows, PostgresRows)
     plain = await asyncpg.connect(dsn, server_settings={"enable_bitmapscan": "off"})
     try:
         index = await trgm_index(plain, table)
         # float8: a numeric would come back as a Decimal, which --json cannot write
         result["index_mb"] = await plain.fetchval("SELECT pg_relation_size($1::regclass) / 1e6::float8", index)
         result["table_mb"] = await plain.fetchval("SELECT pg_table_size($1::regclass) / 1e6::float8", f'"{table}"')
-        pool = await store._pool_ready()
+        pool = await rows._pool()
         rng = random.Random(5)
         kinds = {
             "rare": [f"ref-{rng.randrange(n):06d}" for _ in range(queries + 20)],
             "common": [WORDS[i % len(WORDS)] for i in range(queries // 4 + 20)],
             "short": [f"{rng.randrange(10)}{rng.randrange(10)}" for _ in range(queries // 4 + 20)],
         }
-        frequent = await store._frequent.get(pool)
+        frequent = await rows._frequent[table].get(pool)
         result["frequent_trigrams"] = len(frequent)
+        sql = rows._sql[table]
         for kind, terms in kinds.items():
             # The statement `search` runs for this term: its rare pieces looked up, or all of it.
-            pattern, words = escape_like(terms[0]), probe(terms[0], frequent)
-            sql, args = (store._search, [pattern, 5]) if words is None else (store._search_words, [words, 5, pattern])
-            plan = await pool.fetch("EXPLAIN " + sql, store.name, None, None, 0, NS, *args)
-            result[f"{kind}_plan"] = [r[0] for r in plan]
+            words = probe(terms[0], frequent)
+            scan = Scan(table, NS, contains=terms[0], limit=5, columns=("message",))
+            statement, args = sql.select(scan, ["message"], words, want=False)
+            result[f"{kind}_plan"] = [r[0] for r in await pool.fetch("EXPLAIN " + statement, *args)]
             result[f"{kind}_probe"] = words
             times: dict[str, list[float]] = {"indexed": [], "plain": []}
             for i, term in enumerate(terms):
+                scan = Scan(table, NS, contains=term, limit=5, columns=("message",))
+                whole, args = sql.select(scan, ["message"], None, want=False)  # the plain scan: no probe
                 t0 = time.perf_counter()
                 got = await store.search(SessionKey(NS, "s"), term, 5, None)
                 t1 = time.perf_counter()
-                rows = await plain.fetch(store._search, store.name, None, None, 0, NS, escape_like(term), 5)
+                found = await plain.fetch(whole, *args)
                 t2 = time.perf_counter()
                 assert got is not None and [m.to_json() for m in got] == [
-                    Message.from_json(m).to_json() for m in rows[0]["messages"]
+                    Message.from_json(r["message"]).to_json() for r in found
                 ], term
                 if kind == "rare":
                     assert len(got) == 1 and got[0].content.endswith(term), term
@@ -141,12 +155,13 @@ async def main(n: int, queries: int, keep: bool) -> dict[str, Any]:
     finally:
         await plain.close()
         await store.close()
-        if not keep:
-            conn = await asyncpg.connect(dsn)
-            try:
-                await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-            finally:
-                await conn.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            if not keep:
+                await conn.execute(f'DROP TABLE IF EXISTS "{table}", "{table}_retracted"')
+            await conn.execute("DELETE FROM helix_checkpoints WHERE view = $1", rows.name)
+        finally:
+            await conn.close()
     return result
 
 

@@ -182,13 +182,14 @@ async def cleanup(
         for cfg, target in built:
             _, part = select(cfg)
             if isinstance(part.view, LongTerm) and part.view.table in tables:
-                await conn.execute(f'DROP TABLE IF EXISTS "{target_table(part.view.table, part.view.name, target)}"')
+                t = target_table(part.view.table, part.view.name, target)
+                await conn.execute(f'DROP TABLE IF EXISTS "{t}", "{t}_retracted"')
             alias = alias_id(part.view.name, prefix)
             for table in ("helix_aliases", "helix_targets", "helix_served"):
                 if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
                     await conn.execute(f"DELETE FROM {table} WHERE view = $1", alias)
         for table in tables:
-            await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+            await conn.execute(f'DROP TABLE IF EXISTS "{table}", "{table}_retracted"')
     finally:
         await conn.close()
     if topics:

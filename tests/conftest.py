@@ -378,11 +378,11 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
 
 def copy_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL stores write every append by COPY, as they do for big batches (rebuilds)."""
-    from helix_es.stores.postgres import long_term
+    from helix_es.stores.postgres import rows
     from helix_es.stores.postgres import views as postgres
 
     monkeypatch.setattr(postgres, "COPY_ROWS", 1)
-    monkeypatch.setattr(long_term, "COPY_ROWS", 1)
+    monkeypatch.setattr(rows, "COPY_ROWS", 1)
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ from helix_es.stores.file.keys import FileKeyStore
 from helix_es.stores.memory.vector import MemoryVectorStore
 from helix_es.stores.ports import KeyStore, SessionKey
 from helix_es.stores.postgres.keys import PostgresKeyStore
-from helix_es.stores.postgres.long_term import PostgresLongTerm
+from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.stores.redis.keys import RedisKeyStore
 from helix_es.stores.redis.rows import RedisRows
@@ -384,7 +384,8 @@ async def long_term(request: pytest.FixtureRequest) -> AsyncIterator[Projection]
         url = request.getfixturevalue("redis_url")
         projection = LongTermRows(RedisRows(url, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
     elif request.param == "postgres":
-        projection = PostgresLongTerm(request.getfixturevalue("postgres_dsn"))
+        dsn = request.getfixturevalue("postgres_dsn")
+        projection = LongTermRows(PostgresRows(dsn, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
     else:
         projection = LongTermRows.in_process()
     yield projection

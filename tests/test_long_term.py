@@ -26,8 +26,9 @@ from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection
 from helix_es.stores.memory.rows import MemoryRows
-from helix_es.stores.postgres.long_term import PostgresLongTerm, SchemaMismatch
+from helix_es.stores.postgres.rows import PostgresRows, SchemaMismatch
 from helix_es.views.long_term import DEFAULT_TABLE, SQL_KEYWORDS, LongTerm, check_table, escape_like
+from helix_es.views.long_term_rows import tables
 from projectors.runner import Projector
 from tests.conftest import RUN, copy_always, unique, wait_for
 from tests.contracts.long_term import LongTermContract, contents
@@ -66,19 +67,8 @@ def unwrapped(projection: Projection) -> Projection:
 async def stored_sessions(projection: Projection, namespace: str) -> list[str]:
     """The session id kept beside each message, read from the store itself, in view order."""
     projection = unwrapped(projection)
-    if isinstance(projection, LongTermRows):
-        return [r["session_id"] for r in await projection.rows(namespace)]
-    assert isinstance(projection, PostgresLongTerm)
-    conn = await asyncpg.connect(projection.dsn)
-    try:
-        rows = await conn.fetch(
-            f'SELECT session_id FROM "{projection.table}" WHERE namespace = $1 '
-            'ORDER BY created_at, topic, partition, "offset"',
-            namespace,
-        )
-    finally:
-        await conn.close()
-    return [r["session_id"] for r in rows]
+    assert isinstance(projection, LongTermRows)
+    return [r["session_id"] for r in await projection.rows(namespace)]
 
 
 # --- the store itself: the contract, on each store ---------------------------------------------
@@ -97,41 +87,6 @@ class TestMemoryLongTerm(LongTermContract):
     async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
         assert isinstance(store, LongTermRows) and isinstance(store.store, MemoryRows)
         store.store._checkpoints.pop((topic, partition))
-
-
-class TestPostgresLongTerm(LongTermContract):
-    @pytest.fixture
-    async def store(self, postgres_dsn: str) -> AsyncIterator[Projection]:
-        s = PostgresLongTerm(postgres_dsn)
-        yield s
-        await s.close()
-
-    async def stored_sessions(self, store: Projection, namespace: str) -> list[str]:
-        return await stored_sessions(store, namespace)
-
-    async def forget_checkpoint(self, store: Projection, topic: str, partition: int) -> None:
-        assert isinstance(store, PostgresLongTerm)
-        conn = await asyncpg.connect(store.dsn)
-        try:
-            await conn.execute(
-                "DELETE FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3",
-                store.name,
-                topic,
-                partition,
-            )
-        finally:
-            await conn.close()
-
-
-class TestPostgresCopyLongTerm(TestPostgresLongTerm):
-    """Every append by COPY, as big batches (rebuilds) write them."""
-
-    @pytest.fixture
-    async def store(self, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Projection]:
-        copy_always(monkeypatch)
-        s = PostgresLongTerm(postgres_dsn)
-        yield s
-        await s.close()
 
 
 # --- through open_memory on the embedded log ---------------------------------------------------
@@ -311,7 +266,7 @@ async def test_no_sql_runs_for_a_bad_table_name(postgres_dsn: str, tmp_path: Pat
     finally:
         await conn.close()
     with pytest.raises(ConfigError, match="SQL keyword"):
-        PostgresLongTerm(postgres_dsn, table="select")  # direct use is checked too
+        tables("select")  # direct use is checked too
 
 
 def test_other_config_errors_name_their_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -335,29 +290,35 @@ def test_other_config_errors_name_their_key(monkeypatch: pytest.MonkeyPatch) -> 
     cfg = load_config({"memory": {"type": "sql-long-term"}}).memory
     assert cfg.postgres_dsn == "postgresql://env/db"
     opened = unwrapped(open_projection(cfg))
-    assert isinstance(opened, PostgresLongTerm) and opened.dsn == "postgresql://env/db"
+    assert isinstance(opened, LongTermRows) and isinstance(opened.store, PostgresRows)
+    assert opened.store.dsn == "postgresql://env/db"
 
 
 # --- PostgreSQL schema ---------------------------------------------------------------------------
 
 
+def rows_of(dsn: str, table: str) -> LongTermRows:
+    """The long-term view of `table` as the config opens it: rows in PostgreSQL."""
+    return LongTermRows(PostgresRows(dsn, f"long-term-{table}", tables(table)), table)
+
+
 async def _drop(dsn: str, table: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        await conn.execute(f'DROP TABLE IF EXISTS "{table}", "{table}_retracted"')
         view = f"long-term-{table}"
         await conn.execute("DELETE FROM helix_checkpoints WHERE view = $1", view)
-        await conn.execute("DELETE FROM helix_long_term_cleared WHERE view = $1", view)
+        await conn.execute("DELETE FROM helix_row_marks WHERE view = $1", view)
     finally:
         await conn.close()
 
 
-async def test_ensure_table_creates_a_fresh_custom_table(postgres_dsn: str, tmp_path: Path) -> None:
+async def test_a_fresh_custom_table_is_made_on_first_use(postgres_dsn: str, tmp_path: Path) -> None:
     table = f"lt_{RUN}_{uuid.uuid4().hex[:8]}"
-    projections = [PostgresLongTerm(postgres_dsn, table=table) for _ in range(3)]
+    projections = [rows_of(postgres_dsn, table) for _ in range(3)]
     try:
-        await asyncio.gather(*(p.ensure_table() for p in projections))  # racing creators: one lock
-        await projections[0].ensure_table()  # and again: IF NOT EXISTS
+        await asyncio.gather(*(p.rows("ns") for p in projections))  # racing creators: one lock
+        await projections[0].rows("ns")  # and again: IF NOT EXISTS
         conn = await asyncpg.connect(postgres_dsn)
         try:
             columns = await conn.fetch(
@@ -367,11 +328,11 @@ async def test_ensure_table_creates_a_fresh_custom_table(postgres_dsn: str, tmp_
             )
             assert [(c["column_name"], c["data_type"]) for c in columns] == [
                 ("namespace", "text"),
+                ("created_at", "timestamp with time zone"),
                 ("topic", "text"),
-                ("partition", "integer"),
+                ("partition", "bigint"),
                 ("offset", "bigint"),
                 ("session_id", "text"),
-                ("created_at", "timestamp with time zone"),
                 ("role", "text"),
                 ("content", "text"),
                 ("message", "jsonb"),
@@ -385,7 +346,7 @@ async def test_ensure_table_creates_a_fresh_custom_table(postgres_dsn: str, tmp_
             await s2.add(Message("assistant", "noted"))
             assert contents(await s1.get()) == ["in a custom table", "noted"]
             mine = projection_of(s1)
-            assert isinstance(mine, PostgresLongTerm) and mine.table == table
+            assert isinstance(mine, LongTermRows) and mine.table == table
             assert mine.name == f"long-term-{table}"
             assert await stored_sessions(mine, ns) == ["s1", "s2"]
             assert await mine.checkpoint(names.topic(ns), 0) == 1
@@ -395,16 +356,21 @@ async def test_ensure_table_creates_a_fresh_custom_table(postgres_dsn: str, tmp_
         await _drop(postgres_dsn, table)
 
 
-async def test_ensure_table_refuses_a_table_of_another_shape(postgres_dsn: str) -> None:
+async def test_a_table_of_another_shape_is_refused_and_left_as_it_is(postgres_dsn: str) -> None:
     table = f"lt_{RUN}_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(postgres_dsn)
     await conn.execute(f'CREATE TABLE "{table}" (id bigserial PRIMARY KEY, agent_id text, content text)')
-    await conn.close()
-    projection = PostgresLongTerm(postgres_dsn, table=table)
+    projection = rows_of(postgres_dsn, table)
     try:
-        with pytest.raises(SchemaMismatch, match="namespace"):
-            await projection.ensure_table()
+        for use in (projection.rows("ns"), projection.drop(["ns"], ["t"])):
+            with pytest.raises(SchemaMismatch, match="missing: namespace, created_at"):
+                await use
+        assert [r[0] for r in await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position", table
+        )] == ["id", "agent_id", "content"]  # fmt: skip
+        assert await conn.fetchval("SELECT to_regclass($1)", f'"{table}_retracted"') is None
     finally:
+        await conn.close()
         await projection.close()
         await _drop(postgres_dsn, table)
 

@@ -14,6 +14,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.redis.rows import RedisRows
 from helix_es.views.long_term_rows import tables
+from tests.conftest import copy_always
 from tests.contracts.long_term import LongTermContract
 
 TABLE = "rows_long_term"  # apart from the long-term adapters' own table
@@ -73,3 +74,14 @@ class TestPostgresRowsLongTerm(LongTermContract):
             )
         finally:
             await conn.close()
+
+
+class TestPostgresCopyRowsLongTerm(TestPostgresRowsLongTerm):
+    """Every run of new rows by COPY, as a rebuild's batches write them."""
+
+    @pytest.fixture
+    async def store(self, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Projection]:
+        copy_always(monkeypatch)
+        s = LongTermRows(PostgresRows(postgres_dsn, "long-term", tables(TABLE)), TABLE)
+        yield s
+        await s.close()

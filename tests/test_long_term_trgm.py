@@ -16,7 +16,6 @@ from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.long_term import LongTermRows
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres import trigrams
-from helix_es.stores.postgres.long_term import PostgresLongTerm
 from helix_es.stores.postgres.rows import PostgresRows, _index_name
 from helix_es.stores.postgres.trigrams import probe, words
 from helix_es.views.long_term_rows import tables
@@ -66,7 +65,7 @@ async def filled(dsn: str, n: int) -> tuple[LongTermRows, str, list[str]]:
     return store, ns, texts
 
 
-async def drop(dsn: str, store: LongTermRows | PostgresLongTerm) -> None:
+async def drop(dsn: str, store: LongTermRows) -> None:
     await store.close()
     conn = await asyncpg.connect(dsn)
     try:
@@ -87,7 +86,7 @@ async def explain(dsn: str, store: LongTermRows, ns: str, query: str) -> str:
 
 
 async def found_as_in_python(
-    store: LongTermRows | PostgresLongTerm, ns: str, texts: list[str], queries: list[str], limits: tuple[int, ...]
+    store: LongTermRows, ns: str, texts: list[str], queries: list[str], limits: tuple[int, ...]
 ) -> None:
     """Every query's results are the texts holding it, case folded, oldest first."""
     for query in queries:
@@ -203,7 +202,7 @@ def at(offset: int) -> Position:
 
 async def test_a_bulk_load_builds_the_index_once_at_its_end(postgres_dsn: str) -> None:
     """A rebuild's target defers the index; `build_indexes` makes it over the rows, and search finds the same."""
-    store = PostgresLongTerm(postgres_dsn, table=unique("lt_trgm").replace("-", "_"))
+    store = rows_store(postgres_dsn)
     store.defer_indexes()
     ns = unique("ns")
     texts = contents(300)
@@ -245,11 +244,11 @@ async def test_a_load_into_an_empty_table_drops_the_index_left_there_and_a_table
     """An earlier target of the same name, its rows dropped, left its index: the load would keep it up
     row by row (10x the COPY's CPU), so it goes; rows there (a rerun, another deployment) keep theirs."""
     table = unique("lt_trgm").replace("-", "_")
-    left = PostgresLongTerm(postgres_dsn, table=table)
-    await left.ensure_table()  # an earlier target's table, with its index
+    left = rows_store(postgres_dsn, table)
+    await left.rows("ns")  # an earlier target's table, with its index
     oid = await index_oid(postgres_dsn, table)
     assert oid is not None
-    load = PostgresLongTerm(postgres_dsn, table=table)
+    load = rows_store(postgres_dsn, table)
     try:
         await load.start_load()
         assert await index_oid(postgres_dsn, table) is None
@@ -262,7 +261,7 @@ async def test_a_load_into_an_empty_table_drops_the_index_left_there_and_a_table
         assert await index_oid(postgres_dsn, table) is None
         await load.build_indexes()
         assert await trigram_indexes(postgres_dsn, table) == 1
-        again = PostgresLongTerm(postgres_dsn, table=table)
+        again = rows_store(postgres_dsn, table)
         try:
             kept = await index_oid(postgres_dsn, table)
             await again.start_load()  # rows are there: the index stays

@@ -580,8 +580,10 @@ async def test_a_long_term_target_is_loaded_without_its_index_and_searched_throu
     built; the target's search then looks it up."""
     from helix_es.log.embedded import EmbeddedLog
     from helix_es.model.events import Event, MessageAdded
-    from helix_es.stores.postgres.long_term import PostgresLongTerm
-    from helix_es.views.long_term import escape_like
+    from helix_es.projection.long_term import LongTermRows
+    from helix_es.stores.postgres.rows import PostgresRows, _index_name
+    from helix_es.views.long_term_rows import tables
+    from helix_es.views.rows import Scan
 
     ns, prefix, table = unique("ltx"), unique("ltx"), unique("lt_rb").replace("-", "_")
     cfg = embedded(tmp_path, prefix, type="long-term", store="postgres", dsn=postgres_dsn, namespace=ns, table=table)
@@ -603,7 +605,8 @@ async def test_a_long_term_target_is_loaded_without_its_index_and_searched_throu
         "SELECT i.indexrelid::int FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
         "WHERE i.indrelid = $1::regclass AND o.opcname = 'gin_trgm_ops' AND i.indisvalid"
     )
-    store = PostgresLongTerm(postgres_dsn, table=into_table, name=into)
+    rows = PostgresRows(postgres_dsn, into, tables(into_table))
+    store = LongTermRows(rows, into_table)
     try:
         left = await conn.fetchval(trgm, f'"{into_table}"')
         assert left is not None and await conn.fetchval(f'SELECT count(*) FROM "{into_table}"') == 0
@@ -611,17 +614,17 @@ async def test_a_long_term_target_is_loaded_without_its_index_and_searched_throu
         assert report.read == first.read == 20_000
         built = await conn.fetchval(trgm, f'"{into_table}"')
         assert built is not None and built != left  # dropped before the load, built over its rows after
-        plan = "\n".join(
-            r[0]
-            for r in await conn.fetch("EXPLAIN " + store._search, into, None, None, 0, ns, escape_like("zebra"), 10)
-        )
-        assert "Bitmap Index Scan" in plan and f"{into_table}_content_idx" in plan, plan
+        await store.rows(ns)  # the statements, made once the server is asked
+        scan = Scan(into_table, ns, contains="zebra", limit=10, columns=("message",))
+        sql, args = rows._sql[into_table].select(scan, ["message"], None, want=False)
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
+        assert "Bitmap Index Scan" in plan and _index_name(into_table, "trgm") in plan, plan
         found = await store.search(SessionKey(ns, "s25"), "zebra", 10, None)
         assert [m.content for m in found or []] == ["zebra crossing"]
     finally:
         await store.close()
         for t in (table, into_table):
-            await conn.execute(f'DROP TABLE IF EXISTS "{t}"')
+            await conn.execute(f'DROP TABLE IF EXISTS "{t}", "{t}_retracted"')
         await conn.close()
 
 
@@ -632,7 +635,9 @@ async def test_a_long_term_rebuild_that_crashes_mid_load_leaves_the_live_target_
     the same rebuild run again finishes the load, builds the index and switches."""
     from helix_es.log.embedded import EmbeddedLog
     from helix_es.model.events import Event, MessageAdded
-    from helix_es.stores.postgres.long_term import PostgresLongTerm
+    from helix_es.projection.long_term import LongTermRows
+    from helix_es.stores.postgres.rows import PostgresRows
+    from helix_es.views.long_term_rows import tables
 
     ns, prefix, table = unique("ltc"), unique("ltc"), unique("lt_rc").replace("-", "_")
     cfg = embedded(tmp_path, prefix, type="long-term", store="postgres", dsn=postgres_dsn, namespace=ns, table=table)
@@ -646,18 +651,18 @@ async def test_a_long_term_rebuild_that_crashes_mid_load_leaves_the_live_target_
     view = load_config(cfg).memory.view.name
     live = await rebuild(path, into=f"{view}@v2")
     assert live.switched
-    real_apply, calls = PostgresLongTerm.apply, [0]
+    real_apply, calls = LongTermRows.apply, [0]
 
-    async def dies(self: PostgresLongTerm, records: Any, *, live: bool = True) -> Any:
+    async def dies(self: LongTermRows, records: Any, *, live: bool = True) -> Any:
         calls[0] += 1
         if calls[0] > 2:
             raise OSError("killed mid-load")
         return await real_apply(self, records, live=live)
 
-    monkeypatch.setattr(PostgresLongTerm, "apply", dies)
+    monkeypatch.setattr(LongTermRows, "apply", dies)
     with pytest.raises(OSError):
         await rebuild(path, into=f"{view}@v3", batch_size=100)
-    monkeypatch.setattr(PostgresLongTerm, "apply", real_apply)
+    monkeypatch.setattr(LongTermRows, "apply", real_apply)
     v2, v3 = target_table(table, view, f"{view}@v2"), target_table(table, view, f"{view}@v3")
     valid_trgm = (
         "SELECT count(*) FROM pg_index i JOIN pg_opclass o ON o.oid = i.indclass[0] "
@@ -677,7 +682,7 @@ async def test_a_long_term_rebuild_that_crashes_mid_load_leaves_the_live_target_
         assert again.switched and again.events == 800  # from the target's checkpoint on
         assert await conn.fetchval(f'SELECT count(*) FROM "{v3}"') == 1000
         assert await conn.fetchval(valid_trgm, f'"{v3}"') == 1
-        store = PostgresLongTerm(postgres_dsn, table=v3, name=f"{view}@v3")
+        store = LongTermRows(PostgresRows(postgres_dsn, f"{view}@v3", tables(v3)), v3)
         try:
             found = await store.search(SessionKey(ns, "s7"), "row 997 ", 5, None)
             assert [m.content for m in found or []] == ["row 997 of the zebra"]
@@ -685,5 +690,5 @@ async def test_a_long_term_rebuild_that_crashes_mid_load_leaves_the_live_target_
             await store.close()
     finally:
         for t in (table, v2, v3):
-            await conn.execute(f'DROP TABLE IF EXISTS "{t}"')
+            await conn.execute(f'DROP TABLE IF EXISTS "{t}", "{t}_retracted"')
         await conn.close()

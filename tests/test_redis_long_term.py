@@ -14,10 +14,9 @@ from helix_es import Message, open_memory
 from helix_es.model import names
 from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.long_term import LongTermRows
-from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports import RetiredLayout, SessionKey
 from helix_es.stores.redis import KIND
 from helix_es.stores.redis.pool import connect
-from helix_es.stores.redis.retired import RetiredLayout
 from helix_es.stores.redis.rows import RedisRows
 from helix_es.views.long_term import DEFAULT_TABLE
 from helix_es.views.long_term_rows import tables

@@ -12,6 +12,7 @@ from redis.crc import key_slot
 
 from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore
+from helix_es.stores.postgres import rows as postgres_rows
 from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.redis.rows import RedisRows, prefix
 from helix_es.views.rows import Cut, Put, Scan, Table, micros_of
@@ -30,8 +31,12 @@ class TestMemoryRows(RowStoreContract):
 
 
 class TestPostgresRows(RowStoreContract):
+    copy_rows: int | None = None  # from how many puts on a run goes by COPY; None: the store's own
+
     @pytest.fixture
-    async def opened(self, postgres_dsn: str) -> AsyncIterator[OpenRows]:
+    async def opened(self, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpenRows]:
+        if self.copy_rows is not None:
+            monkeypatch.setattr(postgres_rows, "COPY_ROWS", self.copy_rows)
         made: list[PostgresRows] = []
 
         def new(name: str, tables: Sequence[Table]) -> RowStore:
@@ -69,6 +74,12 @@ class TestPostgresRows(RowStoreContract):
         left = await putter.scan(Scan(table.name, ns))
         assert left is not None and left
         assert all(micros_of(r["at"]) > mark for r in left)
+
+
+class TestPostgresCopyRows(TestPostgresRows):
+    """Every run of new rows by COPY (floors filtered before it, an existing key falling back to the INSERT)."""
+
+    copy_rows = 1
 
 
 class RedisRowsContract(RowStoreContract):

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from helix_es.model.events import Record
-from helix_es.stores.ports import Applied, RowStore
+from helix_es.stores.ports import Applied, BulkLoad, RowStore
 from helix_es.views.rows import Row, RowChange, Scan, Table
 
 OpT = TypeVar("OpT")
@@ -90,6 +90,20 @@ class RowProjection(Generic[OpT, W]):
 
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
         await self.store.drop(namespaces, topics)
+
+    # A rebuild's target is a bulk load (`projectors.rebuild.bulk`): a store that keeps search
+    # indexes up row by row builds them once at the end instead.
+    def defer_indexes(self) -> None:
+        if isinstance(self.store, BulkLoad):
+            self.store.defer_indexes()
+
+    async def start_load(self) -> None:
+        if isinstance(self.store, BulkLoad):
+            await self.store.start_load()
+
+    async def build_indexes(self) -> None:
+        if isinstance(self.store, BulkLoad):
+            await self.store.build_indexes()
 
     async def close(self) -> None:
         await self.store.close()

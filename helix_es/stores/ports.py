@@ -64,6 +64,23 @@ class StaleWrite(HelixError):
     """A session's guard moved between load and apply: another projector wrote it. Reload, retry."""
 
 
+class RetiredLayout(HelixError):
+    """A view's data is in a layout this version no longer reads: rebuild the view into a new target.
+
+    `namespace` is the one refused, or None when the whole view is (a PostgreSQL table shared by
+    every namespace); `layout` says what was found, as the store names it."""
+
+    def __init__(self, view: str, namespace: str | None, layout: str) -> None:
+        self.view, self.namespace = view, namespace
+        base = view.partition("@")[0]  # a rebuild target's view: what `--view` takes
+        what = "its data" if namespace is None else f"namespace {namespace!r}"
+        super().__init__(
+            f"view {view!r} keeps {what} in {layout}, which this version no longer reads: rebuild the view into "
+            f"rows with `helix-es rebuild --config <your config> --view {base}` (readers switch when it is done; "
+            "add --drop-old to delete the old data after the switch)"
+        )
+
+
 class CheckpointLost(HelixError):
     """A partition checkpoint this store had seen is gone (a Redis FLUSHALL, or a restart without
     persistence): nothing was written. The view's data went with it, so refold the partition from
@@ -422,6 +439,23 @@ class RowStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BulkLoad(Protocol):
+    """A store that can load a rebuild's target without its search indexes, built once at the end."""
+
+    def defer_indexes(self) -> None:
+        """Before first use: leave the search indexes for `build_indexes` (every process of the load)."""
+        ...
+
+    async def start_load(self) -> None:
+        """The rebuild's own process, before any process folds into the target: a load begins (defers too)."""
+        ...
+
+    async def build_indexes(self) -> None:
+        """The indexes deferred, over every row now in the target, before readers are switched to it."""
+        ...
 
 
 # --- a store kind: what one technology offers ---

@@ -13,9 +13,9 @@ in SQL.
 
 The view is namespace-wide: `get` returns every message of the namespace in event-time order
 (timestamp, then topic, partition, offset), `search` a case-insensitive substring match of
-`content`, oldest first; a clear from any session of the namespace empties it. One adapter
-per store (`helix_es.stores.<kind>.long_term`) applies the rules below, so a view rebuilt from
-the log is the same in every store and under every delivery order.
+`content`, oldest first; a clear from any session of the namespace empties it. One fold into
+rows (`helix_es.views.long_term_rows`), applied by every store's row adapter, follows the rules
+below, so a view rebuilt from the log is the same in every store and under every delivery order.
 
 - **Scope.** Messages belong to the namespace (the agent id). Each keeps the session id that
   wrote it and its event time, for audit; `get` does not return them (a `Message` has no such

@@ -63,14 +63,14 @@ def tables(table: str) -> tuple[Table, Table]:
 
 
 def row_of(op: Op, message: Message) -> Row:
-    p = op.record.position
+    event, p = op.record.event, op.record.position  # once each: every message of a rebuild passes here
     return {
-        "namespace": op.namespace,
-        "created_at": op.at,
+        "namespace": event.namespace,
+        "created_at": event.timestamp,
         "topic": p.topic,
         "partition": p.partition,
         "offset": p.offset,
-        "session_id": op.session_id,
+        "session_id": event.session_id,
         "role": message.role,
         "content": message.content,
         "message": message.to_json(),
@@ -136,7 +136,9 @@ class LongTermFold:
 
     def _add(self, op: Op, message: Message, known: _Known, changes: list[RowChange]) -> None:
         row = row_of(op, message)
-        changes.append(Put(self.rows.name, row, floor=CLEARED))
+        changes.append(Put(self.rows.name, row, CLEARED))
+        if not known.rows:  # the batch retracts and erases nothing: no session's rows to follow
+            return
         held = known.rows.get((op.namespace, op.session_id))
         mark = known.marks.get(op.namespace)
         if held is not None and (mark is None or micros(op.at) > mark):

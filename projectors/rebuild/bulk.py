@@ -1,10 +1,11 @@
 """A rebuild's target is a bulk load: search indexes built once over its rows at the end, not kept up row by row.
 
-A store that can do so (PostgreSQL long-term: its trigram index) has `start_load`, `defer_indexes`
-and `build_indexes`. The rebuild starts the load before anything folds into the target (an index
-an earlier target of the same name left on its empty table goes); every other process folding into
-it defers; the rebuild builds them after its last pass, before it reports the target built (so
-before readers can be switched to it).
+A store that can do so (PostgreSQL rows: their trigram indexes) has `start_load`, `defer_indexes`
+and `build_indexes` (`helix_es.stores.ports.BulkLoad`), which a row view passes on to it. The
+rebuild starts the load before anything folds into the target (an index an earlier target of the
+same name left on its empty table goes); every other process folding into it defers; the rebuild
+builds them after its last pass, before it reports the target built (so before readers can be
+switched to it).
 """
 
 from __future__ import annotations

@@ -74,11 +74,13 @@ async def _stores() -> None:
     if not keys:
         fail("no helix:memory:smoke:* keys in the composed Redis")
     # bob's clear at the end of the demo empties the namespace's long-term rows (a clear is
-    # namespace-wide there); its checkpoints and clear watermark stay
+    # namespace-wide there); its checkpoints and clear watermark (a row mark) stay
     conn = await asyncpg.connect(os.environ["HELIX_POSTGRES_DSN"])
     try:
         checkpoints = await conn.fetchval("select count(*) from helix_checkpoints where view = 'long-term'")
-        cleared = await conn.fetchval("select count(*) from helix_long_term_cleared where namespace = 'smoke'")
+        cleared = await conn.fetchval(
+            "select count(*) from helix_row_marks where view = 'long-term' and namespace = 'smoke' and mark = 'cleared'"
+        )
     finally:
         await conn.close()
     if not checkpoints or not cleared:

@@ -8,8 +8,8 @@ from helix_es.stores.postgres.checkpoints import PostgresCheckpoints
 from helix_es.stores.postgres.idempotency import PostgresIdempotency
 from helix_es.stores.postgres.items import PostgresItems
 from helix_es.stores.postgres.keys import PostgresKeyStore
-from helix_es.stores.postgres.long_term import PostgresLongTerm
 from helix_es.stores.postgres.pool import transient
+from helix_es.stores.postgres.retired import LONG_TERM
 from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.stores.postgres.views import PostgresStore
@@ -25,14 +25,14 @@ KIND = StoreKind(
     address="dsn",
     in_process=False,
     views=lambda dsn: PostgresStore(_dsn(dsn)),
-    long_term=lambda dsn, table, name: PostgresLongTerm(_dsn(dsn), table=table, name=name),
+    long_term=None,  # kept as rows: the long-term fold over `rows`
     aliases=lambda dsn: PostgresAliases(_dsn(dsn)),
     vectors=lambda dsn: PostgresVectorStore(_dsn(dsn)),
     keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
     items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
     checkpoints=lambda dsn, name: PostgresCheckpoints(_dsn(dsn), name),
-    rows=lambda dsn, name, tables: PostgresRows(_dsn(dsn), name, tables),
+    rows=lambda dsn, name, tables: PostgresRows(_dsn(dsn), name, tables, retired=LONG_TERM),
     transient=transient,
     tables=True,
 )

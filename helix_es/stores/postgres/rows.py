@@ -22,30 +22,56 @@ one statement over arrays, and the checkpoint moves. `scan` is one statement: th
 `want`), of the columns the scan names only (a json column's text passed through). A `contains`
 scan asks the trigram index for the query's rare pieces only (`helix_es.stores.postgres.trigrams`:
 a trigram most rows hold costs the index more than it saves) and rechecks the whole query.
+
+A table that exists is checked before the schema runs: one of another shape is refused
+(`SchemaMismatch`) and left as it is; one in a layout the view's data once had
+(`helix_es.stores.postgres.retired`) refuses the view with `RetiredLayout`, and `drop` deletes
+from it. A rebuild's target is a bulk load (`start_load`, `defer_indexes`, `build_indexes`): its
+rows go in without the trigram indexes, built over them once at the end, before readers can be
+switched to it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import asyncpg
 
+from helix_es.model.errors import HelixError
 from helix_es.model.events import Position
-from helix_es.stores.ports import StaleWrite
+from helix_es.stores.ports import RetiredLayout, StaleWrite
 from helix_es.stores.postgres import trigrams
 from helix_es.stores.postgres.pool import (
     ADVANCE,
     CHECKPOINTS,
     SCHEMA_LOCK,
     Pg,
+    build_index,
+    delete_rows,
     drop_checkpoints,
     index_if_missing,
     transaction,
 )
+from helix_es.stores.postgres.retired import RetiredTables
 from helix_es.views.long_term import escape_like
-from helix_es.views.rows import Cut, Delete, Put, Row, RowChange, Scan, Table, check_changes, check_scan, namespace_of
+from helix_es.views.rows import (
+    Cut,
+    Delete,
+    Put,
+    Row,
+    RowChange,
+    Scan,
+    Table,
+    check_changes,
+    check_scan,
+    micros_of,
+    namespace_of,
+)
 
 _MARKS = """
 CREATE TABLE IF NOT EXISTS helix_row_marks (
@@ -60,8 +86,21 @@ _FOLDING = """
 SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'C.utf8', 'C.UTF-8')
 ORDER BY collname = 'und-x-icu' DESC, collname LIMIT 1
 """
+COPY_ROWS = 200  # from this many puts on, a run of new rows goes by COPY
 _SQL_TYPE = {"text": "text", "int": "bigint", "time": "timestamptz", "json": "jsonb"}
+_FORMAT = {"text": "text", "int": "bigint", "time": "timestamp with time zone", "json": "jsonb"}  # format_type()
+_COLUMNS_OF = """
+SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
+"""
 _EPOCH = "'1970-01-01T00:00:00Z'::timestamptz"
+
+
+log = logging.getLogger(__name__)
+
+
+class SchemaMismatch(HelixError):
+    """A table of a row view exists with other columns than helix-es makes; it is not altered."""
 
 
 def _q(name: str) -> str:
@@ -97,17 +136,20 @@ class _Sql:
             tail = ", ".join(_q(c) for c in table.order[1:])
             ddl.append(index_if_missing(name, f'CREATE INDEX {name} ON {t} ("namespace", {_q(column)}, {tail})'))
         self.schema = "\n".join(ddl)
-        self.trgm = (
+        self.trgm_name = _index_name(table.name, "trgm")
+        # no pending list, which every search would scan (priced as a full scan until a vacuum)
+        self.trgm_create = (
             None
             if table.text is None
-            else index_if_missing(
-                _index_name(table.name, "trgm"),
-                f"CREATE INDEX {_index_name(table.name, 'trgm')} ON {t} USING gin ({_q(table.text)} gin_trgm_ops)"
-                # no pending list, which every search would scan (priced as a full scan until a vacuum)
-                " WITH (fastupdate = off)",
-            )
+            else f"CREATE INDEX {self.trgm_name} ON {t} USING gin ({_q(table.text)} gin_trgm_ops)"
+            " WITH (fastupdate = off)"
         )
+        self.trgm = None if self.trgm_create is None else index_if_missing(self.trgm_name, self.trgm_create)
         columns = [c for c, _ in table.columns]
+        # a row's values in column order, as COPY takes them (a tuple even of one column)
+        self.values: Callable[[Row], tuple[Any, ...]] = (
+            itemgetter(*columns) if len(columns) > 1 else lambda row: (row[columns[0]],)
+        )
         self.columns = ", ".join(_q(c) for c in columns)
         arrays = ", ".join(f"${i}::{_SQL_TYPE[k]}[]" for i, (_, k) in enumerate(table.columns, 3))
         unnest = f"SELECT * FROM unnest({arrays}) AS u({self.columns})"
@@ -182,17 +224,27 @@ class _Sql:
 class PostgresRows:
     kind = "postgres"
 
-    def __init__(self, dsn: str, name: str, tables: Sequence[Table]) -> None:
+    def __init__(self, dsn: str, name: str, tables: Sequence[Table], *, retired: RetiredTables | None = None) -> None:
+        """`retired`: a layout this view's data once had (`helix_es.stores.postgres.retired`): a table
+        in it refuses the view, a namespace its marks name refuses that namespace (`RetiredLayout`),
+        and `drop` deletes from both."""
         self.dsn = dsn
         self.name = name
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
         self._sql: dict[str, _Sql] = {}  # made once the server's collations are known
         self._frequent = {t.name: trigrams.FrequentTrigrams(_q(t.name), _q(t.text)) for t in tables if t.text}
         self._schema = ""
+        self._retired = retired
+        self._old_marks = False  # the retired layout's marks name namespaces of this view
+        self._current: set[tuple[str, str]] = set()  # (view, namespace) known to hold no retired data
+        self._deferred = False  # a bulk load: trigram indexes wait for build_indexes
+        self._owned: set[str] = set()  # tables start_load found empty: the load's own, indexed without CONCURRENTLY
         self.pg = Pg(dsn)
 
     async def _trgm(self, conn: asyncpg.Connection) -> None:
         """Trigram indexes where pg_trgm is installed: only a speed-up, as ILIKE is exact either way."""
+        if self._deferred:
+            return
         if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
             # under the schema lock: two stores of one view opened at once would both create the index
             async with conn.transaction():
@@ -204,12 +256,130 @@ class PostgresRows:
     async def _pool(self) -> asyncpg.Pool:
         if not self._schema:
             pool = await self.pg.pool("SELECT 1")
-            # ILIKE folds case as the column's collation says: a database made with the C locale folds
-            # ASCII only, so a text column takes a Unicode-aware collation where the server has one.
-            folding = await pool.fetchval(_FOLDING)
+            async with pool.acquire() as conn:
+                retired = await self._layout(conn)
+                if retired:
+                    assert self._retired is not None
+                    raise RetiredLayout(self.name, None, self._retired.layout(retired[0]))
+                if self._retired is not None and await conn.fetchval(
+                    "SELECT to_regclass($1) IS NOT NULL", self._retired.marks
+                ):
+                    self._old_marks = await conn.fetchval(
+                        f"SELECT EXISTS (SELECT 1 FROM {self._retired.marks} WHERE view = $1)", self.name
+                    )
+                # ILIKE folds case as the column's collation says: a database made with the C locale folds
+                # ASCII only, so a text column takes a Unicode-aware collation where the server has one.
+                folding = await conn.fetchval(_FOLDING)
             self._sql = {name: _Sql(t, folding) for name, t in self.tables.items()}
             self._schema = CHECKPOINTS + _MARKS + "\n".join(s.schema for s in self._sql.values())
         return await self.pg.pool(self._schema, check=self._trgm)
+
+    async def _layout(self, conn: asyncpg.Connection) -> list[str]:
+        """The view's tables that exist in the retired layout; `SchemaMismatch` for one of another shape."""
+        retired = []
+        for table in self.tables.values():
+            found = dict(await conn.fetch(_COLUMNS_OF, _q(table.name)))
+            want = {c: _FORMAT[k] for c, k in table.columns}
+            if not found or found == want:
+                continue
+            if self._retired is not None and found == dict(self._retired.columns):
+                retired.append(table.name)
+                continue
+            missing = [c for c in want if c not in found]
+            other = [c for c in want if c in found and found[c] != want[c]]
+            raise SchemaMismatch(
+                f"table {table.name!r} exists with columns helix-es did not make for view {self.name!r}"
+                + (f" (missing: {', '.join(missing)})" if missing else "")
+                + (f" (of another type: {', '.join(other)})" if other else "")
+                + (f" (not its own: {', '.join(c for c in found if c not in want)})" if set(found) - set(want) else "")
+                + "; it is left as it is: give the view another table (`table:` in its config)"
+            )
+        return retired
+
+    async def _refuse_retired(self, conn: asyncpg.Connection | asyncpg.Pool, namespaces: Collection[str]) -> None:
+        """`RetiredLayout` for the first of `namespaces` the retired layout's marks name."""
+        if not self._old_marks:
+            return
+        fresh = sorted({ns for ns in namespaces if (self.name, ns) not in self._current})
+        if not fresh:
+            return
+        assert self._retired is not None
+        held = await conn.fetchval(
+            f"SELECT min(namespace) FROM {self._retired.marks} WHERE view = $1 AND namespace = ANY($2::text[])",
+            self.name,
+            fresh,
+        )
+        if held is not None:
+            raise RetiredLayout(self.name, held, self._retired.layout())
+        self._current.update((self.name, ns) for ns in fresh)
+
+    @staticmethod
+    async def _drop_empty(conn: asyncpg.Connection, retired: Collection[str]) -> None:
+        """Tables of the view left in the retired layout with no rows go, so that their names are the view's again."""
+        for table in retired:
+            await conn.execute(f"LOCK TABLE {_q(table)} IN ACCESS EXCLUSIVE MODE")
+            if not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {_q(table)})"):
+                await conn.execute(f"DROP TABLE {_q(table)}")
+
+    # --- a bulk load (projectors.rebuild.bulk) ---
+
+    def defer_indexes(self) -> None:
+        """A bulk load (a rebuild's target, before readers use it): no trigram index until
+        `build_indexes`. Called before first use: a GIN index kept up row by row costs about ten
+        times the write it slows; one built over the rows at the end, far less."""
+        self._deferred = True
+
+    async def start_load(self) -> None:
+        """A bulk load begins (a rebuild's lead, before any process folds into the target). A table
+        in the retired layout with no rows (a target dropped before the upgrade) goes; a trigram
+        index left on a table with no rows (an earlier target of the same name, its rows dropped)
+        goes too, and `build_indexes` makes it again with a plain build. A table with rows (a rerun
+        after a crash, another deployment's) keeps its index. Defers the indexes."""
+        self.defer_indexes()
+        async with transaction(self.dsn) as conn:
+            await self._drop_empty(conn, await self._layout(conn))
+        pool = await self._pool()
+        for sql in self._sql.values():
+            if sql.trgm_create is None:
+                continue
+            try:
+                async with pool.acquire() as conn, conn.transaction():
+                    # writers wait while it looks, so no row arrives between the look and the drop
+                    await conn.execute(f"LOCK TABLE {_q(sql.table.name)} IN SHARE ROW EXCLUSIVE MODE")
+                    if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {_q(sql.table.name)})"):
+                        continue
+                    await conn.execute(f"DROP INDEX IF EXISTS {sql.trgm_name}")
+            except asyncpg.InsufficientPrivilegeError as e:  # not the table's owner: the load keeps it up, slower
+                log.warning("rows %s: its trigram index stays during the load (%s)", sql.table.name, e)
+                continue
+            self._owned.add(sql.table.name)
+
+    async def build_indexes(self) -> None:
+        """The trigram indexes a bulk load deferred, built over the rows now there (if another
+        process is building one, once it has), and the tables' statistics."""
+        pool = await self._pool()
+        async with pool.acquire() as conn:
+            trgm = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')")
+            for sql in self._sql.values():
+                if sql.trgm_create is None or not trgm:
+                    continue
+                name = sql.trgm_name
+                create = sql.trgm_create
+                if sql.table.name not in self._owned:  # others may write it: they go on meanwhile
+                    create = create.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
+                while not await build_index(
+                    conn,
+                    f"trgm {sql.table.name}",
+                    f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)",
+                    f"SELECT array(SELECT '{name}' FROM pg_index WHERE indexrelid = to_regclass('{name}')"
+                    " AND NOT indisvalid)",
+                    create,
+                ):
+                    await asyncio.sleep(0.2)
+            # statistics of the rows loaded, before readers come: else the planner guesses the tables' size
+            for table in self.tables:
+                await conn.execute(f"ANALYZE {_q(table)}")
+        self._deferred = False
 
     async def apply(
         self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
@@ -217,6 +387,7 @@ class PostgresRows:
         check_changes(self.tables, changes)
         pool = await self._pool()
         async with pool.acquire() as conn, conn.transaction():
+            await self._refuse_retired(conn, {namespace_of(c) for c in changes})
             await self._claim(conn, topic, partition, after)
             locked = sorted(
                 {namespace_of(c) for c in changes if isinstance(c, Cut) or (isinstance(c, Put) and c.floor)}
@@ -258,8 +429,15 @@ class PostgresRows:
         first = run[0]
         sql = self._sql[first.table]
         if isinstance(first, Cut):
+            # consecutive cuts of a namespace are its highest: one statement each, not one per cut,
+            # which would walk the rows the cuts before it deleted, still in the index until a vacuum
+            highest: dict[tuple[str, str], Cut] = {}
             for cut in run:
                 assert isinstance(cut, Cut)
+                seen = highest.get((cut.namespace, cut.mark))
+                if seen is None or cut.upto > seen.upto:
+                    highest[(cut.namespace, cut.mark)] = cut
+            for cut in highest.values():
                 value = await conn.fetchval(
                     "INSERT INTO helix_row_marks (view, namespace, mark, value) VALUES ($1, $2, $3, $4)"
                     " ON CONFLICT (view, namespace, mark) DO UPDATE"
@@ -277,8 +455,39 @@ class PostgresRows:
             rows = [c.row for c in run if isinstance(c, Put)]
             if first.replace:  # one statement may not update a row twice: the last put of a key wins
                 rows = list({sql.table.key_of(r): r for r in rows}.values())
+            elif len(rows) >= COPY_ROWS and await self._copy(conn, sql, rows, first.floor):
+                return
             statement = sql.replace if first.replace else sql.insert
             await conn.execute(statement, self.name, first.floor, *sql.arrays(rows))
+
+    async def _copy(self, conn: asyncpg.Connection, sql: _Sql, rows: Sequence[Row], floor: str | None) -> bool:
+        """Insert new `rows` by COPY (a rebuild's batches: several times the rows/s of INSERT), those at
+        or below their namespace's `floor` mark left out as the INSERT leaves them (the marks stay
+        fixed: apply holds the namespaces' locks). False, nothing written, if a row's key is there
+        already (its checkpoint was lost, or one key twice): the INSERT, which skips them, goes instead."""
+        table = sql.table
+        if floor is not None:
+            assert table.floor is not None
+            marks = dict(
+                await conn.fetch(
+                    "SELECT namespace, value FROM helix_row_marks WHERE view = $1 AND mark = $2"
+                    " AND namespace = ANY($3::text[])",
+                    self.name,
+                    floor,
+                    list({r["namespace"] for r in rows}),
+                )
+            )
+            if marks:
+                at = table.floor
+                value = micros_of if table.type(at) == "time" else int
+                rows = [r for r in rows if r["namespace"] not in marks or value(r[at]) > marks[r["namespace"]]]
+        columns = [c for c, _ in table.columns]
+        try:
+            async with conn.transaction():  # a savepoint, for the INSERT after it
+                await conn.copy_records_to_table(table.name, records=map(sql.values, rows), columns=columns)
+        except asyncpg.UniqueViolationError:
+            return False
+        return True
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         pool = await self._pool()
@@ -297,6 +506,7 @@ class PostgresRows:
     async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
         table = check_scan(self.tables, scan)
         pool = await self._pool()
+        await self._refuse_retired(pool, [scan.namespace])
         columns = scan.columns or [c for c, _ in table.columns]
         probe = None
         if scan.contains is not None and table.text is not None:
@@ -313,6 +523,7 @@ class PostgresRows:
 
     async def mark(self, namespace: str, mark: str) -> int | None:
         pool = await self._pool()
+        await self._refuse_retired(pool, [namespace])
         value = await pool.fetchval(
             "SELECT value FROM helix_row_marks WHERE view = $1 AND namespace = $2 AND mark = $3",
             self.name,
@@ -322,15 +533,16 @@ class PostgresRows:
         return None if value is None else int(value)
 
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
-        await self._pool()
+        # No schema made: a table in the retired layout is dropped from as well, and goes once empty.
+        ns = list(namespaces)
         async with transaction(self.dsn) as conn:
+            retired = await self._layout(conn)  # a table of another shape is refused before any delete
             for table in self.tables:
-                await conn.execute(f'DELETE FROM {_q(table)} WHERE "namespace" = ANY($1::text[])', list(namespaces))
-            await conn.execute(
-                "DELETE FROM helix_row_marks WHERE view = $1 AND namespace = ANY($2::text[])",
-                self.name,
-                list(namespaces),
-            )
+                await delete_rows(conn, table, '"namespace" = ANY($1::text[])', ns)
+            await self._drop_empty(conn, retired)
+            if self._retired is not None:
+                await delete_rows(conn, self._retired.marks, "view = $1 AND namespace = ANY($2::text[])", self.name, ns)
+            await delete_rows(conn, "helix_row_marks", "view = $1 AND namespace = ANY($2::text[])", self.name, ns)
             await drop_checkpoints(conn, self.name, topics)
 
     async def close(self) -> None:

@@ -7,27 +7,14 @@ Up to 0.6 the Redis long-term view had an adapter of its own, with keys
 under `helix:rows:{<ns>}:<view>:...`, and its checkpoints keep their name
 (`helix:checkpoint:<view>`): rows folded on top of the old checkpoints would miss every message the
 old keys hold. So a namespace of a view that still has the old index or watermark is refused with
-`RetiredLayout`, by reads and writes alike, until the view is rebuilt into a new target
-(`helix-es rebuild`); `drop` deletes the old keys with the rows (`--drop-old` after the switch).
+`RetiredLayout` (`helix_es.stores.ports`), by reads and writes alike, until the view is rebuilt into
+a new target (`helix-es rebuild`); `drop` deletes the old keys with the rows (`--drop-old` after
+the switch).
 """
 
 from __future__ import annotations
 
 from helix_es.model import names
-from helix_es.model.errors import HelixError
-
-
-class RetiredLayout(HelixError):
-    """A namespace's data is in a layout this version no longer reads: rebuild the view into a new target."""
-
-    def __init__(self, view: str, namespace: str, head: str) -> None:
-        self.view, self.namespace = view, namespace
-        super().__init__(
-            f"view {view!r} keeps namespace {namespace!r} in the Redis long-term layout of helix-es 0.6 and before "
-            f"({head}*), which this version no longer reads: rebuild the view into rows with "
-            f"`helix-es rebuild --config <your config> --view {view}` (readers switch when it is done; "
-            "add --drop-old to delete the old keys after the switch)"
-        )
 
 
 def long_term(namespace: str, view: str, cluster: bool) -> tuple[str, list[str]]:

@@ -80,11 +80,10 @@ def _document(column: str, document: str | None) -> str:
 
 def _compile(
     table: Table, documents: tuple[str, ...]
-) -> tuple[Callable[[Row], bool], Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
-    """A table's `fits(row)` (whether `Table.check` accepts it), `member(row)` (its order encoding)
-    and `put(row)` (its order encoding, stored value and lookup values) as straight-line functions:
-    every put of a rebuild passes here. Column names are identifiers (`Table` checks them), safe in
-    the source as names and in string literals."""
+) -> tuple[Callable[[Row], bytes], Callable[[Row], tuple[bytes, str, list[str]]]]:
+    """A table's `member(row)` (its order encoding) and `put(row)` (its order encoding, stored value
+    and lookup values) as straight-line functions: every put of a rebuild passes here. Column names
+    are identifiers (`Table` checks them), safe in the source as names and in string literals."""
 
     def micros(columns: Sequence[str]) -> list[str]:  # each time's µs once, for the order and the value alike
         lines = []
@@ -126,20 +125,8 @@ def _compile(
     value = " + ".join([*pieces, "'}'"] if pieces else ["'{}'"])
     value = " + ".join([value, *(f"document({c!r}, row[{c!r}])" for c in documents)])
     found = ", ".join(f"v_{c}[1:-1]" if table.type(c) == "text" else f"lookup(v_{c})" for c in table.lookups)
-    test = {
-        "text": "type(row[{c!r}]) is str",
-        "int": "type(row[{c!r}]) is int and -SHIFT <= row[{c!r}] < SHIFT",
-        "time": "isinstance(row[{c!r}], datetime) and row[{c!r}].tzinfo is not None",
-        "json": "(row[{c!r}] is None or type(row[{c!r}]) is str)",
-    }
-    fits = " and ".join(test[kind].format(c=c) for c, kind in table.columns)
     source = "\n".join(
         [
-            "def fits(row):",  # what `Table.check` accepts
-            "    try:",
-            f"        return {fits}",
-            "    except KeyError:",
-            "        return False",
             "def member(row):",
             *micros(table.order[1:]),
             f"    return {member}",
@@ -158,10 +145,9 @@ def _compile(
         "canonical": _canonical,
         "document": _document,
         "lookup": lookup,
-        "datetime": datetime,
     }
     exec(compile(source, f"<rows codec of {table.name}>", "exec"), scope)  # our own source, of checked names
-    return scope["fits"], scope["member"], scope["put"]
+    return scope["member"], scope["put"]
 
 
 class RowCodec:
@@ -173,7 +159,8 @@ class RowCodec:
         self.lookups = table.lookups
         self.documents = tuple(c for c, kind in table.columns if kind == "json")
         self._times = [c for c, kind in table.columns if kind == "time"]
-        self.fits, self.member, self.put = _compile(table, self.documents)
+        self.fits = table.fits
+        self.member, self.put = _compile(table, self.documents)
 
     def document(self, value: bytes, column: str) -> str | None:
         """One json column of a stored value, its text as it was put, nothing else decoded."""

@@ -58,10 +58,9 @@ from redis.crc import key_slot
 
 from helix_es.model import names
 from helix_es.model.events import Position
-from helix_es.stores.ports import CheckpointLost, StaleWrite
+from helix_es.stores.ports import CheckpointLost, RetiredLayout, StaleWrite
 from helix_es.stores.redis.cluster import WAIT_MS
 from helix_es.stores.redis.pool import Client, text
-from helix_es.stores.redis.retired import RetiredLayout
 from helix_es.stores.redis.row_codec import ROWS_GAP, SHIFT, LazyRow, RowCodec, fits, lookup, tokens
 from helix_es.stores.redis.rows_lua import APPLY, APPLY_NAMESPACE, MOVE, SCAN
 from helix_es.stores.redis.views import delete_matching
@@ -247,7 +246,8 @@ class RedisRows(WideStore):
             if (self.name, ns) not in self._current:
                 head, marks = self._retired(ns, self.name, self._cluster)
                 if await client.exists(*marks):
-                    raise RetiredLayout(self.name, ns, head)
+                    layout = f"the Redis long-term layout of helix-es 0.6 and before ({head}*)"
+                    raise RetiredLayout(self.name, ns, layout)
                 self._current.add((self.name, ns))
 
     # --- reads ---
