@@ -16,7 +16,8 @@ from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.long_term import LongTermRows
 from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres import trigrams
-from helix_es.stores.postgres.rows import PostgresRows, _index_name
+from helix_es.stores.postgres.rows import PostgresRows
+from helix_es.stores.postgres.rows_sql import index_name
 from helix_es.stores.postgres.trigrams import probe, words
 from helix_es.views.long_term_rows import tables
 from helix_es.views.rows import Scan
@@ -100,7 +101,7 @@ async def test_a_rare_word_is_found_through_the_trigram_index(postgres_dsn: str)
     store, ns, _ = await filled(postgres_dsn, 20_000)
     try:
         plan = await explain(postgres_dsn, store, ns, "zebra")
-        assert "Bitmap Index Scan" in plan and _index_name(store.table, "trgm") in plan, plan
+        assert "Bitmap Index Scan" in plan and index_name(store.table, "trgm") in plan, plan
     finally:
         await drop(postgres_dsn, store)
 

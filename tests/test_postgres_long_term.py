@@ -104,7 +104,7 @@ async def tidy(dsn: str, *made: str) -> None:
 
 
 def view_of(dsn: str, table: str) -> LongTermRows:
-    assert KIND.rows is not None and KIND.long_term is None
+    assert KIND.rows is not None
     return LongTermRows(KIND.rows(dsn, f"long-term-{table}", tables(table)), table)
 
 

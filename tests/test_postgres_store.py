@@ -12,7 +12,8 @@ from helix_es.model.errors import InvalidMessage
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record
 from helix_es.model.message import Message, ToolCall
 from helix_es.projection.fold import project
-from helix_es.stores.ports import EMPTY, Change, ListEdit, SessionKey, Snapshot, StaleWrite, list_edit
+from helix_es.stores.list_edit import ListEdit, list_edit
+from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite
 from helix_es.stores.postgres.views import PostgresStore
 from helix_es.views.base import State
 from helix_es.views.conversation import Conversation

@@ -581,7 +581,8 @@ async def test_a_long_term_target_is_loaded_without_its_index_and_searched_throu
     from helix_es.log.embedded import EmbeddedLog
     from helix_es.model.events import Event, MessageAdded
     from helix_es.projection.long_term import LongTermRows
-    from helix_es.stores.postgres.rows import PostgresRows, _index_name
+    from helix_es.stores.postgres.rows import PostgresRows
+    from helix_es.stores.postgres.rows_sql import index_name
     from helix_es.views.long_term_rows import tables
     from helix_es.views.rows import Scan
 
@@ -618,7 +619,7 @@ async def test_a_long_term_target_is_loaded_without_its_index_and_searched_throu
         scan = Scan(into_table, ns, contains="zebra", limit=10, columns=("message",))
         sql, args = rows._sql[into_table].select(scan, ["message"], None, want=False)
         plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
-        assert "Bitmap Index Scan" in plan and _index_name(into_table, "trgm") in plan, plan
+        assert "Bitmap Index Scan" in plan and index_name(into_table, "trgm") in plan, plan
         found = await store.search(SessionKey(ns, "s25"), "zebra", 10, None)
         assert [m.content for m in found or []] == ["zebra crossing"]
     finally:

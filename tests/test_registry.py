@@ -20,7 +20,6 @@ from helix_es.stores.ports import (
     EMPTY,
     AliasStore,
     KeyStore,
-    LongTermStore,
     RowStore,
     SessionKey,
     VectorStore,
@@ -76,13 +75,9 @@ async def test_every_kind_builds_adapters_that_satisfy_their_ports(
             opened.append(rows)
             assert_satisfies(rows, RowStore)
             assert rows.kind == views_kind
-        if kind.long_term is not None:
-            long_term: LongTermStore = kind.long_term(where, DEFAULT_TABLE, "long-term")
-        else:  # kept as rows
-            assert kind.rows is not None
-            long_term = LongTermRows(kind.rows(where, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
+        assert kind.rows is not None  # the long-term view is kept as rows
+        long_term = LongTermRows(kind.rows(where, "long-term", tables(DEFAULT_TABLE)), DEFAULT_TABLE)
         opened.append(long_term)
-        assert_satisfies(long_term, LongTermStore)
         assert_satisfies(long_term, Projection)
         assert (long_term.kind, long_term.name) == (views_kind, "long-term")
         assert await long_term.checkpoint(topic, 0) is None

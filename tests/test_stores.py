@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from helix_es import Message
+from helix_es.stores.list_edit import list_edit
 from helix_es.stores.memory.views import MemoryStore
-from helix_es.stores.ports import ViewStore, list_edit
+from helix_es.stores.ports import ViewStore
 from helix_es.stores.postgres.views import PostgresStore
 from helix_es.stores.redis.views import RedisStore
 from tests.conftest import copy_always

@@ -30,7 +30,6 @@ from helix_es.stores.ports import (
     CheckpointStore,
     IdempotencyStore,
     ItemStore,
-    LongTermStore,
     SessionKey,
     Snapshot,
     VectorStore,
@@ -114,7 +113,7 @@ def open_aliases(memory: MemoryConfig) -> AliasStore:
     return kind.aliases(_located(memory, kind, f"store: {kind.name}"))
 
 
-def open_long_term(memory: MemoryConfig) -> LongTermStore:
+def open_long_term(memory: MemoryConfig) -> LongTermRows:
     """The long-term store of `memory` (a `LongTerm` view), owning its connection (opened on first use)."""
     view = memory.view
     assert isinstance(view, LongTerm)
@@ -122,10 +121,8 @@ def open_long_term(memory: MemoryConfig) -> LongTermStore:
     if kind is None:
         raise ConfigError("memory.store", f"long-term lives in memory, file, redis or postgres, not {view.store!r}")
     where = _located(memory, kind, f"a {kind.name} long-term memory")
-    if kind.long_term is None:
-        assert kind.rows is not None, kind.name
-        return LongTermRows(kind.rows(where, view.name, long_term_tables(view.table)), view.table)
-    return kind.long_term(where, view.table, view.name)
+    assert kind.rows is not None, kind.name
+    return LongTermRows(kind.rows(where, view.name, long_term_tables(view.table)), view.table)
 
 
 def open_items(memory: MemoryConfig) -> ItemStore:

@@ -12,7 +12,6 @@ from helix_es.stores.ports import (
     IdempotencyStore,
     ItemStore,
     KeyStore,
-    LongTermStore,
     RowStore,
     VectorStore,
     ViewStore,
@@ -33,8 +32,6 @@ class StoreKind:
     address: Literal["redis_url", "dsn"] | None  # the config key that says where it lives
     in_process: bool  # its views live in one process: the embedded log only
     views: Callable[[str | None], ViewStore]
-    # (location, table, view name); None: the long-term view is kept as rows (`rows`)
-    long_term: Callable[[str | None, str, str], LongTermStore] | None
     aliases: Callable[[str | None], AliasStore]
     vectors: Callable[[str | None], VectorStore] | None = None
     keys: Callable[[str | None], KeyStore] | None = None

@@ -123,31 +123,6 @@ class ViewStore(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ListEdit:
-    """`after = before[:keep] + before[keep + drop:] + append`; drop -1 means replace everything."""
-
-    keep: int
-    drop: int
-    append: State
-
-
-def list_edit(before: State, after: State) -> ListEdit:
-    """The cheapest edit of a stored list into `after`: windows drop at the front and append."""
-    best: ListEdit | None = None
-    for keep in (0, 1):
-        if keep > len(before) or keep > len(after) or before[:keep] != after[:keep]:
-            continue
-        rest_before, rest_after = before[keep:], after[keep:]
-        for drop in range(max(0, len(rest_before) - len(rest_after)), len(rest_before) + 1):
-            tail = rest_before[drop:]
-            if rest_after[: len(tail)] == tail:
-                if best is None or len(rest_after) - len(tail) < len(best.append):
-                    best = ListEdit(keep, drop, rest_after[len(tail) :])
-                break
-    return best or ListEdit(0, -1, after)
-
-
 # --- vector index stores ---
 
 
@@ -459,21 +434,6 @@ class BulkLoad(Protocol):
 
 
 # --- a store kind: what one technology offers ---
-
-
-class LongTermStore(Protocol):
-    """A namespace-wide long-term view kept by one technology; it is a `Projection` by shape."""
-
-    name: str
-    kind: str
-
-    async def checkpoint(self, topic: str, partition: int) -> int | None: ...
-
-    async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
-        """Delete this view's (`name`'s) messages and watermarks in `namespaces` and its checkpoints of `topics`."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 # LangGraph checkpoint views (`helix_es.views.checkpoints`): rows as the events carry them, still

@@ -1,4 +1,4 @@
-"""The long-term store (`LongTermStore`, a `Projection` by shape): one namespace-wide view in event-time order."""
+"""The long-term view (`LongTermRows` over a row store, a `Projection`): one namespace-wide view in event order."""
 
 from __future__ import annotations
 

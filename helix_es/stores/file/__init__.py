@@ -15,7 +15,6 @@ KIND = StoreKind(
     address=None,
     in_process=True,
     views=lambda _: MemoryStore(),
-    long_term=None,
     rows=lambda _, name, tables: MemoryRows(name, tables),
     aliases=lambda _: MemoryAliases(),
     keys=lambda directory: FileKeyStore(directory or DEFAULT_DIRECTORY),

@@ -16,7 +16,6 @@ KIND = StoreKind(
     address=None,
     in_process=True,
     views=lambda _: MemoryStore(),
-    long_term=None,
     rows=lambda _, name, tables: MemoryRows(name, tables),
     aliases=lambda _: MemoryAliases(),
     vectors=lambda _: MemoryVectorStore(),

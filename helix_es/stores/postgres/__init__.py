@@ -25,7 +25,6 @@ KIND = StoreKind(
     address="dsn",
     in_process=False,
     views=lambda dsn: PostgresStore(_dsn(dsn)),
-    long_term=None,  # kept as rows: the long-term fold over `rows`
     aliases=lambda dsn: PostgresAliases(_dsn(dsn)),
     vectors=lambda dsn: PostgresVectorStore(_dsn(dsn)),
     keys=lambda dsn: PostgresKeyStore(_dsn(dsn)),

@@ -34,11 +34,8 @@ switched to it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
-from operator import itemgetter
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
 
 import asyncpg
 
@@ -54,11 +51,10 @@ from helix_es.stores.postgres.pool import (
     build_index,
     delete_rows,
     drop_checkpoints,
-    index_if_missing,
     transaction,
 )
 from helix_es.stores.postgres.retired import RetiredTables
-from helix_es.views.long_term import escape_like
+from helix_es.stores.postgres.rows_sql import TableSql, q
 from helix_es.views.rows import (
     Cut,
     Delete,
@@ -87,13 +83,11 @@ SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'C.utf8', 'C.U
 ORDER BY collname = 'und-x-icu' DESC, collname LIMIT 1
 """
 COPY_ROWS = 200  # from this many puts on, a run of new rows goes by COPY
-_SQL_TYPE = {"text": "text", "int": "bigint", "time": "timestamptz", "json": "jsonb"}
 _FORMAT = {"text": "text", "int": "bigint", "time": "timestamp with time zone", "json": "jsonb"}  # format_type()
 _COLUMNS_OF = """
 SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute
 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
 """
-_EPOCH = "'1970-01-01T00:00:00Z'::timestamptz"
 
 
 log = logging.getLogger(__name__)
@@ -101,124 +95,6 @@ log = logging.getLogger(__name__)
 
 class SchemaMismatch(HelixError):
     """A table of a row view exists with other columns than helix-es makes; it is not altered."""
-
-
-def _q(name: str) -> str:
-    return f'"{name}"'
-
-
-def _index_name(table: str, what: str) -> str:
-    """An index name that fits PostgreSQL's 63 bytes whatever the table's name."""
-    return f"hxr_{hashlib.sha256(f'{table}/{what}'.encode()).hexdigest()[:24]}"
-
-
-class _Sql:
-    """One table's statements."""
-
-    def __init__(self, table: Table, folding: str | None) -> None:
-        self.table = table
-        t = _q(table.name)
-        ordered = set(table.key) | set(table.order)
-        cols = []
-        for name, kind in table.columns:
-            sql = _SQL_TYPE[kind]
-            if kind == "text" and name in ordered:
-                sql += ' COLLATE "C"'
-            elif name == table.text and folding is not None:
-                sql += f" COLLATE {_q(folding)}"
-            cols.append(f"{_q(name)} {sql}{'' if kind == 'json' else ' NOT NULL'}")
-        order = ", ".join(_q(c) for c in table.order)
-        ddl = [f"CREATE TABLE IF NOT EXISTS {t} ({', '.join(cols)}, PRIMARY KEY ({', '.join(map(_q, table.key))}));"]
-        name = _index_name(table.name, "order")
-        ddl.append(index_if_missing(name, f"CREATE UNIQUE INDEX {name} ON {t} ({order})"))
-        for column in table.lookups:
-            name = _index_name(table.name, f"lookup {column}")
-            tail = ", ".join(_q(c) for c in table.order[1:])
-            ddl.append(index_if_missing(name, f'CREATE INDEX {name} ON {t} ("namespace", {_q(column)}, {tail})'))
-        self.schema = "\n".join(ddl)
-        self.trgm_name = _index_name(table.name, "trgm")
-        # no pending list, which every search would scan (priced as a full scan until a vacuum)
-        self.trgm_create = (
-            None
-            if table.text is None
-            else f"CREATE INDEX {self.trgm_name} ON {t} USING gin ({_q(table.text)} gin_trgm_ops)"
-            " WITH (fastupdate = off)"
-        )
-        self.trgm = None if self.trgm_create is None else index_if_missing(self.trgm_name, self.trgm_create)
-        columns = [c for c, _ in table.columns]
-        # a row's values in column order, as COPY takes them (a tuple even of one column)
-        self.values: Callable[[Row], tuple[Any, ...]] = (
-            itemgetter(*columns) if len(columns) > 1 else lambda row: (row[columns[0]],)
-        )
-        self.columns = ", ".join(_q(c) for c in columns)
-        arrays = ", ".join(f"${i}::{_SQL_TYPE[k]}[]" for i, (_, k) in enumerate(table.columns, 3))
-        unnest = f"SELECT * FROM unnest({arrays}) AS u({self.columns})"
-        rest = [c for c in columns if c not in table.key]
-        update = (
-            ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in rest) or f"{_q(columns[0])} = excluded.{_q(columns[0])}"
-        )
-        conflict = f"ON CONFLICT ({', '.join(map(_q, table.key))})"
-        floor = ""
-        if table.floor is not None:
-            f = _q(table.floor)
-            bound = f"{_EPOCH} + m.value * interval '1 microsecond'" if table.type(table.floor) == "time" else "m.value"
-            floor = (
-                f" WHERE $2::text IS NULL OR NOT EXISTS (SELECT 1 FROM helix_row_marks m WHERE m.view = $1"
-                f" AND m.namespace = u.namespace AND m.mark = $2 AND u.{f} <= {bound})"
-            )
-        else:  # the arguments stay the same for every table: $1 and $2 still need a type
-            floor = " WHERE $1::text IS NOT NULL OR $2::text IS NULL"
-        # $1 view, $2 the floor's mark (NULL: none), $3... one array per column
-        self.insert = f"INSERT INTO {t} ({self.columns}) {unnest}{floor} {conflict} DO NOTHING"
-        self.replace = f"INSERT INTO {t} ({self.columns}) {unnest}{floor} {conflict} DO UPDATE SET {update}"
-        keys = ", ".join(f"${i}::{_SQL_TYPE[table.type(c)]}[]" for i, c in enumerate(table.key, 1))
-        key_cols = ", ".join(map(_q, table.key))
-        self.delete = f"DELETE FROM {t} WHERE ({key_cols}) IN (SELECT * FROM unnest({keys}))"
-        if table.floor is not None:
-            f = _q(table.floor)
-            bound = f"{_EPOCH} + $2 * interval '1 microsecond'" if table.type(table.floor) == "time" else "$2"
-            self.cut = f'DELETE FROM {t} WHERE "namespace" = $1 AND {f} <= {bound}'
-        self.order_asc = ", ".join(_q(c) for c in table.order[1:])
-        self.order_desc = ", ".join(f"{_q(c)} DESC" for c in table.order[1:])
-
-    def arrays(self, rows: Sequence[Row]) -> list[list[Any]]:
-        return [[r[c] for r in rows] for c, _ in self.table.columns]
-
-    def select(self, scan: Scan, columns: Sequence[str], probe: str | None, want: bool) -> tuple[str, list[Any]]:
-        """The scan's statement and its arguments after the checkpoint's four ($1-$4, or none).
-
-        `columns` are read, `probe` (trigrams.probe: the query's rare pieces) is what the text
-        index is asked for, the whole query rechecked on the rows it finds. With `want`, one row:
-        the checkpoint, and only if it covers $4 the rows, as an array (of records, for more than
-        one column), so the rows' query is planned on its own, as without `want`."""
-        args: list[Any] = [scan.namespace]
-        first = 5 if want else 1
-        where = [f'"namespace" = ${first}']
-        for column, value in scan.where.items():
-            args.append(value)
-            where.append(f"{_q(column)} = ${first + len(args) - 1}")
-        if scan.contains is not None and self.table.text is not None:
-            text = _q(self.table.text)
-            if probe is not None:  # the index looks up the probe; `text || ''` keeps the query out of it
-                args.append(probe)
-                where.append(f"{text} ILIKE ${first + len(args) - 1}")
-                text = f"({text} || '')"
-            args.append(escape_like(scan.contains))
-            where.append(f"{text} ILIKE ${first + len(args) - 1} ESCAPE E'\\\\'")
-        order = self.order_desc if scan.newest_first else self.order_asc
-        limit = "" if scan.limit is None else f" LIMIT {int(scan.limit)}"
-        picked = ", ".join(_q(c) for c in columns)
-        if want and len(columns) > 1:
-            picked = f"ROW({picked})"
-        rows = f"SELECT {picked} FROM {_q(self.table.name)} WHERE {' AND '.join(where)} ORDER BY {order}{limit}"
-        if not want:
-            return rows, args
-        sql = (
-            'WITH cp AS MATERIALIZED (SELECT (SELECT "offset" FROM helix_checkpoints'
-            " WHERE view = $1 AND topic = $2 AND partition = $3) AS o)"
-            f" SELECT cp.o, CASE WHEN cp.o >= $4 THEN array({rows}) END FROM cp"
-        )
-        return sql, args
 
 
 class PostgresRows:
@@ -231,8 +107,8 @@ class PostgresRows:
         self.dsn = dsn
         self.name = name
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
-        self._sql: dict[str, _Sql] = {}  # made once the server's collations are known
-        self._frequent = {t.name: trigrams.FrequentTrigrams(_q(t.name), _q(t.text)) for t in tables if t.text}
+        self._sql: dict[str, TableSql] = {}  # made once the server's collations are known
+        self._frequent = {t.name: trigrams.FrequentTrigrams(q(t.name), q(t.text)) for t in tables if t.text}
         self._schema = ""
         self._retired = retired
         self._old_marks = False  # the retired layout's marks name namespaces of this view
@@ -270,7 +146,7 @@ class PostgresRows:
                 # ILIKE folds case as the column's collation says: a database made with the C locale folds
                 # ASCII only, so a text column takes a Unicode-aware collation where the server has one.
                 folding = await conn.fetchval(_FOLDING)
-            self._sql = {name: _Sql(t, folding) for name, t in self.tables.items()}
+            self._sql = {name: TableSql(t, folding) for name, t in self.tables.items()}
             self._schema = CHECKPOINTS + _MARKS + "\n".join(s.schema for s in self._sql.values())
         return await self.pg.pool(self._schema, check=self._trgm)
 
@@ -278,7 +154,7 @@ class PostgresRows:
         """The view's tables that exist in the retired layout; `SchemaMismatch` for one of another shape."""
         retired = []
         for table in self.tables.values():
-            found = dict(await conn.fetch(_COLUMNS_OF, _q(table.name)))
+            found = dict(await conn.fetch(_COLUMNS_OF, q(table.name)))
             want = {c: _FORMAT[k] for c, k in table.columns}
             if not found or found == want:
                 continue
@@ -317,9 +193,9 @@ class PostgresRows:
     async def _drop_empty(conn: asyncpg.Connection, retired: Collection[str]) -> None:
         """Tables of the view left in the retired layout with no rows go, so that their names are the view's again."""
         for table in retired:
-            await conn.execute(f"LOCK TABLE {_q(table)} IN ACCESS EXCLUSIVE MODE")
-            if not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {_q(table)})"):
-                await conn.execute(f"DROP TABLE {_q(table)}")
+            await conn.execute(f"LOCK TABLE {q(table)} IN ACCESS EXCLUSIVE MODE")
+            if not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {q(table)})"):
+                await conn.execute(f"DROP TABLE {q(table)}")
 
     # --- a bulk load (projectors.rebuild.bulk) ---
 
@@ -345,8 +221,8 @@ class PostgresRows:
             try:
                 async with pool.acquire() as conn, conn.transaction():
                     # writers wait while it looks, so no row arrives between the look and the drop
-                    await conn.execute(f"LOCK TABLE {_q(sql.table.name)} IN SHARE ROW EXCLUSIVE MODE")
-                    if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {_q(sql.table.name)})"):
+                    await conn.execute(f"LOCK TABLE {q(sql.table.name)} IN SHARE ROW EXCLUSIVE MODE")
+                    if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {q(sql.table.name)})"):
                         continue
                     await conn.execute(f"DROP INDEX IF EXISTS {sql.trgm_name}")
             except asyncpg.InsufficientPrivilegeError as e:  # not the table's owner: the load keeps it up, slower
@@ -378,7 +254,7 @@ class PostgresRows:
                     await asyncio.sleep(0.2)
             # statistics of the rows loaded, before readers come: else the planner guesses the tables' size
             for table in self.tables:
-                await conn.execute(f"ANALYZE {_q(table)}")
+                await conn.execute(f"ANALYZE {q(table)}")
         self._deferred = False
 
     async def apply(
@@ -460,7 +336,7 @@ class PostgresRows:
             statement = sql.replace if first.replace else sql.insert
             await conn.execute(statement, self.name, first.floor, *sql.arrays(rows))
 
-    async def _copy(self, conn: asyncpg.Connection, sql: _Sql, rows: Sequence[Row], floor: str | None) -> bool:
+    async def _copy(self, conn: asyncpg.Connection, sql: TableSql, rows: Sequence[Row], floor: str | None) -> bool:
         """Insert new `rows` by COPY (a rebuild's batches: several times the rows/s of INSERT), those at
         or below their namespace's `floor` mark left out as the INSERT leaves them (the marks stay
         fixed: apply holds the namespaces' locks). False, nothing written, if a row's key is there

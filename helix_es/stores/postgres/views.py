@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from helix_es.model.message import decode_json
-from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite, list_edit
+from helix_es.stores.list_edit import list_edit
+from helix_es.stores.ports import EMPTY, Change, SessionKey, Snapshot, StaleWrite
 from helix_es.stores.postgres.pool import (
     CHECKPOINTS,
     Pg,

@@ -24,7 +24,6 @@ KIND = StoreKind(
     address="redis_url",
     in_process=False,
     views=lambda url: RedisStore(_url(url)),
-    long_term=None,  # kept as rows: the long-term fold over `rows`
     aliases=lambda url: RedisAliases(_url(url)),
     keys=lambda url: RedisKeyStore(_url(url)),
     idempotency=lambda url: RedisIdempotency(_url(url)),

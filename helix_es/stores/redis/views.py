@@ -18,7 +18,8 @@ from typing import Any
 
 from helix_es.model import names
 from helix_es.model.message import decode_json
-from helix_es.stores.ports import Change, CheckpointLost, SessionKey, Snapshot, StaleWrite, list_edit
+from helix_es.stores.list_edit import list_edit
+from helix_es.stores.ports import Change, CheckpointLost, SessionKey, Snapshot, StaleWrite
 from helix_es.stores.redis.cluster import EDITS, apply_on_cluster
 from helix_es.stores.redis.pool import Client, Lazy, is_cluster, text
 from helix_es.views.base import View
