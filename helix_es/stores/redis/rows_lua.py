@@ -39,6 +39,13 @@ local function cmp8(a, b)
   return 0
 end
 
+-- The first 8 bytes of s as two 32-bit numbers (exact in a double): compared as pairs, they order as
+-- the bytes do, in one call for the 8 bytes.
+local function hilo(s)
+  local a, b, c, d, e, f, g, h = string.byte(s, 1, 8)
+  return ((a * 256 + b) * 256 + c) * 256 + d, ((e * 256 + f) * 256 + g) * 256 + h
+end
+
 -- The ZRANGEBYLEX bound just above every member whose first 8 bytes are at most m's.
 local function above(m)
   local b = {string.byte(m, 1, 8)}
@@ -114,17 +121,41 @@ end
 -- namespace's parts start. Every change is idempotent: a batch applied again (a cluster's checkpoint
 -- moves after its rows) changes nothing.
 local function apply_changes(tables, base, changes, data, at)
+  -- Per table its keys' names, per mark its value as `hilo` pairs: made once per namespace, not per
+  -- change (a rebuild's batch holds thousands of one table's puts).
+  local named, floors = {}, {}
   for n = 1, #changes do
     local c = changes[n]
-    local t = tables[c[2]]
-    local head, cols = base .. t[1] .. ':', t[2]
-    local rows, index = head .. 'r', head .. 'o'
+    local k = named[c[2]]
+    if not k then
+      local t = tables[c[2]]
+      local head = base .. t[1] .. ':'
+      k = {head .. 'r', head .. 'o', head .. 'l:', head .. 'lookups', t[2]}
+      named[c[2]] = k
+    end
+    local rows, index, lhead, lset, cols = k[1], k[2], k[3], k[4], k[5]
     if c[1] == 0 then  -- put: {0, table, replace, floor mark, member length, value length, lookup values...}
       local member = string.sub(data, at, at + c[5] - 1)
       local value = string.sub(data, at + c[5], at + c[5] + c[6] - 1)
       at = at + c[5] + c[6]
-      local m = c[4] ~= '' and mark_of(base, c[4])
-      if not (m and cmp8(member, m) <= 0) then
+      local above_floor = true
+      if c[4] ~= '' then
+        local f = floors[c[4]]
+        if f == nil then
+          local m = mark_of(base, c[4])
+          f = false
+          if m then
+            local hi, lo = hilo(m)
+            f = {hi, lo}
+          end
+          floors[c[4]] = f
+        end
+        if f then
+          local hi, lo = hilo(member)
+          above_floor = hi > f[1] or (hi == f[1] and lo > f[2])
+        end
+      end
+      if above_floor then
         local old = nil
         if c[3] == 1 then
           old = redis.call('HGET', rows, member)
@@ -136,16 +167,16 @@ local function apply_changes(tables, base, changes, data, at)
           redis.call('ZADD', index, 0, member)
           for i = 1, #cols do
             local set = cols[i] .. ':' .. c[6 + i]
-            redis.call('ZADD', head .. 'l:' .. set, 0, member)
-            redis.call('SADD', head .. 'lookups', set)
+            redis.call('ZADD', lhead .. set, 0, member)
+            redis.call('SADD', lset, set)
           end
         elseif old ~= value and #cols > 0 then
           local was = lookups(old, #cols)
           for i = 1, #cols do
             if was[i] ~= c[6 + i] then
-              redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member)
-              redis.call('ZADD', head .. 'l:' .. cols[i] .. ':' .. c[6 + i], 0, member)
-              redis.call('SADD', head .. 'lookups', cols[i] .. ':' .. c[6 + i])
+              redis.call('ZREM', lhead .. cols[i] .. ':' .. was[i], member)
+              redis.call('ZADD', lhead .. cols[i] .. ':' .. c[6 + i], 0, member)
+              redis.call('SADD', lset, cols[i] .. ':' .. c[6 + i])
             end
           end
         end
@@ -161,16 +192,17 @@ local function apply_changes(tables, base, changes, data, at)
           redis.call('HDEL', rows, member)
           redis.call('ZREM', index, member)
           local was = lookups(old, #cols)
-          for i = 1, #cols do redis.call('ZREM', head .. 'l:' .. cols[i] .. ':' .. was[i], member) end
+          for i = 1, #cols do redis.call('ZREM', lhead .. cols[i] .. ':' .. was[i], member) end
         end
       end
     else  -- cut: {2, table, mark, upto (decimal)}
-      local m, k = mark_of(base, c[3])
+      local m, mk = mark_of(base, c[3])
       local upto = enc(c[4])
       if not m or cmp8(m, upto) < 0 then
         redis.call('HSET', base .. 'marks', c[3], c[4])
         m = upto
-        marks[k] = m
+        marks[mk] = m
+        floors[c[3]] = nil  -- puts after this cut compare with the new mark
       end
       local bound = above(m)
       -- The rows in the range, a page at a time; then the range of the index and of every lookup set
@@ -184,18 +216,18 @@ local function apply_changes(tables, base, changes, data, at)
       end
       redis.call('ZREMRANGEBYLEX', index, '-', bound)
       if #cols > 0 then
-        local sets = redis.call('SMEMBERS', head .. 'lookups')
+        local sets = redis.call('SMEMBERS', lset)
         local whole = redis.call('EXISTS', index) == 0
         for i = 1, #sets do
-          local key = head .. 'l:' .. sets[i]
+          local key = lhead .. sets[i]
           if whole then
             redis.call('DEL', key)
           else
             redis.call('ZREMRANGEBYLEX', key, '-', bound)
-            if redis.call('EXISTS', key) == 0 then redis.call('SREM', head .. 'lookups', sets[i]) end  -- emptied
+            if redis.call('EXISTS', key) == 0 then redis.call('SREM', lset, sets[i]) end  -- emptied
           end
         end
-        if whole then redis.call('DEL', head .. 'lookups') end
+        if whole then redis.call('DEL', lset) end
       end
     end
   end
