@@ -231,19 +231,32 @@ class Op:
         )
 
 
+_new = object.__new__
+_OP_SET = tuple(getattr(Op, f).__set__ for f in ("record", "message", "clear", "retract"))
+
+
 def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:
     """The batch's topic-partition and its records as ops; refuses a batch that mixes partitions."""
     topic, partition = records[0].position.topic, records[0].position.partition
+    s_record, s_message, s_clear, s_retract = _OP_SET  # `Op(...)` without a frozen __init__: one a record
     out = []
     for r in records:
-        if (r.position.topic, r.position.partition) != (topic, partition):
-            raise ValueError(f"a batch holds one topic-partition: {topic}[{partition}], then {r.position}")
+        p = r.position
+        if p.partition != partition or p.topic != topic:
+            raise ValueError(f"a batch holds one topic-partition: {topic}[{partition}], then {p}")
+        op = _new(Op)
+        s_record(op, r)
         payload = r.event.payload
+        kind = type(payload)
         if r.duplicate_of is not None:  # a retried write: applied as nothing
-            out.append(Op(r, None, False))
-            continue
-        message = payload.message if isinstance(payload, MessageAdded) else None
-        out.append(Op(r, message, isinstance(payload, MemoryCleared), isinstance(payload, MessageRetracted)))
+            s_message(op, None)
+            s_clear(op, False)
+            s_retract(op, False)
+        else:
+            s_message(op, payload.message if isinstance(payload, MessageAdded) else None)
+            s_clear(op, kind is MemoryCleared)
+            s_retract(op, kind is MessageRetracted)
+        out.append(op)
     return topic, partition, out
 
 

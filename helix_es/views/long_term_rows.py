@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from helix_es.model.events import micros
 from helix_es.model.message import Message
 from helix_es.views.long_term import Op, check_table
-from helix_es.views.rows import Cut, Delete, Put, Row, RowChange, Scan, Table
+from helix_es.views.rows import Cut, Delete, Put, Row, RowChange, Scan, Table, put
 
 CLEARED = "cleared"  # the namespace's clear watermark (µs), the mark its cuts raise
 
@@ -136,7 +136,7 @@ class LongTermFold:
 
     def _add(self, op: Op, message: Message, known: _Known, changes: list[RowChange]) -> None:
         row = row_of(op, message)
-        changes.append(Put(self.rows.name, row, CLEARED))
+        changes.append(put(self.rows.name, row, CLEARED))
         if not known.rows:  # the batch retracts and erases nothing: no session's rows to follow
             return
         held = known.rows.get((op.namespace, op.session_id))

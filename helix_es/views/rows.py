@@ -183,6 +183,21 @@ class Cut:
 
 RowChange = Put | Delete | Cut
 
+_new = object.__new__
+_PUT_SET = tuple(getattr(Put, f).__set__ for f in ("table", "row", "floor", "replace"))
+
+
+def put(table: str, row: Row, floor: str | None = None, replace: bool = False) -> Put:
+    """`Put(table, row, floor, replace)`, faster: a rebuild makes one a row, and a frozen dataclass's
+    `__init__` sets each field through `object.__setattr__`."""
+    change = _new(Put)
+    s_table, s_row, s_floor, s_replace = _PUT_SET
+    s_table(change, table)
+    s_row(change, row)
+    s_floor(change, floor)
+    s_replace(change, replace)
+    return change
+
 
 def namespace_of(change: RowChange) -> str:
     return change.namespace if isinstance(change, Cut) else str(change.row[NAMESPACE])

@@ -15,13 +15,14 @@ creator takes):
 
 `apply` is one transaction: the checkpoint row is locked (or, when `after` is None, inserted, so a
 concurrent first write finds it) and compared with `after`; namespaces with a floored put or a cut
-take a transaction-scoped advisory lock each, in order, so a cut from another partition and a
-floored put serialise; then the changes run in order, consecutive puts or deletes of one table as
-one statement over arrays, and the checkpoint moves. `scan` is one statement: the checkpoint of
-`want` and, only if it covers it, the rows, as one array (the rows' query is planned as without
-`want`), of the columns the scan names only (a json column's text passed through). A `contains`
-scan asks the trigram index for the query's rare pieces only (`helix_es.stores.postgres.trigrams`:
-a trigram most rows hold costs the index more than it saves) and rechecks the whole query.
+take a transaction-scoped advisory lock each, in order (exclusive for a cut, shared for puts), so a
+cut from another partition and a floored put serialise while puts load side by side; then the
+changes run in order, consecutive puts or deletes of one table as one statement over arrays, and the
+checkpoint moves. `scan` is one statement: the checkpoint of `want` and, only if it covers it, the
+rows, as one array (the rows' query is planned as without `want`), of the columns the scan names
+only (a json column's text passed through). A `contains` scan asks the trigram index for the query's
+rare pieces only (`helix_es.stores.postgres.trigrams`: a trigram most rows hold costs the index more
+than it saves) and rechecks the whole query.
 
 A table that exists is checked before the schema runs: one of another shape is refused
 (`SchemaMismatch`) and left as it is; one in a layout the view's data once had
@@ -56,6 +57,7 @@ from helix_es.stores.postgres.pool import (
 from helix_es.stores.postgres.retired import RetiredTables
 from helix_es.stores.postgres.rows_sql import TableSql, q
 from helix_es.views.rows import (
+    NAMESPACE,
     Cut,
     Delete,
     Put,
@@ -263,13 +265,15 @@ class PostgresRows:
         check_changes(self.tables, changes)
         pool = await self._pool()
         async with pool.acquire() as conn, conn.transaction():
+            cut = {c.namespace for c in changes if isinstance(c, Cut)}
+            floored = {c.row[NAMESPACE] for c in changes if isinstance(c, Put) and c.floor}
             await self._refuse_retired(conn, {namespace_of(c) for c in changes})
             await self._claim(conn, topic, partition, after)
-            locked = sorted(
-                {namespace_of(c) for c in changes if isinstance(c, Cut) or (isinstance(c, Put) and c.floor)}
-            )
-            for ns in locked:  # a cut and a floored put of one namespace, from any partition, take turns
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", self.name, ns)
+            # A cut of a namespace waits for its floored puts, from any partition, and they for it;
+            # floored puts share the lock, so writers of other partitions load side by side.
+            for ns in sorted(cut | floored):
+                lock = "pg_advisory_xact_lock" if ns in cut else "pg_advisory_xact_lock_shared"
+                await conn.execute(f"SELECT {lock}(hashtext($1), hashtext($2))", self.name, ns)
             run: list[RowChange] = []
             for change in changes:
                 if run and not _same_run(run[-1], change):

@@ -7,6 +7,7 @@ for the columns a reader asks.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from helix_es.views.rows import NAMESPACE, ColumnType, Row, Table, micros_of
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SHIFT = 2**63
+MEMO = 4096  # texts of an order column a codec remembers the encoding of
 _loads = json.JSONDecoder().decode  # json.loads of a str, less its checks of the argument
 _encode_str = json.encoder.encode_basestring  # json.dumps(ensure_ascii=False)'s string encoder (C)
 
@@ -23,14 +25,12 @@ def _text_order(value: str) -> bytes:
     return value.encode().replace(b"\x01", b"\x01\x02").replace(b"\x00", b"\x01\x01") + b"\x00"
 
 
-def _order_part(kind: ColumnType) -> Callable[[Any], bytes]:
-    if kind == "text":
-        return _text_order
-    if kind == "int":
-        return lambda v: (v + SHIFT).to_bytes(8, "big")
-    if kind == "time":
-        return lambda v: (micros_of(v) + SHIFT).to_bytes(8, "big")
-    raise ValueError("a json column cannot be ordered")
+def _remember(memo: dict[str, bytes], value: str) -> bytes:
+    """A text's order encoding, kept in `memo` (of at most `MEMO` texts: emptied when full)."""
+    if len(memo) >= MEMO:
+        memo.clear()
+    encoded = memo[value] = _text_order(value)
+    return encoded
 
 
 _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -95,17 +95,36 @@ def _compile(
                 ]
         return lines
 
-    parts = []
+    # the order encoding: runs of 8-byte columns packed at once, a text column's bytes remembered
+    # (an order's text is often one of few values: a topic), the rest as `Table.order_of` orders
+    parts: list[str] = []
+    packs: dict[int, Any] = {}
+    eights: list[str] = []
+    memos: list[str] = []
+
+    def pack() -> None:
+        if eights:
+            packs.setdefault(len(eights), struct.Struct(">" + "Q" * len(eights)).pack)
+            parts.append(f"pack_{len(eights)}({', '.join(eights)})")
+            eights.clear()
+
     for c in table.order[1:]:
         kind = table.type(c)
         if kind == "text":
-            parts.append(f"text_order(row[{c!r}])")
+            pack()
+            memos += [
+                f"    o_{c} = memo_{c}.get(row[{c!r}])",
+                f"    if o_{c} is None:",
+                f"        o_{c} = remember(memo_{c}, row[{c!r}])",
+            ]
+            parts.append(f"o_{c}")
         elif kind == "int":
-            parts.append(f"(row[{c!r}] + SHIFT).to_bytes(8, 'big')")
+            eights.append(f"row[{c!r}] + SHIFT")
         elif kind == "time":
-            parts.append(f"(t_{c} + SHIFT).to_bytes(8, 'big')")
+            eights.append(f"t_{c} + SHIFT")
         else:
             raise ValueError("a json column cannot be ordered")
+    pack()
     member = " + ".join(parts) or "b''"
     fields = [
         *table.lookups,
@@ -117,21 +136,20 @@ def _compile(
         tokens[c] = {"text": f"encode_str(row[{c!r}])", "int": f"int_repr(row[{c!r}])", "time": f"str(t_{c})"}.get(
             kind, f"canonical(row[{c!r}])"
         )
-    body = [f"    v_{c} = {tokens[c]}" for c in table.lookups]
-    pieces = [
-        f"'{'{' if i == 0 else ','}\"{c}\":' + " + (f"v_{c}" if c in table.lookups else tokens[c])
-        for i, c in enumerate(fields)
-    ]
-    value = " + ".join([*pieces, "'}'"] if pieces else ["'{}'"])
-    value = " + ".join([value, *(f"document({c!r}, row[{c!r}])" for c in documents)])
+    body = [f"    v_{c} = {tokens[c]}" for c in fields]
+    body += [f"    d_{c} = document({c!r}, row[{c!r}])" for c in documents]
+    pieces = ",".join(f'"{c}":{{v_{c}}}' for c in fields)
+    value = "f'{{" + pieces + "}}" + "".join(f"{{d_{c}}}" for c in documents) + "'"
     found = ", ".join(f"v_{c}[1:-1]" if table.type(c) == "text" else f"lookup(v_{c})" for c in table.lookups)
     source = "\n".join(
         [
             "def member(row):",
             *micros(table.order[1:]),
+            *memos,
             f"    return {member}",
             "def put(row):",
             *micros([c for c, _ in table.columns]),
+            *memos,
             *body,
             f"    return {member}, {value}, [{found}]",
         ]
@@ -145,6 +163,9 @@ def _compile(
         "canonical": _canonical,
         "document": _document,
         "lookup": lookup,
+        "remember": _remember,
+        **{f"pack_{n}": p for n, p in packs.items()},
+        **{f"memo_{c}": {} for c in table.order[1:] if table.type(c) == "text"},
     }
     exec(compile(source, f"<rows codec of {table.name}>", "exec"), scope)  # our own source, of checked names
     return scope["member"], scope["put"]

@@ -27,13 +27,15 @@ replace or a delete finds the lookup sets a row is in from its stored JSON (look
 
 `apply` on one server is one script (`rows_lua.APPLY`): it checks the checkpoint is `after`, applies
 the changes in order and moves the checkpoint. The changes travel as two arguments whatever their
-number: a JSON spec (per change its kind, table, lengths and lookup values) and one string of their
-binary parts (order encodings, stored values) end to end. On a cluster the checkpoint lives in another slot: it
-is read first (a moved one refuses the batch before anything is written), then each namespace's
-changes run as one script in its slot, all in one pipeline, followed by `WAIT 1` on every master with
-a replica (`helix_es.stores.redis.cluster`), then a script moves the checkpoint if it is still
-`after`. Every change is idempotent (a put of a present row keeps it, a delete or a cut again finds
-nothing), so a batch applied again by a projector that lost the race changes nothing.
+number: a JSON spec (per change, or per run of alike puts, its kind, table, lengths and lookup
+values) and one string of their binary parts (order encodings, stored values) end to end. Plain puts
+are written a run at a time (`rows_lua`: a few commands for thousands of rows). On a cluster the
+checkpoint lives in another slot: it is read first (a moved one refuses the batch before anything is
+written), then each namespace's changes run as one script in its slot, all in one pipeline, followed
+by `WAIT 1` on every master with a replica (`helix_es.stores.redis.cluster`), then a script moves
+the checkpoint if it is still `after`. Every change is idempotent (a put of a present row keeps it,
+a delete or a cut again finds nothing), so a batch applied again by a projector that lost the race
+changes nothing.
 
 A scan reads its index a page per script call (`PAGE` members: no call holds Redis up for long) and
 the rows' values beside it, joined into one reply string (one element to parse, not one per row);
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -106,7 +109,8 @@ class RedisRows(WideStore):
     def _encode(self, changes: Sequence[RowChange]) -> dict[str, tuple[list[Any], list[bytes]]]:
         """Per namespace, the script's changes and their binary parts, refusing bad changes as
         `check_changes` does (nothing is sent yet): a row's types are checked by its table's compiled
-        test, and by `Table.check` only to say what is wrong."""
+        test, and by `Table.check` only to say what is wrong. Consecutive puts of a namespace into one
+        table, alike in floor and mode, are one entry: their lengths and lookup values in two arrays."""
         out: dict[str, tuple[list[Any], list[bytes]]] = {}
         checked: set[str] = set()
         for change in changes:
@@ -129,23 +133,32 @@ class RedisRows(WideStore):
             else:
                 ns = names.check_namespace(given)
                 checked.add(ns)
+            group = out.get(ns)
+            if group is None:
+                group = out[ns] = ([], [])
+            spec, parts = group
             try:
                 if isinstance(change, Delete):
                     member = codec.member(row)  # a delete's order columns
-                    entry: list[Any] = [1, ti, len(member)]
-                    value = b""
-                else:
-                    if not codec.fits(row):
-                        table.check(row)  # says what is wrong
-                    if change.floor is not None and table.floor is None:
-                        raise ValueError(f"table {table.name!r} has no floor column for a floored put")
-                    member, text, found = codec.put(row)
-                    value = text.encode()  # a lone surrogate fails here, not on the wire
-                    entry = [0, ti, int(change.replace), change.floor or "", len(member), len(value), *found]
-            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError) as exc:
+                    spec.append([1, ti, len(member)])
+                    parts.append(member)
+                    continue
+                if not codec.fits(row):
+                    table.check(row)  # says what is wrong
+                floor = change.floor
+                if floor is not None and table.floor is None:
+                    raise ValueError(f"table {table.name!r} has no floor column for a floored put")
+                member, text, found = codec.put(row)
+                value = text.encode()  # a lone surrogate fails here, not on the wire
+            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error) as exc:
                 raise ValueError(f"table {change.table!r}: cannot encode {row!r}: {exc!r}") from exc
-            spec, parts = out.setdefault(ns, ([], []))
-            spec.append(entry)
+            last = spec[-1] if spec else None
+            mode = int(change.replace)
+            if last is None or last[0] != 0 or last[1] != ti or last[2] != mode or last[3] != (floor or ""):
+                last = [0, ti, mode, floor or "", [], []]
+                spec.append(last)
+            last[4] += (len(member), len(value))
+            last[5] += found
             parts += (member, value)
         return out
 

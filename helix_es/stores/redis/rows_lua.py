@@ -116,6 +116,82 @@ local function mark_of(base, name)
   return m, k
 end
 
+-- Plain puts (no replace) wait in a run, per table, and go in a few calls: HMGET says which rows are
+-- new, then a HSET and a ZADD of the index a chunk, and one ZADD per lookup set for the whole run (a
+-- rebuild's batch holds tens of rows of each session). A change of another kind writes the run
+-- first, so every change still sees those before it. A run is four arrays: members, values, and
+-- where each row's lookup values are (an array of the spec, the index before the row's first).
+local CHUNK = 1000  -- rows a call: Lua's unpack takes at most 8,000 values
+
+local function write_run(k, run, listed)
+  local rows, index, lhead, lset, cols = k[1], k[2], k[3], k[4], k[5]
+  local ms, vs, ls, os = run[1], run[2], run[3], run[4]
+  local sets, names = {}, {}  -- lookup set -> {0, member, 0, member...}, in the order first met
+  for j = 1, #ms, CHUNK do
+    local last = math.min(j + CHUNK - 1, #ms)
+    local have = redis.call('HMGET', rows, unpack(ms, j, last))
+    local fields, scored = {}, {}
+    for x = j, last do
+      if not have[x - j + 1] then
+        local member = ms[x]
+        fields[#fields + 1] = member
+        fields[#fields + 1] = vs[x]
+        scored[#scored + 1] = 0
+        scored[#scored + 1] = member
+        local looks, o = ls[x], os[x]
+        for i = 1, #cols do
+          local set = cols[i] .. ':' .. looks[o + i]
+          local s = sets[set]
+          if not s then
+            s = {}
+            sets[set] = s
+            names[#names + 1] = set
+          end
+          s[#s + 1] = 0
+          s[#s + 1] = member
+        end
+      end
+    end
+    if #fields > 0 then
+      redis.call('HSET', rows, unpack(fields))
+      redis.call('ZADD', index, unpack(scored))
+    end
+  end
+  for n = 1, #names do
+    local set = names[n]
+    local s = sets[set]
+    for j = 1, #s, 2 * CHUNK do redis.call('ZADD', lhead .. set, unpack(s, j, math.min(j + 2 * CHUNK - 1, #s))) end
+    if not listed[lset .. '\0' .. set] then
+      redis.call('SADD', lset, set)
+      listed[lset .. '\0' .. set] = true
+    end
+  end
+end
+
+-- A put that replaces: the row is written whatever was there, and moved between lookup sets.
+local function replace(k, member, value, looks, o)
+  local rows, index, lhead, lset, cols = k[1], k[2], k[3], k[4], k[5]
+  local old = redis.call('HGET', rows, member)
+  redis.call('HSET', rows, member, value)
+  if not old then
+    redis.call('ZADD', index, 0, member)
+    for i = 1, #cols do
+      local set = cols[i] .. ':' .. looks[o + i]
+      redis.call('ZADD', lhead .. set, 0, member)
+      redis.call('SADD', lset, set)
+    end
+  elseif old ~= value and #cols > 0 then
+    local was = lookups(old, #cols)
+    for i = 1, #cols do
+      if was[i] ~= looks[o + i] then
+        redis.call('ZREM', lhead .. cols[i] .. ':' .. was[i], member)
+        redis.call('ZADD', lhead .. cols[i] .. ':' .. looks[o + i], 0, member)
+        redis.call('SADD', lset, cols[i] .. ':' .. looks[o + i])
+      end
+    end
+  end
+end
+
 -- Apply one namespace's changes (its key prefix `base`), their binary parts (order encodings, row
 -- values, lengths in the changes) one after the other in `data` from `at` on; returns where the next
 -- namespace's parts start. Every change is idempotent: a batch applied again (a cluster's checkpoint
@@ -124,6 +200,11 @@ local function apply_changes(tables, base, changes, data, at)
   -- Per table its keys' names, per mark its value as `hilo` pairs: made once per namespace, not per
   -- change (a rebuild's batch holds thousands of one table's puts).
   local named, floors = {}, {}
+  local runs, queued, listed = {}, {}, {}  -- per table its run; the runs' members; lookup sets listed
+  local function flush()
+    for ti, run in pairs(runs) do write_run(named[ti], run, listed) end
+    runs, queued = {}, {}
+  end
   for n = 1, #changes do
     local c = changes[n]
     local k = named[c[2]]
@@ -134,13 +215,10 @@ local function apply_changes(tables, base, changes, data, at)
       named[c[2]] = k
     end
     local rows, index, lhead, lset, cols = k[1], k[2], k[3], k[4], k[5]
-    if c[1] == 0 then  -- put: {0, table, replace, floor mark, member length, value length, lookup values...}
-      local member = string.sub(data, at, at + c[5] - 1)
-      local value = string.sub(data, at + c[5], at + c[5] + c[6] - 1)
-      at = at + c[5] + c[6]
-      local above_floor = true
+    if c[1] == 0 then  -- puts: {0, table, replace, floor mark, {member length, value length...}, {lookup values...}}
+      local f = false
       if c[4] ~= '' then
-        local f = floors[c[4]]
+        f = floors[c[4]]
         if f == nil then
           local m = mark_of(base, c[4])
           f = false
@@ -150,38 +228,42 @@ local function apply_changes(tables, base, changes, data, at)
           end
           floors[c[4]] = f
         end
+      end
+      local lens, looks, ncols = c[5], c[6], #cols
+      local run, tag = nil, c[2] .. '\0'
+      if c[3] == 0 then
+        run = runs[c[2]]
+        if not run then
+          run = {{}, {}, {}, {}}
+          runs[c[2]] = run
+        end
+      else
+        flush()
+      end
+      local ms, vs, ls, os = run and run[1], run and run[2], run and run[3], run and run[4]
+      for r = 1, #lens, 2 do
+        local ml, vl = lens[r], lens[r + 1]
+        local member = string.sub(data, at, at + ml - 1)
+        local value = string.sub(data, at + ml, at + ml + vl - 1)
+        at = at + ml + vl
+        local above_floor = true
         if f then
           local hi, lo = hilo(member)
           above_floor = hi > f[1] or (hi == f[1] and lo > f[2])
         end
-      end
-      if above_floor then
-        local old = nil
-        if c[3] == 1 then
-          old = redis.call('HGET', rows, member)
-          redis.call('HSET', rows, member, value)
-        elseif redis.call('HSETNX', rows, member, value) == 0 then
-          old = value  -- kept as it is
-        end
-        if not old then
-          redis.call('ZADD', index, 0, member)
-          for i = 1, #cols do
-            local set = cols[i] .. ':' .. c[6 + i]
-            redis.call('ZADD', lhead .. set, 0, member)
-            redis.call('SADD', lset, set)
-          end
-        elseif old ~= value and #cols > 0 then
-          local was = lookups(old, #cols)
-          for i = 1, #cols do
-            if was[i] ~= c[6 + i] then
-              redis.call('ZREM', lhead .. cols[i] .. ':' .. was[i], member)
-              redis.call('ZADD', lhead .. cols[i] .. ':' .. c[6 + i], 0, member)
-              redis.call('SADD', lset, cols[i] .. ':' .. c[6 + i])
-            end
+        if above_floor then
+          local o = (r - 1) / 2 * ncols
+          if not run then
+            replace(k, member, value, looks, o)
+          elseif not queued[tag .. member] then  -- a row put twice keeps the first, as HSETNX would
+            queued[tag .. member] = true
+            local x = #ms + 1
+            ms[x], vs[x], ls[x], os[x] = member, value, looks, o
           end
         end
       end
     elseif c[1] == 1 then  -- delete: {1, table, member length}
+      flush()
       local member = string.sub(data, at, at + c[3] - 1)
       at = at + c[3]
       if #cols == 0 then
@@ -196,6 +278,8 @@ local function apply_changes(tables, base, changes, data, at)
         end
       end
     else  -- cut: {2, table, mark, upto (decimal)}
+      flush()
+      listed = {}  -- a cut may take lookup sets out of the list
       local m, mk = mark_of(base, c[3])
       local upto = enc(c[4])
       if not m or cmp8(m, upto) < 0 then
@@ -207,15 +291,18 @@ local function apply_changes(tables, base, changes, data, at)
       local bound = above(m)
       -- The rows in the range, a page at a time; then the range of the index and of every lookup set
       -- (their members are the same order encodings, so a cut is a lex range of each), none decoded.
-      local from = '-'
+      -- A lookup set holds only members of the index: a range the index lacks, no lookup set has,
+      -- so a cut that finds no row (a clear of a partition applied after another's) reads no set.
+      local from, found = '-', false
       while true do
         local gone = redis.call('ZRANGEBYLEX', index, from, bound, 'LIMIT', 0, 500)
         if #gone == 0 then break end
+        found = true
         redis.call('HDEL', rows, unpack(gone))
         from = '(' .. gone[#gone]
       end
-      redis.call('ZREMRANGEBYLEX', index, '-', bound)
-      if #cols > 0 then
+      if found then redis.call('ZREMRANGEBYLEX', index, '-', bound) end
+      if found and #cols > 0 then
         local sets = redis.call('SMEMBERS', lset)
         local whole = redis.call('EXISTS', index) == 0
         for i = 1, #sets do
@@ -231,6 +318,7 @@ local function apply_changes(tables, base, changes, data, at)
       end
     end
   end
+  flush()
   return at
 end
 
