@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
+import asyncpg
 import pytest
 from redis.crc import key_slot
 
@@ -74,6 +75,50 @@ class TestPostgresRows(RowStoreContract):
         left = await putter.scan(Scan(table.name, ns))
         assert left is not None and left
         assert all(micros_of(r["at"]) > mark for r in left)
+
+    async def test_a_bulk_load_keeps_the_key_alone_until_its_end_or_its_first_scan(
+        self, opened: OpenRows, postgres_dsn: str
+    ) -> None:
+        # Each index kept up row by row doubles a load's cost in the server: an empty target keeps
+        # its primary key only; the first scan (a fold reading a session) builds the order and lookup
+        # indexes it needs; `build_indexes` builds what is left. A table with rows keeps its indexes.
+        tag = uuid.uuid4().hex[:10]
+        table, ns = notes(f"t_{tag}"), f"ns-{tag}"
+        view = f"rows-{tag}"
+        first = opened(view, [table])
+        await first.apply(TOPIC, 0, [], 0, after=None)  # the table and its indexes, as a live view makes them
+        assert len(await indexes(postgres_dsn, table.name)) == 4  # key, order, lookup, trigram
+        load = opened(view, [table])
+        assert isinstance(load, PostgresRows)
+        await load.start_load()
+        assert await indexes(postgres_dsn, table.name) == [f"{table.name}_pkey"]
+        await load.apply(
+            TOPIC, 0, [Put(table.name, row(ns, i, f"m{i}", session=f"s{i % 3}")) for i in range(50)], 1, after=0
+        )
+        assert await indexes(postgres_dsn, table.name) == [f"{table.name}_pkey"]
+        assert contents(await load.scan(Scan(table.name, ns, where={"session_id": "s1"}, limit=2))) == ["m1", "m4"]
+        assert len(await indexes(postgres_dsn, table.name)) == 3  # no trigram index yet
+        await load.build_indexes()
+        assert len(await indexes(postgres_dsn, table.name)) == 4
+        again = opened(view, [table])
+        assert isinstance(again, PostgresRows)
+        await again.start_load()  # rows are there: the indexes stay
+        assert len(await indexes(postgres_dsn, table.name)) == 4
+        await again.build_indexes()
+        assert contents(await again.scan(Scan(table.name, ns, contains="m4"))) == ["m4"] + [
+            f"m{i}" for i in range(40, 50)
+        ]
+
+
+async def indexes(dsn: str, table: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        found = await conn.fetch(
+            "SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass", f'"{table}"'
+        )
+        return sorted(r[0].strip('"') for r in found)
+    finally:
+        await conn.close()
 
 
 class TestPostgresCopyRows(TestPostgresRows):

@@ -28,8 +28,9 @@ A table that exists is checked before the schema runs: one of another shape is r
 (`SchemaMismatch`) and left as it is; one in a layout the view's data once had
 (`helix_es.stores.postgres.retired`) refuses the view with `RetiredLayout`, and `drop` deletes
 from it. A rebuild's target is a bulk load (`start_load`, `defer_indexes`, `build_indexes`): its
-rows go in without the trigram indexes, built over them once at the end, before readers can be
-switched to it.
+rows go in under the primary key alone, and the order, lookup and trigram indexes are built over
+them once at the end, before readers can be switched to it (the order and lookup ones earlier if a
+fold reads rows during the load).
 """
 
 from __future__ import annotations
@@ -111,11 +112,12 @@ class PostgresRows:
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
         self._sql: dict[str, TableSql] = {}  # made once the server's collations are known
         self._frequent = {t.name: trigrams.FrequentTrigrams(q(t.name), q(t.text)) for t in tables if t.text}
-        self._schema = ""
+        self._schema = self._bare = ""
         self._retired = retired
         self._old_marks = False  # the retired layout's marks name namespaces of this view
         self._current: set[tuple[str, str]] = set()  # (view, namespace) known to hold no retired data
-        self._deferred = False  # a bulk load: trigram indexes wait for build_indexes
+        self._deferred = False  # a bulk load: indexes wait for build_indexes
+        self._indexed = False  # the load's order and lookup indexes are built (a scan needed them)
         self._owned: set[str] = set()  # tables start_load found empty: the load's own, indexed without CONCURRENTLY
         self.pg = Pg(dsn)
 
@@ -150,7 +152,9 @@ class PostgresRows:
                 folding = await conn.fetchval(_FOLDING)
             self._sql = {name: TableSql(t, folding) for name, t in self.tables.items()}
             self._schema = CHECKPOINTS + _MARKS + "\n".join(s.schema for s in self._sql.values())
-        return await self.pg.pool(self._schema, check=self._trgm)
+            self._bare = CHECKPOINTS + _MARKS + "\n".join(s.bare for s in self._sql.values())
+        # a bulk load makes no index but the key: `start_load` dropped those of empty tables
+        return await self.pg.pool(self._bare if self._deferred else self._schema, check=self._trgm)
 
     async def _layout(self, conn: asyncpg.Connection) -> list[str]:
         """The view's tables that exist in the retired layout; `SchemaMismatch` for one of another shape."""
@@ -202,58 +206,76 @@ class PostgresRows:
     # --- a bulk load (projectors.rebuild.bulk) ---
 
     def defer_indexes(self) -> None:
-        """A bulk load (a rebuild's target, before readers use it): no trigram index until
-        `build_indexes`. Called before first use: a GIN index kept up row by row costs about ten
-        times the write it slows; one built over the rows at the end, far less."""
+        """A bulk load (a rebuild's target, before readers use it): the order, lookup and trigram
+        indexes of the tables `start_load` found empty wait for `build_indexes` (or for the load's
+        first scan, which needs the first two). Called before first use: an index kept up row by row
+        costs more than the write it slows (a GIN index ten times); one built over the rows at the
+        end, far less."""
         self._deferred = True
 
     async def start_load(self) -> None:
         """A bulk load begins (a rebuild's lead, before any process folds into the target). A table
-        in the retired layout with no rows (a target dropped before the upgrade) goes; a trigram
-        index left on a table with no rows (an earlier target of the same name, its rows dropped)
-        goes too, and `build_indexes` makes it again with a plain build. A table with rows (a rerun
-        after a crash, another deployment's) keeps its index. Defers the indexes."""
+        in the retired layout with no rows (a target dropped before the upgrade) goes; the indexes
+        but the primary key of a table with no rows (an earlier target of the same name, its rows
+        dropped, or one just made) go too, and `build_indexes` makes them again with a plain build. A
+        table with rows (a rerun after a crash, another deployment's) keeps its indexes. Defers the
+        indexes."""
         self.defer_indexes()
         async with transaction(self.dsn) as conn:
             await self._drop_empty(conn, await self._layout(conn))
         pool = await self._pool()
         for sql in self._sql.values():
-            if sql.trgm_create is None:
-                continue
+            deferred = [name for name, _ in sql.secondary] + ([sql.trgm_name] if sql.trgm_create else [])
             try:
                 async with pool.acquire() as conn, conn.transaction():
                     # writers wait while it looks, so no row arrives between the look and the drop
                     await conn.execute(f"LOCK TABLE {q(sql.table.name)} IN SHARE ROW EXCLUSIVE MODE")
                     if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {q(sql.table.name)})"):
                         continue
-                    await conn.execute(f"DROP INDEX IF EXISTS {sql.trgm_name}")
-            except asyncpg.InsufficientPrivilegeError as e:  # not the table's owner: the load keeps it up, slower
-                log.warning("rows %s: its trigram index stays during the load (%s)", sql.table.name, e)
+                    for name in deferred:
+                        await conn.execute(f"DROP INDEX IF EXISTS {name}")
+            except asyncpg.InsufficientPrivilegeError as e:  # not the table's owner: the load keeps them up, slower
+                log.warning("rows %s: its indexes stay during the load (%s)", sql.table.name, e)
                 continue
             self._owned.add(sql.table.name)
 
+    async def _build(self, conn: asyncpg.Connection, sql: TableSql, name: str, create: str) -> None:
+        """Index `name` of `sql`'s table by `create`, unless it is there (if another process is
+        building it, once it has): concurrently where the table is not the load's own."""
+        if sql.table.name not in self._owned:  # others may write it: they go on meanwhile
+            create = create.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1).replace(
+                "CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX CONCURRENTLY", 1
+            )
+        while not await build_index(
+            conn,
+            f"{name} {sql.table.name}",
+            f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)",
+            f"SELECT array(SELECT '{name}' FROM pg_index WHERE indexrelid = to_regclass('{name}') AND NOT indisvalid)",
+            create,
+        ):
+            await asyncio.sleep(0.2)
+
+    async def _readable(self) -> None:
+        """During a bulk load, the order and lookup indexes before the first scan (a fold's read of a
+        session): without them it would read the whole table."""
+        if not self._deferred or self._indexed:
+            return
+        pool = await self._pool()
+        async with pool.acquire() as conn:
+            for sql in self._sql.values():
+                for name, create in sql.secondary:
+                    await self._build(conn, sql, name, create)
+        self._indexed = True
+
     async def build_indexes(self) -> None:
-        """The trigram indexes a bulk load deferred, built over the rows now there (if another
-        process is building one, once it has), and the tables' statistics."""
+        """The indexes a bulk load deferred, built over the rows now there, and the tables' statistics."""
+        await self._readable()
         pool = await self._pool()
         async with pool.acquire() as conn:
             trgm = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')")
             for sql in self._sql.values():
-                if sql.trgm_create is None or not trgm:
-                    continue
-                name = sql.trgm_name
-                create = sql.trgm_create
-                if sql.table.name not in self._owned:  # others may write it: they go on meanwhile
-                    create = create.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
-                while not await build_index(
-                    conn,
-                    f"trgm {sql.table.name}",
-                    f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)",
-                    f"SELECT array(SELECT '{name}' FROM pg_index WHERE indexrelid = to_regclass('{name}')"
-                    " AND NOT indisvalid)",
-                    create,
-                ):
-                    await asyncio.sleep(0.2)
+                if sql.trgm_create is not None and trgm:
+                    await self._build(conn, sql, sql.trgm_name, sql.trgm_create)
             # statistics of the rows loaded, before readers come: else the planner guesses the tables' size
             for table in self.tables:
                 await conn.execute(f"ANALYZE {q(table)}")
@@ -385,6 +407,7 @@ class PostgresRows:
 
     async def scan(self, scan: Scan, want: Position | None = None) -> list[Row] | None:
         table = check_scan(self.tables, scan)
+        await self._readable()
         pool = await self._pool()
         await self._refuse_retired(pool, [scan.namespace])
         columns = scan.columns or [c for c, _ in table.columns]

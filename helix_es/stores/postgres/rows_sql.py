@@ -49,14 +49,15 @@ class TableSql:
                 sql += f" COLLATE {q(folding)}"
             cols.append(f"{q(name)} {sql}{'' if kind == 'json' else ' NOT NULL'}")
         order = ", ".join(q(c) for c in table.order)
-        ddl = [f"CREATE TABLE IF NOT EXISTS {t} ({', '.join(cols)}, PRIMARY KEY ({', '.join(map(q, table.key))}));"]
+        self.bare = f"CREATE TABLE IF NOT EXISTS {t} ({', '.join(cols)}, PRIMARY KEY ({', '.join(map(q, table.key))}));"
+        # the read order and the lookups: (name, CREATE INDEX), which a bulk load builds at the end
         name = index_name(table.name, "order")
-        ddl.append(index_if_missing(name, f"CREATE UNIQUE INDEX {name} ON {t} ({order})"))
+        self.secondary = [(name, f"CREATE UNIQUE INDEX {name} ON {t} ({order})")]
         for column in table.lookups:
             name = index_name(table.name, f"lookup {column}")
             tail = ", ".join(q(c) for c in table.order[1:])
-            ddl.append(index_if_missing(name, f'CREATE INDEX {name} ON {t} ("namespace", {q(column)}, {tail})'))
-        self.schema = "\n".join(ddl)
+            self.secondary.append((name, f'CREATE INDEX {name} ON {t} ("namespace", {q(column)}, {tail})'))
+        self.schema = "\n".join([self.bare, *(index_if_missing(n, create) for n, create in self.secondary)])
         self.trgm_name = index_name(table.name, "trgm")
         # no pending list, which every search would scan (priced as a full scan until a vacuum)
         self.trgm_create = (
