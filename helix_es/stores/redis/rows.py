@@ -71,7 +71,7 @@ from helix_es.stores.redis.wide import WideStore
 from helix_es.views.rows import (
     NAMESPACE,
     Cut,
-    Delete,
+    Put,
     Row,
     RowChange,
     Scan,
@@ -80,6 +80,7 @@ from helix_es.views.rows import (
 )
 
 PAGE = 500  # index members a scan reads per script call
+_UNENCODABLE = (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error)
 Retired = Callable[[str, str, bool], tuple[str, list[str]]]
 
 
@@ -113,11 +114,42 @@ class RedisRows(WideStore):
         table, alike in floor and mode, are one entry: their lengths and lookup values in two arrays."""
         out: dict[str, tuple[list[Any], list[bytes]]] = {}
         checked: set[str] = set()
+        run: tuple[Any, ...] = ()  # the put entry open: (namespace, table, floor, replace)
+        lens: list[int] = []
+        looks: list[str] = []
+        parts: list[bytes] = []
         for change in changes:
             codec = self._codecs.get(change.table)
             if codec is None:
                 raise ValueError(f"no table {change.table!r}")
-            table, ti = codec.table, self._index[change.table]
+            table = codec.table
+            if type(change) is Put:
+                row = change.row
+                ns = row.get(NAMESPACE)
+                key = (ns, change.table, change.floor, change.replace)
+                if key != run:  # another entry: its namespace, table and floor checked once
+                    if type(ns) is not str or ns not in checked:
+                        ns = names.check_namespace(ns)
+                        checked.add(ns)
+                    if change.floor is not None and table.floor is None:
+                        raise ValueError(f"table {table.name!r} has no floor column for a floored put")
+                    spec, parts = out.get(ns) or out.setdefault(ns, ([], []))
+                    lens, looks = [], []
+                    spec.append([0, self._index[change.table], int(change.replace), change.floor or "", lens, looks])
+                    run = key
+                try:
+                    if not codec.fits(row):
+                        table.check(row)  # says what is wrong
+                    member, text, found = codec.put(row)
+                    value = text.encode()  # a lone surrogate fails here, not on the wire
+                except _UNENCODABLE as exc:
+                    raise ValueError(f"table {change.table!r}: cannot encode {row!r}: {exc!r}") from exc
+                lens += (len(member), len(value))
+                looks += found
+                parts += (member, value)
+                continue
+            run = ()
+            ti = self._index[change.table]
             if isinstance(change, Cut):
                 if table.floor is None:
                     raise ValueError(f"table {table.name!r} has no floor column to cut")
@@ -126,40 +158,14 @@ class RedisRows(WideStore):
                 ns = names.check_namespace(change.namespace)
                 out.setdefault(ns, ([], []))[0].append([2, ti, change.mark, str(change.upto)])
                 continue
-            row = change.row
-            given = row.get(NAMESPACE)
-            if type(given) is str and given in checked:
-                ns = given
-            else:
-                ns = names.check_namespace(given)
-                checked.add(ns)
-            group = out.get(ns)
-            if group is None:
-                group = out[ns] = ([], [])
-            spec, parts = group
+            ns = names.check_namespace(change.row.get(NAMESPACE))
             try:
-                if isinstance(change, Delete):
-                    member = codec.member(row)  # a delete's order columns
-                    spec.append([1, ti, len(member)])
-                    parts.append(member)
-                    continue
-                if not codec.fits(row):
-                    table.check(row)  # says what is wrong
-                floor = change.floor
-                if floor is not None and table.floor is None:
-                    raise ValueError(f"table {table.name!r} has no floor column for a floored put")
-                member, text, found = codec.put(row)
-                value = text.encode()  # a lone surrogate fails here, not on the wire
-            except (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error) as exc:
-                raise ValueError(f"table {change.table!r}: cannot encode {row!r}: {exc!r}") from exc
-            last = spec[-1] if spec else None
-            mode = int(change.replace)
-            if last is None or last[0] != 0 or last[1] != ti or last[2] != mode or last[3] != (floor or ""):
-                last = [0, ti, mode, floor or "", [], []]
-                spec.append(last)
-            last[4] += (len(member), len(value))
-            last[5] += found
-            parts += (member, value)
+                member = codec.member(change.row)  # a delete's order columns
+            except _UNENCODABLE as exc:
+                raise ValueError(f"table {change.table!r}: cannot encode {change.row!r}: {exc!r}") from exc
+            spec, parts = out.setdefault(ns, ([], []))
+            spec.append([1, ti, len(member)])
+            parts.append(member)
         return out
 
     def _spec(self, groups: list[list[Any]]) -> str:
