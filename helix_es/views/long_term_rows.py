@@ -105,7 +105,9 @@ class LongTermFold:
         return self.rows, self.retracted
 
     def wants(self, ops: Sequence[Op]) -> Wants:
-        named = sorted({(op.namespace, op.session_id) for op in ops if op.retract or op.erased})
+        named = sorted(
+            {(op.namespace, op.session_id) for op in ops if op.message is None and (op.retract or op.erased)}
+        )
         scans = [Scan(self.rows.name, ns, where={"session_id": sid}) for ns, sid in named]
         scans += [Scan(self.retracted.name, ns, where={"session_id": sid}) for ns, sid in named]
         return Wants(tuple(scans), tuple(sorted({ns for ns, _ in named})))

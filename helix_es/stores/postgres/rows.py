@@ -38,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 
@@ -68,7 +70,6 @@ from helix_es.views.rows import (
     Table,
     check_changes,
     check_scan,
-    micros_of,
     namespace_of,
 )
 
@@ -85,6 +86,8 @@ _FOLDING = """
 SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'C.utf8', 'C.UTF-8')
 ORDER BY collname = 'und-x-icu' DESC, collname LIMIT 1
 """
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+BUILD_MEMORY = "256MB"  # maintenance_work_mem of a load's index builds
 COPY_ROWS = 200  # from this many puts on, a run of new rows goes by COPY
 _FORMAT = {"text": "text", "int": "bigint", "time": "timestamp with time zone", "json": "jsonb"}  # format_type()
 _COLUMNS_OF = """
@@ -239,70 +242,77 @@ class PostgresRows:
                 continue
             self._owned.add(sql.table.name)
 
-    async def _build(self, conn: asyncpg.Connection, sql: TableSql, name: str, create: str) -> None:
+    async def _build(self, sql: TableSql, name: str, create: str) -> None:
         """Index `name` of `sql`'s table by `create`, unless it is there (if another process is
         building it, once it has): concurrently where the table is not the load's own."""
         if sql.table.name not in self._owned:  # others may write it: they go on meanwhile
             create = create.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1).replace(
                 "CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX CONCURRENTLY", 1
             )
-        while not await build_index(
-            conn,
-            f"{name} {sql.table.name}",
-            f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)",
-            f"SELECT array(SELECT '{name}' FROM pg_index WHERE indexrelid = to_regclass('{name}') AND NOT indisvalid)",
-            create,
-        ):
-            await asyncio.sleep(0.2)
+        found = f"FROM pg_index WHERE indexrelid = to_regclass('{name}')"
+        valid, invalid = (
+            f"SELECT EXISTS (SELECT 1 {found} AND indisvalid)",
+            f"SELECT array(SELECT '{name}' {found} AND NOT indisvalid)",
+        )
+        pool = await self._pool()
+        async with pool.acquire() as conn:
+            # a GIN build sorts in this memory: at the default 64 MB it flushes and merges far more
+            await conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+            try:
+                while not await build_index(conn, f"{name} {sql.table.name}", valid, invalid, create):
+                    await asyncio.sleep(0.2)
+            finally:
+                await conn.execute("RESET maintenance_work_mem")
+
+    async def _build_all(self, builds: Sequence[tuple[TableSql, str, str]]) -> None:
+        """Indexes (`_build`'s arguments) built side by side where their table is the load's own, one
+        server process each; one after another where not (concurrent builds of one table deadlock)."""
+
+        async def in_turn() -> None:
+            for build in builds:
+                if build[0].table.name not in self._owned:
+                    await self._build(*build)
+
+        owned = [self._build(*build) for build in builds if build[0].table.name in self._owned]
+        await asyncio.gather(in_turn(), *owned)
+
+    def _secondary(self) -> list[tuple[TableSql, str, str]]:
+        return [] if self._indexed else [(s, n, create) for s in self._sql.values() for n, create in s.secondary]
 
     async def _readable(self) -> None:
         """During a bulk load, the order and lookup indexes before the first scan (a fold's read of a
         session): without them it would read the whole table."""
-        if not self._deferred or self._indexed:
-            return
-        pool = await self._pool()
-        async with pool.acquire() as conn:
-            for sql in self._sql.values():
-                for name, create in sql.secondary:
-                    await self._build(conn, sql, name, create)
-        self._indexed = True
+        if self._deferred and not self._indexed:
+            await self._build_all(self._secondary())
+            self._indexed = True
 
     async def build_indexes(self) -> None:
         """The indexes a bulk load deferred, built over the rows now there, and the tables' statistics."""
-        await self._readable()
         pool = await self._pool()
-        async with pool.acquire() as conn:
-            trgm = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')")
-            for sql in self._sql.values():
-                if sql.trgm_create is not None and trgm:
-                    await self._build(conn, sql, sql.trgm_name, sql.trgm_create)
-            # statistics of the rows loaded, before readers come: else the planner guesses the tables' size
-            for table in self.tables:
-                await conn.execute(f"ANALYZE {q(table)}")
+        trgm = await pool.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')")
+        text = [(s, s.trgm_name, s.trgm_create) for s in self._sql.values() if s.trgm_create and trgm]
+        await self._build_all(self._secondary() + text)
+        self._indexed = True
+        # statistics of the rows loaded, before readers come: else the planner guesses the tables' size
+        await asyncio.gather(*(pool.execute(f"ANALYZE {q(table)}") for table in self.tables))
         self._deferred = False
 
     async def apply(
         self, topic: str, partition: int, changes: Sequence[RowChange], checkpoint: int, *, after: int | None
     ) -> None:
         check_changes(self.tables, changes)
+        runs, cut, floored = _runs(changes)
         pool = await self._pool()
         async with pool.acquire() as conn, conn.transaction():
-            cut = {c.namespace for c in changes if isinstance(c, Cut)}
-            floored = {c.row[NAMESPACE] for c in changes if isinstance(c, Put) and c.floor}
-            await self._refuse_retired(conn, {namespace_of(c) for c in changes})
+            if self._old_marks:
+                await self._refuse_retired(conn, {namespace_of(c) for c in changes})
             await self._claim(conn, topic, partition, after)
             # A cut of a namespace waits for its floored puts, from any partition, and they for it;
             # floored puts share the lock, so writers of other partitions load side by side.
             for ns in sorted(cut | floored):
                 lock = "pg_advisory_xact_lock" if ns in cut else "pg_advisory_xact_lock_shared"
                 await conn.execute(f"SELECT {lock}(hashtext($1), hashtext($2))", self.name, ns)
-            run: list[RowChange] = []
-            for change in changes:
-                if run and not _same_run(run[-1], change):
-                    await self._run(conn, run)
-                    run = []
-                run.append(change)
-            if run:
+            for run in runs:
                 await self._run(conn, run)
             await conn.execute(ADVANCE, self.name, topic, partition, checkpoint)
 
@@ -381,8 +391,9 @@ class PostgresRows:
             )
             if marks:
                 at = table.floor
-                value = micros_of if table.type(at) == "time" else int
-                rows = [r for r in rows if r["namespace"] not in marks or value(r[at]) > marks[r["namespace"]]]
+                if table.type(at) == "time":  # compared as times: no conversion a row
+                    marks = {ns: _EPOCH + timedelta(microseconds=v) for ns, v in marks.items()}
+                rows = [r for r in rows if (m := marks.get(r["namespace"])) is None or r[at] > m]
         columns = [c for c, _ in table.columns]
         try:
             async with conn.transaction():  # a savepoint, for the INSERT after it
@@ -454,10 +465,26 @@ class PostgresRows:
         await self.pg.close()
 
 
-def _same_run(a: RowChange, b: RowChange) -> bool:
-    """Whether `b` joins `a`'s statement: puts of one table with one floor and mode, deletes of one table."""
-    if type(a) is not type(b) or a.table != b.table:
-        return False
-    if isinstance(a, Put) and isinstance(b, Put):
-        return (a.floor, a.replace) == (b.floor, b.replace)
-    return isinstance(a, Delete | Cut)
+def _runs(changes: Sequence[RowChange]) -> tuple[list[list[RowChange]], set[str], set[str]]:
+    """The changes in runs of one statement each (puts of one table with one floor and mode, deletes
+    of one table, cuts), and the namespaces cut and those with a floored put."""
+    runs: list[list[RowChange]] = []
+    cut: set[str] = set()
+    floored: set[str] = set()
+    last: tuple[Any, ...] = ()
+    for change in changes:
+        key: tuple[Any, ...]
+        if isinstance(change, Put):
+            key = (Put, change.table, change.floor, change.replace)
+            if change.floor is not None:
+                floored.add(change.row[NAMESPACE])
+        elif isinstance(change, Cut):
+            key = (Cut, change.table)
+            cut.add(change.namespace)
+        else:
+            key = (Delete, change.table)
+        if key != last:
+            runs.append([])
+            last = key
+        runs[-1].append(change)
+    return runs, cut, floored
