@@ -30,7 +30,7 @@ A table that exists is checked before the schema runs: one of another shape is r
 from it. A rebuild's target is a bulk load (`start_load`, `defer_indexes`, `build_indexes`): its
 rows go in under the primary key alone, and the order, lookup and trigram indexes are built over
 them once at the end, before readers can be switched to it (the order and lookup ones earlier if a
-fold reads rows during the load).
+fold reads rows during the load); its transactions commit without waiting for the disk.
 """
 
 from __future__ import annotations
@@ -304,6 +304,11 @@ class PostgresRows:
         runs, cut, floored = _runs(changes)
         pool = await self._pool()
         async with pool.acquire() as conn, conn.transaction():
+            if self._deferred:
+                # A load's commits wait for no disk flush: one lost to a server crash loses its checkpoint
+                # with it (folded again), and the switch to the target commits synchronously, which
+                # flushes every commit before it.
+                await conn.execute("SET LOCAL synchronous_commit = off")
             if self._old_marks:
                 await self._refuse_retired(conn, {namespace_of(c) for c in changes})
             await self._claim(conn, topic, partition, after)
