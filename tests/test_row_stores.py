@@ -109,6 +109,21 @@ class TestPostgresRows(RowStoreContract):
             f"m{i}" for i in range(40, 50)
         ]
 
+    async def test_a_load_member_whose_first_call_is_a_scan_builds_the_indexes_it_reads_by(
+        self, opened: OpenRows, postgres_dsn: str
+    ) -> None:
+        tag = uuid.uuid4().hex[:10]
+        table, ns = notes(f"t_{tag}"), f"ns-{tag}"
+        lead = opened(f"rows-{tag}", [table])
+        assert isinstance(lead, PostgresRows)
+        await lead.start_load()
+        await lead.apply(TOPIC, 0, [Put(table.name, row(ns, 0, "m0"))], 0, after=None)
+        member = opened(f"rows-{tag}", [table])  # another process of the load: a scan first
+        assert isinstance(member, PostgresRows)
+        member.defer_indexes()
+        assert contents(await member.scan(Scan(table.name, ns, where={"session_id": "s1"}))) == ["m0"]
+        assert len(await indexes(postgres_dsn, table.name)) == 3  # key, order, lookup
+
 
 async def indexes(dsn: str, table: str) -> list[str]:
     conn = await asyncpg.connect(dsn)

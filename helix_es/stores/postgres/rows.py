@@ -283,6 +283,7 @@ class PostgresRows:
         """During a bulk load, the order and lookup indexes before the first scan (a fold's read of a
         session): without them it would read the whole table."""
         if self._deferred and not self._indexed:
+            await self._pool()  # the tables' SQL, which a store whose first call is a scan has not made yet
             await self._build_all(self._secondary())
             self._indexed = True
 
