@@ -282,6 +282,17 @@ def questions(rng: random.Random, did: str, people: list[Person]) -> list[dict[s
             trips[0].values["sight"],
             trips[0],
         )
+        # in the evidence's own words, with chit-chat that shares them: where a keyword ranker shines
+        ask("single-fact", f"What is the name of {n}'s {pet.values['breed']}?", pet.values["pet"], pet)
+        ask("single-fact", f"Where does {n} work as a {job_then.values['job']}?", job_then.values["employer"], job_then)
+        ask(
+            "single-fact",
+            f"In which month is {n}'s {sib.values['relation']} getting married?",
+            sib.values["month"],
+            sib,
+        )
+        ask("single-fact", f"What did {n} see in {trips[1].values['place']}?", trips[1].values["sight"], trips[1])
+        ask("single-fact", f"Did {n} enjoy reading {book.values['book']}?", "yes", book)
         ask("changed", f"Which city does {n} live in now?", city_now.values["city"], city_now)
         ask("changed", f"Where did {n} live before the move?", city_then.values["city"], city_then, city_now)
         ask("changed", f"What is {n}'s current occupation?", job_now.values["job"], job_now)
