@@ -45,7 +45,8 @@ from helix_es.model.events import Position
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.embed import HashEmbedder
 from helix_es.stores.memory.vector import MemoryVectorStore
-from helix_es.stores.ports import Entry, SessionKey, VectorStore, Write
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports.vector import Entry, VectorStore, Write
 
 TARGET_MS = 15.0  # memory store, 100K
 PG_TARGET_MS = 10.0  # Postgres store, 1M

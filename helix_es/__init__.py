@@ -21,6 +21,7 @@ from helix_es.model.errors import (
 )
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
 from helix_es.model.message import Message, ToolCall
+from helix_es.model.recall import RecallHit
 
 __all__ = [
     "Config",
@@ -38,6 +39,7 @@ __all__ = [
     "Message",
     "MessageAdded",
     "Position",
+    "RecallHit",
     "Record",
     "SessionErased",
     "SessionMemoryManager",

@@ -18,7 +18,7 @@ import pytest
 from helix_es import Message
 from helix_es.model import names
 from helix_es.model.events import Position
-from helix_es.stores.ports import Entry, Write
+from helix_es.stores.ports.vector import Entry, Write
 from helix_es.stores.postgres.vector import _SEARCH, PostgresVectorStore, VectorExtensionMissing, vector_codec
 from tests.conftest import unique
 from tests.contracts.vector_store import T0

@@ -25,7 +25,8 @@ from helix_es.model.events import MemoryCleared, MessageRetracted, Position, Rec
 from helix_es.projection.fold import fold_batch
 from helix_es.projection.vector import follow
 from helix_es.stores.memory.views import MemoryStore
-from helix_es.stores.ports import TAIL, SessionKey, Tail
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports.vector import TAIL, Tail
 from helix_es.views.base import State, View
 from helix_es.views.conversation import Conversation
 from helix_es.views.sliding_window import SlidingWindow, pinned_index

@@ -23,11 +23,12 @@ from helix_es.projection.factory import open_projection
 from helix_es.projection.vector import VectorProjection
 from helix_es.providers.embed import HashEmbedder, OpenAIEmbedder
 from helix_es.stores.memory.vector import MemoryVectorStore
-from helix_es.stores.ports import VectorStore
+from helix_es.stores.ports.vector import VectorStore
 from helix_es.stores.postgres.vector import PostgresVectorStore
 from helix_es.views.vector import Vector
 from projectors.runner import Projector
 from tests.conftest import unique, wait_for
+from tests.contracts.vector_recall import VectorRecallContract
 from tests.contracts.vector_store import TRAVEL, NewStore, VectorStoreContract, contents, record, said, search
 from tests.test_embed import EmbeddingServer
 
@@ -143,7 +144,7 @@ async def test_the_view_is_rebuilt_from_the_log(
 # --- the fold, batch by batch: the contract, on each store ---------------------------------------
 
 
-class TestMemoryVectorStore(VectorStoreContract):
+class TestMemoryVectorStore(VectorStoreContract, VectorRecallContract):
     @pytest.fixture
     def new_store(self) -> Iterator[NewStore]:
         made: list[VectorStore] = []
@@ -161,7 +162,7 @@ class TestMemoryVectorStore(VectorStoreContract):
         return False  # in the process: checkpoints and entries go together
 
 
-class TestPostgresVectorStore(VectorStoreContract):
+class TestPostgresVectorStore(VectorStoreContract, VectorRecallContract):
     caches_embeddings = True
 
     @pytest.fixture

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from helix_es.client.memory import EventWriter, ViewMemory, check_search
+from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
 from helix_es.model.message import Message
+from helix_es.model.recall import RecallHit
+from helix_es.projection.protocol import Recaller
 
 
 def _identity(message: Message) -> tuple[object, ...]:
@@ -55,3 +59,11 @@ class CompositeMemory(EventWriter):
     async def search(self, query: str, limit: int = 10) -> list[Message]:
         check_search(query, limit)
         return merge([await part.search(query, limit) for part in self.parts], limit)
+
+    async def recall(self, query: str, limit: int | None = None, **filters: Any) -> list[RecallHit]:
+        """The first part that can recall answers (scores of different views do not mix)."""
+        for part in self.parts:
+            if isinstance(part.projection, Recaller):
+                return await part.recall(query, limit, **filters)
+        names = ", ".join(part.projection.name for part in self.parts)
+        raise InvalidInput("memory", f"no part of this composite can recall ({names}): add a vector or long-term part")

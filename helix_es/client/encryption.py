@@ -36,7 +36,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import NoReturn, Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -380,6 +380,13 @@ class EncryptedMemory:
             except KeyErased:
                 continue  # forgotten: its key is destroyed, and the views drop it once they apply the erasure
         return opened
+
+    async def recall(self, query: str, limit: int | None = None, **filters: object) -> NoReturn:
+        """Refused: recall ranks what the views keep, and an encrypted memory's views keep ciphertext."""
+        raise InvalidInput(
+            "memory",
+            "an encrypted memory cannot recall: its views rank ciphertext; use search, which reads the decrypted get()",
+        )
 
     async def search(self, query: str, limit: int = 10) -> list[Message]:
         """Case-insensitive substring match over the decrypted `get()`, oldest first, at most `limit`."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar, cast
 
 from helix_es.client import backend as backends
 from helix_es.client.protocol import Memory
@@ -23,8 +23,9 @@ from helix_es.model.events import (
     check_idempotency_key,
 )
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size, check_text
+from helix_es.model.recall import RecallHit, SearchMode, make_recall
 from helix_es.projection.aliases import AliasedProjection
-from helix_es.projection.protocol import Projection
+from helix_es.projection.protocol import Projection, Recaller
 from helix_es.stores.ports import SessionKey
 
 MAX_IN_DOUBT = 16  # failed appends a memory remembers for retries
@@ -33,6 +34,7 @@ RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one
 
 
 Written = MessageAdded | MemoryCleared | MessageRetracted
+T = TypeVar("T")
 
 
 class EventWriter:
@@ -174,7 +176,40 @@ class ViewMemory(EventWriter):
         check_search(query, limit)
         return await self._read(lambda want: self.projection.search(self.key, query, limit, want))
 
-    async def _read(self, op: Callable[[Position | None], Awaitable[list[Message] | None]]) -> list[Message]:
+    async def recall(
+        self,
+        query: str,
+        limit: int | None = None,
+        *,
+        sessions: Collection[str] | None = None,
+        where: Mapping[str, str] | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        explain: bool = False,
+        mode: SearchMode | None = None,
+    ) -> list[RecallHit]:
+        """The namespace's messages that best answer `query`, best first, with scores (see `Recall`).
+
+        `limit` defaults to the view's `top_k`; filters apply before ranking. A view that cannot
+        recall (a session window) raises `InvalidInput` naming it."""
+        projection = self.projection
+        if not isinstance(projection, Recaller):
+            raise InvalidInput(
+                "memory", f"view {projection.name} cannot recall: recall is served by vector and long-term views"
+            )
+        ask = make_recall(
+            query,
+            getattr(projection, "top_k", 10) if limit is None else limit,
+            sessions=sessions,
+            where=where,
+            after=after,
+            before=before,
+            explain=explain,
+            mode=mode,
+        )
+        return await self._read(lambda want: cast(Recaller, self.projection).recall(self.key, ask, want))
+
+    async def _read(self, op: Callable[[Position | None], Awaitable[T | None]]) -> T:
         await self.backend.current(self.source, self.namespace)
         generation = getattr(self.source, "generation", 0)
         if generation != self._generation:  # another target now: it must show our last write before we skip the guard

@@ -32,9 +32,9 @@ from helix_es.stores.ports import (
     ItemStore,
     SessionKey,
     Snapshot,
-    VectorStore,
     ViewStore,
 )
+from helix_es.stores.ports.vector import VectorStore
 from helix_es.views.base import IndexView, View
 from helix_es.views.checkpoints import Checkpoints
 from helix_es.views.items import Items
@@ -195,7 +195,7 @@ def open_wide(memory: MemoryConfig) -> WideProjection:
     if isinstance(view, Vector):
         vectors = open_vectors(memory)
         embedder = view.embedder if view.embedder is not None else view.embed.build()
-        return VectorProjection(view.name, embedder, vectors, top_k=view.top_k)
+        return VectorProjection(view.name, embedder, vectors, top_k=view.top_k, search=view.search)
     raise ConfigError("memory.type", f"{memory.type} has no projection of its own")
 
 

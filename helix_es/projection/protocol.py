@@ -11,10 +11,11 @@ vector) implement this protocol directly.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message
+from helix_es.model.recall import Recall, RecallHit
 from helix_es.stores.ports import Applied, SessionKey
 
 
@@ -62,4 +63,13 @@ class WideProjection(Projection, Protocol):
 
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
         """Delete this view's (`name`'s) data in `namespaces` and its checkpoints of `topics`."""
+        ...
+
+
+@runtime_checkable
+class Recaller(Protocol):
+    """A projection that answers `Memory.recall` (vector and long-term views)."""
+
+    async def recall(self, key: SessionKey, recall: Recall, want: Position | None) -> list[RecallHit] | None:
+        """The best hits, or None while the view has not applied `want`."""
         ...

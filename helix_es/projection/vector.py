@@ -46,8 +46,12 @@ from helix_es.model.events import (
     SessionErased,
 )
 from helix_es.model.message import Message
+from helix_es.model.recall import Recall, RecallHit, SearchMode
+from helix_es.projection.recall import RANKERS, choose, depth, hits
 from helix_es.providers.embed import Embedder, EmbeddingError, HashEmbedder
-from helix_es.stores.ports import TAIL, Applied, Entry, SessionId, SessionKey, Tail, VectorStore, Write, erases
+from helix_es.stores.ports import Applied, SessionKey
+from helix_es.stores.ports.vector import TAIL, Entry, RankAsk, SessionId, Tail, VectorStore, Write, erases
+from helix_es.views.vector import keyword_text
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +95,19 @@ def follow(tail: Tail, record: Record) -> tuple[Tail, int | None, bool]:
 class VectorProjection:
     """The `Projection` of a `Vector` view over one `VectorStore`, which it owns and closes."""
 
-    def __init__(self, name: str, embedder: Embedder, store: VectorStore, *, top_k: int = 5) -> None:
+    def __init__(
+        self, name: str, embedder: Embedder, store: VectorStore, *, top_k: int = 5, search: SearchMode | None = None
+    ) -> None:
         self.name = name
         self.kind = store.kind
         self.embedder = embedder
         self.store = store
         self.top_k = top_k
+        self.search_mode = search
+        # A keyword index costs every write: kept only when the view's mode ranks by keywords.
+        self.offers: tuple[str, ...] = ("vector", "substring")
+        if search in ("hybrid", "keyword"):
+            self.offers = ("hybrid", "vector", "keyword", "substring")
         self.embedded = 0  # texts this process sent to the model for entries (not queries)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()  # content sha -> vector
         self._cache_cap = max(1024, (64 << 20) // (4 * embedder.dims))  # about 64 MiB of vectors
@@ -255,7 +266,8 @@ class VectorProjection:
             checkpoint = min(waiting) - 1 if waiting else fresh[-1].position.offset
             keep = {**learned, **made} if self._persist else {}
             retracted = [(ns, pos) for pos, ns in taken.items()]
-            write = Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased, tails, retracted)
+            keywords = [keyword_text(e.message) for e in ready] if "keyword" in self.offers else None
+            write = Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased, tails, retracted, keywords)
             await self.store.write(self.name, self.embedder.model, write)
             # Only once the write is durable: a failed write leaves everything to be re-folded.
             self._pending = pending
@@ -286,10 +298,26 @@ class VectorProjection:
         return vector
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
+        if self.search_mode is not None:  # `search:` set: search is recall's messages
+            if not query.strip():
+                return await self.get(key, want)
+            found = await self.recall(key, Recall(query, limit), want)
+            return None if found is None else [hit.message for hit in found]
         k = min(limit, self.top_k)
         if not query.strip() or k < 1:
             return await self.get(key, want)  # nothing to embed: an API would refuse it
         return await self.store.search(self.name, key.namespace, await self._query(query), k, want)
+
+    async def recall(self, key: SessionKey, recall: Recall, want: Position | None) -> list[RecallHit] | None:
+        """The view's best hits for `recall` in its mode (`recall.mode`, else the view's `search:`)."""
+        mode = choose(recall, self.search_mode, self.offers, self.name)
+        rankers = RANKERS[mode]
+        vector = await self._query(recall.query) if "vector" in rankers else None
+        keywords = recall.query if "keyword" in rankers else None
+        substring = recall.query if "substring" in rankers else None
+        ask = RankAsk(recall, depth(recall), vector, keywords, substring)
+        ranking = await self.store.rank(self.name, key.namespace, ask, want)
+        return None if ranking is None else hits(ranking, recall, mode)
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.store.checkpoint(self.name, want.topic, want.partition)

@@ -13,9 +13,9 @@ from helix_es.stores.ports import (
     ItemStore,
     KeyStore,
     RowStore,
-    VectorStore,
     ViewStore,
 )
+from helix_es.stores.ports.vector import VectorStore
 from helix_es.views.items import Items
 from helix_es.views.rows import Table
 

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from helix_es.client.open import open_memory as _open_async
 from helix_es.client.protocol import Memory
@@ -19,6 +19,7 @@ from helix_es.client.runtime import Runtime
 from helix_es.config import Config, load_config
 from helix_es.model.events import Position
 from helix_es.model.message import Message
+from helix_es.model.recall import RecallHit
 from helix_es.sync.loop import LoopThread, MemoryClosed, current_loop, default_loop
 
 __all__ = ["EXIT_TIMEOUT", "SyncMemory", "open_memory"]
@@ -116,6 +117,10 @@ class SyncMemory:
 
     def search(self, query: str, limit: int = 10) -> list[Message]:
         return self.run(lambda m: m.search(query, limit))
+
+    def recall(self, query: str, limit: int | None = None, **filters: Any) -> list[RecallHit]:
+        """`Memory.recall` (sessions, where, after, before, explain, mode), waiting for the answer."""
+        return self.run(lambda m: cast(Any, m).recall(query, limit, **filters))
 
     def clear(self, *, idempotency_key: str | None = None) -> Position:
         return self.run(lambda m: m.clear(idempotency_key=idempotency_key))

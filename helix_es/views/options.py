@@ -86,7 +86,7 @@ VIEW_KEYS: dict[str, set[str]] = {
     "token-window": {"max_tokens", "max_length", "tool_pairs", "tokenizer"},
 }
 VIEW_TYPES["vector"] = Vector.from_config  # search-only; store: memory | postgres
-VIEW_KEYS["vector"] = {"top_k", "embed"}
+VIEW_KEYS["vector"] = {"top_k", "embed", "search"}
 # Namespace-wide (helix_es.views.long_term); sql-long-term is the seed's name for it in PostgreSQL.
 VIEW_TYPES["long-term"] = long_term
 VIEW_TYPES["sql-long-term"] = sql_long_term

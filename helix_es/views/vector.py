@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helix_es.model.errors import ConfigError
+from helix_es.model.message import Message
+from helix_es.model.recall import SEARCH_MODES, SearchMode
 from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views.base import IndexView
 
@@ -30,20 +32,33 @@ class Vector(IndexView):
     adapter = "vectors"
     top_k: int = 5
     embed: EmbedSpec = field(default_factory=EmbedSpec)
+    # None: `search` is the seed's (top_k nearest) and `recall` ranks by vector alone; keyword and
+    # hybrid keep a keyword index beside the vectors.
+    search: SearchMode | None = None
     # Programmatic use: an embedder object (e.g. `embedder_from_func`) instead of `embed`.
     embedder: Embedder | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise ConfigError("top_k", f"must be a whole number >= 1, got {self.top_k!r}")
+        if self.search is not None and self.search not in SEARCH_MODES:
+            raise ConfigError("search", f"must be one of {list(SEARCH_MODES)}, got {self.search!r}")
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], where: str) -> Vector:
-        """The `VIEW_TYPES` factory: `top_k` and `embed` (config checks that the store keeps vectors)."""
+        """The `VIEW_TYPES` factory: `top_k`, `embed` and `search` (config checks that the store keeps vectors)."""
         top_k = options.get("top_k", 5)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"{where}.top_k", f"must be a whole number >= 1, got {top_k!r}")
-        return cls(top_k, parse_embed(options.get("embed"), f"{where}.embed"))
+        search = options.get("search")
+        if search is not None and search not in SEARCH_MODES:
+            raise ConfigError(f"{where}.search", f"must be one of {list(SEARCH_MODES)}, got {search!r}")
+        return cls(top_k, parse_embed(options.get("embed"), f"{where}.embed"), search)
+
+    @property
+    def keywords(self) -> bool:
+        """Whether the view keeps a keyword index (its search mode ranks by keywords)."""
+        return self.search in ("hybrid", "keyword")
 
     @property
     def model(self) -> str:
@@ -52,3 +67,8 @@ class Vector(IndexView):
     @property
     def name(self) -> str:
         return f"{self.kind}-{model_slug(self.model)}"
+
+
+def keyword_text(message: Message) -> str:
+    """What a message's keyword index holds: its speaker's name (people ask about who said what) and its text."""
+    return f"{message.name}: {message.content}" if message.name else message.content

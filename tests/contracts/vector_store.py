@@ -16,7 +16,8 @@ from helix_es.model import names
 from helix_es.model.events import EmbeddingRecorded, Event, MemoryCleared, MessageAdded, Payload, Position, Record
 from helix_es.projection.vector import VectorProjection, content_sha256
 from helix_es.providers.embed import Embedder, HashEmbedder, embedder_from_func
-from helix_es.stores.ports import BatchState, Entry, SessionKey, VectorStore, Write
+from helix_es.stores.ports import SessionKey
+from helix_es.stores.ports.vector import BatchState, Entry, VectorStore, Write
 from tests.conftest import unique
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

@@ -10,21 +10,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from helix_es.model.events import Position, micros
 from helix_es.model.message import Message
-from helix_es.stores.ports import BatchState, SessionId, Tail, Write, erases
+from helix_es.model.recall import Recall
+from helix_es.stores.ports.vector import BatchState, Found, RankAsk, Ranking, SessionId, Tail, Write, erases
+from helix_es.views.fusion import Ranked
+from helix_es.views.keywords import KeywordIndex
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CAP = 100_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class VectorIndex:
-    """One namespace's rows: vectors, event times (µs), apply sequence numbers, messages, positions.
+    """One namespace's rows: vectors, event times (µs), apply sequence numbers, messages, positions,
+    sessions and when each was said (µs), and, for a view that ranks by keywords, their keyword index
+    (by sequence number, which stays a row's id while rows move).
 
     Live rows are `[start, end)` of the arrays; dropping the oldest only moves `start`, and
     space is compacted when it is reused, so neither eviction nor appending copies per row.
@@ -35,8 +41,13 @@ class VectorIndex:
         self._vectors = np.zeros((0, dims), np.float32)
         self._times = np.zeros(0, np.int64)
         self._seqs = np.zeros(0, np.int64)
+        self._said = np.zeros(0, np.int64)
+        self._sessions = np.zeros(0, np.int32)  # codes of `_names`
         self._messages: list[Message | None] = []  # index-aligned with the arrays, up to `end`
         self._positions: list[Position | None] = []
+        self._names: list[str] = []  # session ids by code
+        self._codes: dict[str, int] = {}
+        self.keywords: KeywordIndex | None = None
         self._start = 0
         self._end = 0
 
@@ -60,7 +71,11 @@ class VectorIndex:
         times[:live] = self._times[keep]
         seqs = np.zeros(cap, np.int64)
         seqs[:live] = self._seqs[keep]
-        self._vectors, self._times, self._seqs = vectors, times, seqs
+        said = np.zeros(cap, np.int64)
+        said[:live] = self._said[keep]
+        sessions = np.zeros(cap, np.int32)
+        sessions[:live] = self._sessions[keep]
+        self._vectors, self._times, self._seqs, self._said, self._sessions = vectors, times, seqs, said, sessions
         self._messages = self._messages[keep]
         self._positions = self._positions[keep]
         self._start, self._end = 0, live
@@ -72,6 +87,9 @@ class VectorIndex:
         seqs: Sequence[int],
         messages: Sequence[Message],
         positions: Sequence[Position],
+        sessions: Sequence[str] = (),
+        said: Sequence[int] | None = None,
+        keywords: Sequence[str] | None = None,
     ) -> None:
         n = len(messages)
         if not n:
@@ -82,17 +100,34 @@ class VectorIndex:
         self._vectors[rows] = vectors
         self._times[rows] = times
         self._seqs[rows] = seqs
+        self._said[rows] = times if said is None else said
+        self._sessions[rows] = [self._code(s) for s in sessions] if sessions else 0
         self._messages.extend(messages)
         self._positions.extend(positions)
         self._end += n
+        if keywords is not None:
+            if self.keywords is None:
+                self.keywords = KeywordIndex()
+            self.keywords.add(list(seqs), keywords)
+
+    def _code(self, session_id: str) -> int:
+        code = self._codes.get(session_id)
+        if code is None:
+            code = self._codes[session_id] = len(self._names)
+            self._names.append(session_id)
+        return code
 
     def _keep(self, mask: np.ndarray) -> list[Position]:
         live = slice(self._start, self._end)
         dropped = [p for p, k in zip(self._positions[live], mask, strict=True) if not k and p is not None]
+        if self.keywords is not None:
+            self.keywords.remove(self._seqs[live][~mask].tolist())
         n = int(mask.sum())
         self._vectors[:n] = self._vectors[live][mask]
         self._times[:n] = self._times[live][mask]
         self._seqs[:n] = self._seqs[live][mask]
+        self._said[:n] = self._said[live][mask]
+        self._sessions[:n] = self._sessions[live][mask]
         self._messages = [m for m, k in zip(self._messages[live], mask, strict=True) if k]
         self._positions = [p for p, k in zip(self._positions[live], mask, strict=True) if k]
         self._start, self._end = 0, n
@@ -115,6 +150,8 @@ class VectorIndex:
         count = min(count, len(self))
         stop = self._start + count
         dropped = [p for p in self._positions[self._start : stop] if p is not None]
+        if self.keywords is not None:
+            self.keywords.remove(self._seqs[self._start : stop].tolist())
         for i in range(self._start, stop):  # release them now; the slots are reclaimed on the next compaction
             self._messages[i] = None
             self._positions[i] = None
@@ -130,6 +167,60 @@ class VectorIndex:
         best = np.argpartition(scores, n - k)[n - k :] if k < n else np.arange(n)
         order = best[np.lexsort((best, -scores[best]))]  # best first; ties: applied first
         return [self._messages[self._start + i] for i in order]  # live rows are never None
+
+    def admitted(self, recall: Recall) -> np.ndarray | None:
+        """Which live rows pass `recall`'s filters (None: all of them)."""
+        live = slice(self._start, self._end)
+        mask: np.ndarray | None = None
+        if recall.sessions is not None:
+            codes = [self._codes[s] for s in recall.sessions if s in self._codes]
+            mask = np.isin(self._sessions[live], np.array(codes, np.int32))
+        for bound, keep in ((recall.after, np.greater), (recall.before, np.less)):
+            if bound is not None:
+                test = keep(self._said[live], micros(bound))
+                mask = test if mask is None else mask & test
+        if recall.where:
+            rows = range(len(self)) if mask is None else np.flatnonzero(mask).tolist()
+            pairs = recall.where.items()
+            found = np.zeros(len(self), bool)
+            for i in rows:
+                metadata = self._messages[self._start + i].metadata  # type: ignore[union-attr]
+                found[i] = all(metadata.get(k) == v for k, v in pairs)
+            mask = found
+        return mask
+
+    def rank(self, ask: RankAsk) -> Ranking:
+        """`ask`'s rankers over the rows its filters admit: each one's best `ask.depth` by sequence number."""
+        live = slice(self._start, self._end)
+        seqs = self._seqs[live]
+        mask = self.admitted(ask.recall)
+        rows = np.arange(len(self)) if mask is None else np.flatnonzero(mask)
+        ranked: list[Ranked] = []
+        if ask.vector is not None and len(rows) and ask.vector.any():
+            scores = (self._vectors[live] if mask is None else self._vectors[live][rows]) @ ask.vector
+            k = min(ask.depth, len(rows))
+            best = np.argpartition(scores, len(rows) - k)[len(rows) - k :] if k < len(rows) else np.arange(len(rows))
+            order = best[np.lexsort((best, -scores[best]))]
+            ranked.append(Ranked("vector", seqs[rows[order]], scores[order].astype(np.float32)))
+        if ask.keywords is not None and self.keywords is not None:
+            allowed = None if mask is None else seqs[rows]
+            ids, scores = self.keywords.top(ask.keywords, ask.depth, allowed)
+            ranked.append(Ranked("keyword", ids, scores))
+        if ask.substring is not None:
+            needle = ask.substring.casefold()
+            hits = [int(i) for i in rows if needle in self._messages[self._start + int(i)].content.casefold()]  # type: ignore[union-attr]
+            hits = hits[: ask.depth]
+            ranked.append(Ranked("substring", seqs[hits], np.ones(len(hits), np.float32)))
+        wanted = {int(i) for r in ranked for i in r.ids.tolist()}
+        at = np.searchsorted(seqs, np.array(sorted(wanted), np.int64))
+        found = {}
+        for seq, i in zip(sorted(wanted), at.tolist(), strict=True):
+            row = self._start + i
+            message, position = self._messages[row], self._positions[row]
+            assert message is not None and position is not None  # live rows
+            said = _EPOCH + timedelta(microseconds=int(self._said[row]))
+            found[seq] = Found(message, self._names[self._sessions[row]] if self._names else "", position, said)
+        return Ranking(tuple(ranked), found)
 
 
 class MemoryVectorStore:
@@ -201,12 +292,16 @@ class MemoryVectorStore:
             entries = [write.entries[i] for i in fresh]
             seqs = range(self._seq, self._seq + len(fresh))
             self._seq += len(fresh)
+            keywords = None if write.keywords is None else [write.keywords[i] for i in fresh]
             index.add(
                 write.vectors[fresh],
                 [micros(e.timestamp) for e in entries],
                 seqs,
                 [e.message for e in entries],
                 [e.position for e in entries],
+                [e.session_id for e in entries],
+                [micros(e.said) for e in entries],
+                keywords,
             )
             held.update(e.position for e in entries)
             self._writers.setdefault((view, ns), {}).update((e.position, e.session_id) for e in entries)
@@ -254,6 +349,14 @@ class MemoryVectorStore:
                 return None
         index = self._indexes.get((view, namespace))
         return index.top(query, k) if index is not None else []
+
+    async def rank(self, view: str, namespace: str, ask: RankAsk, want: Position | None) -> Ranking | None:
+        if want is not None:
+            done = self._checkpoints.get((view, want.topic, want.partition))
+            if done is None or done < want.offset:
+                return None
+        index = self._indexes.get((view, namespace))
+        return index.rank(ask) if index is not None else Ranking((), {})
 
     async def count(self, view: str, namespace: str) -> int:
         index = self._indexes.get((view, namespace))

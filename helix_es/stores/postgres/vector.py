@@ -37,8 +37,9 @@ import numpy as np
 
 from helix_es.model.errors import HelixError
 from helix_es.model.events import Position
-from helix_es.model.message import Message
-from helix_es.stores.ports import BatchState, SessionId, Tail, Write
+from helix_es.model.message import Message, decode_json
+from helix_es.stores.ports.vector import BatchState, RankAsk, Ranking, SessionId, Tail, Write
+from helix_es.stores.postgres import vector_recall as recall_sql
 from helix_es.stores.postgres.pool import (
     CHECKPOINTS,
     Pg,
@@ -132,6 +133,7 @@ CREATE TABLE IF NOT EXISTS helix_embeddings (
     PRIMARY KEY (model, content_sha256)
 );
 """
+    + recall_sql.SCHEMA
 )
 
 # The HNSW index of one vector length, made on its first write (see ensure_index). On a table
@@ -164,10 +166,25 @@ FROM unnest($5::text[], $6::bigint[], $7::text[]) AS s(session_id, upto, offsets
 ON CONFLICT (view, namespace, session_id, topic, partition) DO UPDATE
     SET upto = excluded.upto, offsets = excluded.offsets WHERE t.upto < excluded.upto
 """
-_RETRACT = """
-DELETE FROM helix_vectors WHERE view = $1 AND namespace = $2 AND topic = $3 AND partition = $4
-    AND "offset" = ANY($5::bigint[])
+# The namespace's BM25 statistics follow the keyword rows a statement inserts ({plus}) and deletes
+# ({minus}), only when there are any: a view without keywords writes no more than before.
+_KEYWORD_STATS = """
+UPDATE helix_vector_namespaces SET
+    keyword_docs = keyword_docs + (SELECT count(words) FROM {plus}) - (SELECT count(words) FROM {minus}),
+    keyword_words = keyword_words + (SELECT coalesce(sum(words), 0) FROM {plus})
+        - (SELECT coalesce(sum(words), 0) FROM {minus})
+WHERE view = $1 AND namespace = $2
+    AND EXISTS (SELECT 1 FROM {plus} WHERE words IS NOT NULL UNION ALL SELECT 1 FROM {minus} WHERE words IS NOT NULL)
 """
+_NONE = "none AS (SELECT NULL::int AS words WHERE false)"
+
+_RETRACT = f"""
+WITH gone AS (
+    DELETE FROM helix_vectors WHERE view = $1 AND namespace = $2 AND topic = $3 AND partition = $4
+        AND "offset" = ANY($5::bigint[])
+    RETURNING words
+), {_NONE}
+{_KEYWORD_STATS.format(plus="none", minus="gone")}"""
 
 # First statement of a write: lock the namespace row (creating it), move the watermark, bump the version.
 _CLAIM = """
@@ -178,22 +195,25 @@ RETURNING cleared_at, version
 """
 
 # Second statement, after the lock: a fresh snapshot sees every row an earlier writer committed.
-_WRITE = """
+_WRITE = f"""
 WITH cleared AS (
     DELETE FROM helix_vectors
     WHERE $12::boolean AND view = $1 AND namespace = $2 AND event_time <= $3
+    RETURNING words
 ), added AS (
     INSERT INTO helix_vectors (view, namespace, topic, partition, "offset", session_id, event_time,
-                               content_sha256, message, vec, version)
+                               content_sha256, message, vec, version, occurred_at, keywords, words)
     SELECT $1, $2, a.topic, a.partition, a."offset", a.session_id, a.event_time, a.sha, a.message::jsonb,
-           a.vec, $4
+           a.vec, $4, a.occurred_at, k.tsv, length(k.tsv)
     FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::timestamptz[], $10::text[], $11::text[],
-                $13::vector[]) AS a(topic, partition, "offset", session_id, event_time, sha, message, vec)
+                $13::vector[], $14::timestamptz[], $15::text[])
+         AS a(topic, partition, "offset", session_id, event_time, sha, message, vec, occurred_at, kw)
+    CROSS JOIN LATERAL (SELECT to_tsvector('english', a.kw) AS tsv) AS k
     WHERE $3::timestamptz IS NULL OR a.event_time > $3
     ON CONFLICT DO NOTHING
+    RETURNING words
 )
-SELECT 1
-"""
+{_KEYWORD_STATS.format(plus="added", minus="cleared")}"""
 
 # After _WRITE, under the namespace row's lock: a write's erasure deletes its session's rows except those
 # after it on its partition, and counts itself only if it deleted any (readers then reload).
@@ -201,9 +221,11 @@ _ERASE = """
 WITH gone AS (
     DELETE FROM helix_vectors
     WHERE view = $1 AND namespace = $2 AND session_id = $3 AND NOT (topic = $4 AND partition = $5 AND "offset" > $6)
-    RETURNING 1
+    RETURNING words
 )
-UPDATE helix_vector_namespaces SET erasures = erasures + 1
+UPDATE helix_vector_namespaces SET erasures = erasures + 1,
+    keyword_docs = keyword_docs - (SELECT count(words) FROM gone),
+    keyword_words = keyword_words - (SELECT coalesce(sum(words), 0) FROM gone)
 WHERE view = $1 AND namespace = $2 AND EXISTS (SELECT 1 FROM gone)
 """
 
@@ -291,6 +313,7 @@ class PostgresVectorStore:
         settings = {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": "strict_order"}
         self.pg = Pg(dsn, settings, init=vector_codec)
         self._indexed: set[int] = set()
+        self._keywords_indexed = False
 
     async def ensure_schema(self) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
@@ -335,6 +358,18 @@ class PostgresVectorStore:
         self._indexed.add(dims)  # built, or being built by another process: not asked again
         return built
 
+    async def ensure_keyword_index(self) -> bool:
+        """The GIN index of the keyword rows (a view with `search: hybrid` or `keyword`); safe to repeat."""
+        if self._keywords_indexed:
+            return True
+        pool = await self._pool_ready()
+        async with pool.acquire() as conn:
+            built = await build_index(
+                conn, recall_sql.GIN, recall_sql.GIN_VALID, recall_sql.GIN_INVALID, recall_sql.GIN_INDEX
+            )
+        self._keywords_indexed = True  # built, or being built by another process: not asked again
+        return built
+
     async def load(
         self, view: str, topic: str, partition: int, namespaces: Sequence[str], sessions: Sequence[SessionId] = ()
     ) -> BatchState:
@@ -374,6 +409,8 @@ class PostgresVectorStore:
         )
         if len(write.entries):
             await self.ensure_index(write.vectors.shape[1])
+            if write.keywords is not None:
+                await self.ensure_keyword_index()
         if not groups:
             await pool.execute(_KEEP, *keep)  # only cached embeddings and the checkpoint: one statement
             return
@@ -396,6 +433,8 @@ class PostgresVectorStore:
                     [e.message.to_json() for e in rows],
                     ns in write.cleared,
                     [vector_bytes(write.vectors[i]) for i in groups[ns]],
+                    [e.occurred_at for e in rows],
+                    None if write.keywords is None else [write.keywords[i] for i in groups[ns]],
                 )
                 for (erased_ns, session), at in write.erased.items():
                     if erased_ns == ns:
@@ -437,6 +476,11 @@ class PostgresVectorStore:
         if row["messages"] is None:
             return None
         return [Message.from_json(m) for m in row["messages"]]
+
+    async def rank(self, view: str, namespace: str, ask: RankAsk, want: Position | None) -> Ranking | None:
+        pool = await self._pool_ready()
+        async with pool.acquire() as conn:
+            return await recall_sql.rank(conn, view, namespace, ask, want, decode_json)
 
     async def count(self, view: str, namespace: str) -> int:
         pool = await self._pool_ready()
