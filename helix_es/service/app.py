@@ -1,7 +1,7 @@
 """`helix-es serve`: the memory over HTTP, an ASGI app (Starlette) that uvicorn serves.
 
 Routes (the OpenAPI document, `openapi.py`, describes each): a session's messages (add, get, clear),
-search, audit, forget; the header form of messages and search (session id in
+search, recall, audit, forget; the header form of messages, search and recall (session id in
 `memory.session_id_header`, default X-Session-ID); a namespace's sessions; /healthz, /readyz,
 /metrics, /openapi.json; the web console under /ui/. Every /v1 request passes `requests.call`
 (key, namespace, session) before anything is read or written. Read-your-writes: each (namespace,
@@ -35,6 +35,7 @@ from helix_es.history.erasure import forget
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
+from helix_es.service import recall as recalls
 from helix_es.service import requests as rq
 from helix_es.service.access import Access, AccessLog
 from helix_es.service.ends import LogEnds
@@ -200,6 +201,24 @@ async def search(request: Request) -> Response:
     return _messages(call, messages)
 
 
+async def recall(request: Request) -> Response:
+    """A question's best hits in the namespace, with score, session, position and time (`service.recall`)."""
+    service = _service(request)
+    call = service.call(request, header="session_id" not in request.path_params)
+    query = request.query_params.get("q")
+    if not query:
+        raise InvalidInput("q", "give the question or words to find: ?q=...")
+    limit = rq.query_int(request, "limit", None, 1, 1000)
+    filters = recalls.options(request.query_params.multi_items())
+    after = await _after(service, request, call)
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        if after is not None:
+            expect(memory, after)
+        found = await recalls.recall(memory, query, limit, filters)
+    service.metrics.reads += 1
+    return JSONResponse(recalls.hits_json(call.namespace, call.session_id, found))
+
+
 async def audit_session(request: Request) -> Response:
     service = _service(request)
     call = service.call(request)
@@ -300,6 +319,7 @@ def routes(console: Path) -> list[BaseRoute]:
         Route(f"{session}/messages", get, methods=["GET"]),
         Route(f"{session}/messages", clear, methods=["DELETE"]),
         Route(f"{session}/search", search, methods=["GET"]),
+        Route(f"{session}/recall", recall, methods=["GET"]),
         Route(f"{session}/audit", audit_session, methods=["GET"]),
         Route(f"{session}/forget", forget_session, methods=["POST"]),
     ]
@@ -311,6 +331,7 @@ def routes(console: Path) -> list[BaseRoute]:
         Route("/v1/{namespace}/messages", get, methods=["GET"]),
         Route("/v1/{namespace}/messages", clear, methods=["DELETE"]),
         Route("/v1/{namespace}/search", search, methods=["GET"]),
+        Route("/v1/{namespace}/recall", recall, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

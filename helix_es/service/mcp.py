@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -33,6 +33,7 @@ from helix_es.model import names
 from helix_es.model.errors import HelixError, InvalidInput
 from helix_es.model.events import Position
 from helix_es.model.message import Message
+from helix_es.service import recall as recalls
 from helix_es.service.messages import message_from, message_json
 from helix_es.service.pool import Memories, check_namespace
 
@@ -65,6 +66,16 @@ class MessagesOut(TypedDict):
     namespace: str
     session_id: str
     messages: list[dict[str, Any]]
+
+
+class SearchOut(TypedDict):
+    """The messages found, best first, and for a view that recalls the same as hits: each with its score,
+    session_id, position (topic, partition, offset), occurred_at and, when asked, explain."""
+
+    namespace: str
+    session_id: str
+    messages: list[dict[str, Any]]
+    hits: NotRequired[list[dict[str, Any]]]
 
 
 class ToolCallIn(TypedDict):
@@ -219,12 +230,33 @@ class MemoryTools:
         query: Annotated[str, Field(description="The text to look for.", min_length=1)],
         limit: Annotated[int, Field(description="At most this many messages.", ge=1, le=1000)] = 10,
         namespace: Namespace = None,
-    ) -> MessagesOut:
-        """Messages of a conversation that match `query`, best first."""
+        sessions: Annotated[
+            list[str] | None, Field(description="Optional: only messages of these conversations.")
+        ] = None,
+        after: Annotated[str | None, Field(description="Optional: only messages said after (ISO-8601).")] = None,
+        before: Annotated[str | None, Field(description="Optional: only messages said before (ISO-8601).")] = None,
+        explain: Annotated[bool, Field(description="Say what each ranker gave each hit.")] = False,
+    ) -> SearchOut:
+        """Messages that best answer `query`, best first; a view that recalls (vector, long-term) searches the
+        whole namespace and answers hits with score, session, position and time."""
         ns = self.namespace(namespace)
         try:
             memory = await self.memory(ns, session_id)
-            return _messages(ns, session_id, await memory.search(query, limit))
+            filters = {
+                "sessions": sessions,
+                "after": recalls.when(after, "after"),
+                "before": recalls.when(before, "before"),
+                "explain": explain,
+            }
+            try:
+                found = await recalls.recall(memory, query, limit, filters)
+            except InvalidInput as exc:
+                if exc.field != "memory":
+                    raise
+                plain = _messages(ns, session_id, await memory.search(query, limit))  # a view that cannot recall
+                return {"namespace": ns, "session_id": session_id, "messages": plain["messages"]}
+            hits = recalls.hits_json(ns, session_id, found)["hits"]
+            return {**_messages(ns, session_id, [h.message for h in found]), "hits": hits}
         except InvalidInput as exc:
             raise _refuse(exc) from None
         except (HelixError, OSError) as exc:

@@ -166,6 +166,43 @@ def _session_ops(params: list[dict[str, Any]], *, search_only: bool = False) -> 
     }
 
 
+def _recall_op(params: list[dict[str, Any]]) -> dict[str, Any]:
+    time = {"type": "string", "format": "date-time"}
+    return {
+        "get": _op(
+            "the namespace's messages that best answer q, with score, session, position and time",
+            [
+                *params,
+                {"name": "q", "in": "query", "required": True, "schema": _strings(empty=False)},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                {
+                    "name": "session",
+                    "in": "query",
+                    "schema": {"type": "array", "items": _strings(empty=False)},
+                    "style": "form",
+                    "explode": True,
+                    "description": "only these sessions (repeat the parameter)",
+                },
+                {
+                    "name": "where",
+                    "in": "query",
+                    "schema": {"type": "object", "additionalProperties": _strings()},
+                    "style": "deepObject",
+                    "explode": True,
+                    "description": "metadata equality: where[speaker]=Caroline",
+                },
+                {"name": "after", "in": "query", "schema": time, "description": "said after (ISO-8601, an offset)"},
+                {"name": "before", "in": "query", "schema": time, "description": "said before"},
+                {"name": "explain", "in": "query", "schema": {"type": "boolean", "default": False}},
+                {"name": "mode", "in": "query", "schema": {"enum": ["hybrid", "vector", "keyword", "substring"]}},
+                AFTER,
+            ],
+            ("200", _json(_ref("Hits"), "the hits, best first")),
+            READ_ERRORS,
+        )
+    }
+
+
 def _plain(summary: str, media: str = "application/json", more: dict[str, Any] | None = None) -> dict[str, Any]:
     ok = {"200": {"description": summary, "content": {media: {}}}}
     return {"get": {"summary": summary, "responses": {**ok, **(more or {})}}}
@@ -233,12 +270,14 @@ def document(session_header: str) -> dict[str, Any]:
         "paths": {
             "/v1/{namespace}/sessions/{session_id}/messages": _session_ops([NS, sid]),
             "/v1/{namespace}/sessions/{session_id}/search": _session_ops([NS, sid], search_only=True),
+            "/v1/{namespace}/sessions/{session_id}/recall": _recall_op([NS, sid]),
             "/v1/{namespace}/sessions/{session_id}/audit": {"get": audit},
             "/v1/{namespace}/sessions/{session_id}/forget": {"post": forget},
             "/v1/{namespace}/sessions": {"get": sessions},
             "/v1/namespaces": {"get": namespaces},
             "/v1/{namespace}/messages": _session_ops([NS, header]),
             "/v1/{namespace}/search": _session_ops([NS, header], search_only=True),
+            "/v1/{namespace}/recall": _recall_op([NS, header]),
             "/healthz": _plain("the process is alive"),
             "/readyz": _plain(
                 "200 when the log and stores answer and the lag is under --lag-bound, else 503",
@@ -302,6 +341,16 @@ _TOOL_CALLS = {
     "description": "each call with its own id",
 }
 
+_POSITION = {
+    "type": "object",
+    "required": ["topic", "partition", "offset"],
+    "additionalProperties": False,
+    "properties": {
+        "topic": {"type": "string"},
+        "partition": {"type": "integer", "minimum": 0},
+        "offset": {"type": "integer", "minimum": 0},
+    },
+}
 SCHEMAS: dict[str, Any] = {
     "Message": {
         "description": "A turn. A tool message names the call it answers; only an assistant message carries tool "
@@ -341,6 +390,31 @@ SCHEMAS: dict[str, Any] = {
             "messages": {"type": "array", "items": _ref("Stored")},
         },
     },
+    "Hits": {
+        "type": "object",
+        "required": ["namespace", "session_id", "hits"],
+        "additionalProperties": False,
+        "properties": {
+            "namespace": NAMESPACE,
+            "session_id": {"type": "string"},
+            "hits": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["message", "score", "session_id", "position", "occurred_at"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "message": _ref("Stored"),
+                        "score": {"type": "number"},
+                        "session_id": {"type": "string"},
+                        "position": _POSITION,
+                        "occurred_at": {"type": "string", "format": "date-time"},
+                        "explain": {"type": "object", "description": "what each ranker gave the hit"},
+                    },
+                },
+            },
+        },
+    },
     "Positions": {
         "type": "object",
         "required": ["positions"],
@@ -349,16 +423,7 @@ SCHEMAS: dict[str, Any] = {
             "positions": {
                 "type": "array",
                 "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "required": ["topic", "partition", "offset"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "topic": {"type": "string"},
-                        "partition": {"type": "integer", "minimum": 0},
-                        "offset": {"type": "integer", "minimum": 0},
-                    },
-                },
+                "items": _POSITION,
             }
         },
     },
