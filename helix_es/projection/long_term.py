@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from helix_es.model.events import Position, Record
 from helix_es.model.message import Message, decode_json
+from helix_es.model.recall import Recall, RecallHit
+from helix_es.projection.recall import choose
 from helix_es.projection.rows import RowProjection
 from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore, SessionKey
@@ -51,6 +53,30 @@ class LongTermRows(RowProjection[Op, Wants]):
         scan = Scan(self.table, key.namespace, contains=query, limit=limit, columns=_MESSAGE)
         rows = await self.store.scan(scan, want)
         return None if rows is None else [decode_json(r["message"]) for r in rows]
+
+    async def recall(self, key: SessionKey, recall: Recall, want: Position | None) -> list[RecallHit] | None:
+        """Substring recall (the view's search, oldest first) with the recall's filters and hits' fields.
+
+        The long-term view ranks by no model: other modes are the vector view's (`search: hybrid`)."""
+        choose(recall, "substring", ("substring",), self.name)
+        one = next(iter(recall.sessions)) if recall.sessions is not None and len(recall.sessions) == 1 else None
+        scan = Scan(self.table, key.namespace, where={"session_id": one} if one else {}, contains=recall.query)
+        rows = await self.store.scan(scan, want)
+        if rows is None:
+            return None
+        found: list[RecallHit] = []
+        for row in rows:
+            message = decode_json(row["message"])
+            said = row["created_at"]
+            if recall.admits(row["session_id"], said, message):
+                position = Position(row["topic"], row["partition"], row["offset"])
+                explain = {"mode": "substring", "substring": {"score": 1.0, "rank": float(len(found) + 1)}}
+                found.append(
+                    RecallHit(message, 1.0, row["session_id"], position, said, explain if recall.explain else None)
+                )
+                if len(found) == recall.limit:
+                    break
+        return found
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.store.checkpoint(want.topic, want.partition)
