@@ -386,3 +386,34 @@ def test_the_docs_links_and_keys_file_are_the_ones_the_console_and_server_read()
     for link in links:
         for param in urllib.parse.parse_qs(link):
             assert f'"{param}"' in app, f"the console page's link names {param}, which the console does not read"
+
+
+def test_the_search_box_shows_hits_with_their_explain_and_opens_the_hits_session(
+    browser: Browser, tmp_path: Path
+) -> None:
+    ns = unique("console")
+    backends = [{"type": "sliding-window", "window_size": 3}, {"type": "vector", "search": "hybrid"}]
+    config = {
+        "log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False},
+        "memory": {"type": "composite", "namespace": ns, "backends": backends},
+    }
+    with open_memory(config, session_id="alice") as mem:
+        mem.add(Message("user", "I moved to Porto last September", name="Caroline"))
+        mem.add(Message("user", MARKUP))
+    with open_memory(config, session_id="bob") as mem:
+        mem.add(Message("user", "My dog is a husky called Miso", name="Dmitri"))
+    with serve(config, ns, tmp_path) as base, page(browser) as tab:
+        tab.goto(f"{base}/ui/?namespace={ns}&key={KEY}")
+        tab.wait_for_selector("#recall-input")
+        tab.type("#recall-input", "Where did Caroline move to?")
+        tab.press("Enter")
+        tab.wait_for("document.querySelectorAll('#recall-hits li.hit').length === 3", what="three hits")
+        assert tab.texts("#recall-hits .hit-text")[0] == "I moved to Porto last September"
+        why = tab.texts("#recall-hits .hit-why")[0]
+        assert "keyword #1" in why and "vector #" in why and "score " in why, why
+        assert MARKUP in tab.texts("#recall-hits .hit-text")  # shown as text
+        assert tab.evaluate("window.injected === undefined")
+        tab.click('#recall-hits li.hit a[data-session="alice"][data-offset="0"]')
+        wait_cut(tab, 0)
+        tab.wait_for("new URLSearchParams(location.search).get('session') === 'alice'", what="the hit's session")
+        assert real_problems(tab) == []

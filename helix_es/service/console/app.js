@@ -6,6 +6,7 @@
 import { ApiError, api, enc, sessionPath } from "./api.js";
 import { $, clear, el, plural } from "./dom.js";
 import { ago, badge, clock, eventText, kindOf } from "./events.js";
+import { hitsList } from "./recall.js";
 import { diffColumns, nowColumn, viewColumns } from "./views.js";
 
 const KEY_STORE = "helix-es.console.key"; // sessionStorage: this tab only
@@ -295,12 +296,35 @@ function renderSessions() {
   clear($("sessions"), items);
 }
 
-function openSession(sid) {
+function openSession(sid, offset = null) {
   state.session = sid;
-  state.cut = null;
+  state.cut = offset === null ? null : { offset };
   state.compare = null;
   writeUrl(true);
   route();
+}
+
+// --- recall: the namespace's best answers to a question ---------------------------------------------
+
+async function recall(query) {
+  const ns = state.namespace;
+  clear($("recall-hits"), el("li", { class: "muted pad", text: "Searching…" }));
+  $("recall-hits").hidden = false;
+  try {
+    // Recall reads the whole namespace; the session in the path only names whose writes to wait for.
+    const sid = state.session || "console";
+    const body = await api(state.key, `${sessionPath(ns, sid)}/recall`, { q: query, limit: 10, explain: "true" });
+    if (ns !== state.namespace) return;
+    clear($("recall-hits"), hitsList(body, openSession));
+  } catch (err) {
+    if (ns !== state.namespace) return;
+    clear($("recall-hits"), el("li", { class: "muted pad", text: "No hits shown." }));
+    if (err instanceof ApiError && err.status === 422 && err.field === "memory") {
+      notice("This memory cannot search by meaning", `${err.message}. Configure a vector view with search: hybrid.`, "info");
+    } else {
+      explain(err, "the search");
+    }
+  }
 }
 
 // --- the session: timeline and cut ---------------------------------------------------------------
@@ -581,6 +605,7 @@ function route() {
   $("sidebar-toggle").hidden = !state.session;
   renderCrumbs();
   renderNamespaces();
+  $("recall-form").hidden = !state.namespace;
   if (!state.namespace) {
     shownNamespace = null;
     clear($("sessions"), el("li", { class: "muted pad", text: "Open a namespace to list its sessions." }));
@@ -588,6 +613,9 @@ function route() {
   } else if (state.namespace !== shownNamespace) {
     shownNamespace = state.namespace;
     $("session-filter").value = ""; // a filter belongs to the namespace it was typed for
+    $("recall-input").value = ""; // and so do a question and its hits
+    clear($("recall-hits"));
+    $("recall-hits").hidden = true;
     loadSessions();
   } else {
     renderSessions();
@@ -652,6 +680,11 @@ function wire() {
     if (ns) openNamespace(ns);
   });
   $("session-filter").addEventListener("input", filterSessions);
+  $("recall-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const query = $("recall-input").value.trim();
+    if (query && state.namespace) recall(query);
+  });
   $("cut-range").addEventListener("input", (e) => pick(Number(e.target.value), false, SETTLE_MS));
   $("cut-prev").addEventListener("click", () => move(-1));
   $("cut-next").addEventListener("click", () => move(1));
