@@ -7,13 +7,15 @@ recall@k is the share of the question's evidence turns in its top k (averaged ov
 MRR the mean of 1/rank of the first evidence turn; ms is the time of one query (the question's
 vector is embedded once, before timing: the rows time search, not the embedder). Rows:
 
-- anchors: `bm25s` (the bm25s package, English stopwords, no stemmer), `dense` (exact cosine
-  over all-MiniLM-L6-v2 vectors of the turn text), `rrf` (reciprocal rank fusion, k=60, of both);
+- anchors: `bm25s` (the bm25s package, English stopwords, no stemmer, zero scores dropped),
+  `dense` (exact cosine over all-MiniLM-L6-v2 vectors of the turn text), `rrf` (reciprocal rank
+  fusion, k=60, of both);
 - ours: `keyword` (helix_es.views.keywords.KeywordIndex over the index text of each turn),
   `hybrid/hash` and `hybrid/minilm` (helix_es.views.fusion.fuse of the keyword ranking and the
-  dense ranking of the index text, with fuse's defaults: equal weights, no recency prior).
+  dense ranking of the index text, with fuse's defaults: RRF k=2, equal weights, and the recency
+  prior on questions about the present).
 
-The index text of a turn is `speaker: text` (`index_text`). MiniLM vectors are cached in the
+The index text of a turn is its text alone (`index_text`). MiniLM vectors are cached in the
 temporary directory, keyed by the texts' SHA-256, so a rerun embeds nothing. `evaluate(name,
 rank_fn)` takes any function from a question to turn ids, so rows that go through the product's
 recall API can be added. `--micro` (on by default) times
@@ -38,16 +40,16 @@ from typing import Any
 import numpy as np
 
 from helix_es.providers.embed import HashEmbedder
-from helix_es.views.fusion import Ranked, fuse
+from helix_es.views.fusion import Ranked, fuse, recency_for
 from helix_es.views.keywords import K1, B, KeywordIndex
 
 EVAL = Path(__file__).resolve().parent / "recall_eval"
 CACHE = Path(tempfile.gettempdir()) / "helix_recall_cache"
 KINDS = ("single-fact", "changed", "temporal", "multi-hop")
 
-# The fusion this bench measures as `hybrid`: fuse's defaults, equal weights, no recency prior.
+# The fusion this bench measures as `hybrid`: fuse's defaults, equal weights, and the recency
+# prior for questions about the present (recency_for).
 WEIGHTS = {"keyword": 1.0, "vector": 1.0}
-RECENCY = 0.0
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ def load() -> tuple[dict[str, Dialogue], list[dict[str, Any]]]:
     return dialogues, questions
 
 
-def index_text(turn: Turn, *, name: bool = True, context: bool = False) -> str:
-    """What a message is indexed under: `speaker: text` (optionally after its session's previous turn)."""
+def index_text(turn: Turn, *, name: bool = False, context: bool = False) -> str:
+    """What a message is indexed under: its text (bench/recall_ideas.py measures the speaker's name
+    before it, and the session's previous turn before that: both ranked worse in the hybrid)."""
     own = f"{turn.speaker}: {turn.text}" if name else turn.text
     return f"{turn.prev}\n{own}" if context and turn.prev else own
 
@@ -223,21 +226,23 @@ def hybrid(keywords: Keywords, dense: Dense, dialogues: dict[str, Dialogue], dep
         lists = [keywords.rank(q, depth), dense.rank(q, depth)]
         turns = dialogues[q["dialogue"]].turns
         times = {int(i): turns[int(i)].time_us for r in lists for i in r.ids}
-        fused = fuse(lists, options.get("weights", WEIGHTS), times=times, limit=depth, **_fuse_options(options))
+        weights = options.get("weights", WEIGHTS)
+        fused = fuse(lists, weights, times=times, limit=depth, **_fuse_options(options, q["question"]))
         return turn_ids(dialogues, q, [f.id for f in fused])
 
     return rank
 
 
-def _fuse_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {"recency": options.get("recency", RECENCY), **{k: options[k] for k in ("method", "k") if k in options}}
+def _fuse_options(options: dict[str, Any], question: str) -> dict[str, Any]:
+    recency = options.get("recency", recency_for(question))
+    return {"recency": recency, **{k: options[k] for k in ("method", "k") if k in options}}
 
 
 def rows(args: argparse.Namespace) -> list[Row]:
     dialogues, questions = load()
     depth = args.depth
     out: list[Row] = []
-    plain = Dense("minilm", dialogues, questions, lambda t: t.text) if args.minilm else None
+    plain = Dense("minilm", dialogues, questions, index_text) if args.minilm else None
     anchor = bm25s_anchor(dialogues)
     if anchor is not None:
         out.append(evaluate("bm25s", lambda q: turn_ids(dialogues, q, anchor(q, depth)), questions))
@@ -248,11 +253,11 @@ def rows(args: argparse.Namespace) -> list[Row]:
         out.append(evaluate("rrf", both, questions))
     keywords = Keywords(dialogues, index_text, args.k1, args.b)
     out.append(evaluate("keyword", lambda q: turn_ids(dialogues, q, keywords.rank(q, depth).ids), questions))
-    for model in ("hash", "minilm") if args.minilm else ("hash",):
-        dense = Dense(model, dialogues, questions, index_text)
-        by_dense = lambda q, dense=dense: turn_ids(dialogues, q, dense.rank(q, depth).ids)  # noqa: E731
-        out.append(evaluate(f"dense/{model}", by_dense, questions))
-        out.append(evaluate(f"hybrid/{model}", hybrid(keywords, dense, dialogues, depth), questions))
+    hashed = Dense("hash", dialogues, questions, index_text)
+    out.append(evaluate("dense/hash", lambda q: turn_ids(dialogues, q, hashed.rank(q, depth).ids), questions))
+    out.append(evaluate("hybrid/hash", hybrid(keywords, hashed, dialogues, depth), questions))
+    if plain is not None:  # the dense anchor's vectors are those of the index text
+        out.append(evaluate("hybrid/minilm", hybrid(keywords, plain, dialogues, depth), questions))
     return out
 
 

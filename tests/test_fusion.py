@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helix_es.views.fusion import Ranked, fuse
+from helix_es.views.fusion import Ranked, fuse, recency_for
 
 
 def _r(name: str, ids: list[int], scores: list[float]) -> Ranked:
@@ -70,3 +70,10 @@ def test_recency_does_not_overturn_a_clear_winner() -> None:
     keyword = _r("keyword", [1, 3], [5.0, 1.0])
     times = {1: 0, 2: 5, 3: 10}
     assert fuse([vector, keyword], {}, times=times, recency=0.1, now=10, limit=3)[0].id == 1
+
+
+def test_recency_is_for_questions_about_the_present() -> None:
+    assert recency_for("Which city does Caroline live in now?") > 0
+    assert recency_for("What is Caroline's current occupation?") > 0
+    assert recency_for("Where did Caroline live before the move?") == 0
+    assert recency_for("Is the snow nowhere to be seen?") == 0

@@ -4,14 +4,20 @@ Store-agnostic: each ranker hands its best-first ids and raw scores, whose scale
 across rankers (cosine, BM25, ts_rank), so each list is first mapped to [0, 1] within itself and
 the weighted mean of those is the fused score; an id a ranker did not return gets 0 from it.
 
-The default is reciprocal rank fusion with a small k (2): on the recall eval it beat the better
-ranker whichever that was (MiniLM over BM25, or BM25 over hashed vectors), where k=60 fell to
-near the weaker one (a candidate both lists hold, even low in both, outranks either list's best)
-and min-max scores let a weak ranker's flat scores bury the strong one's (bench/recall.py).
+The default is reciprocal rank fusion with a small k (2) and equal weights: on the recall eval
+it beat the better ranker whichever that was (MiniLM vectors over BM25, or BM25 over hashed
+vectors). Min-max, max and z-score normalised scores let the weaker ranker's flat scores bury the
+stronger one's, and k=60 lets a candidate both lists hold low outrank either list's best
+(bench/recall_ideas.py has the figures).
+
+The recency prior adds `recency` times a candidate's place in time among the candidates; it
+helps only questions about what is true now (it moved recall@10 of "what ... before" and of
+other questions down), so `recency_for(query)` turns it on for those alone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +27,8 @@ import numpy as np
 Method = Literal["rrf", "minmax", "max", "zscore"]
 METHOD: Method = "rrf"
 RRF_K = 2.0
+RECENCY_NOW = 0.2  # for a question about the present: enough to order near-equals, not to overturn
+_NOW = re.compile(r"\b(now|current|currently|nowadays|these days|latest|anymore)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,11 @@ def _recency(ids: list[int], times: Mapping[int, int], now: int | None) -> dict[
     oldest = min(known.values())
     span = newest - oldest
     return {i: (1.0 - (newest - t) / span if span > 0 else 1.0) for i, t in known.items()}
+
+
+def recency_for(query: str) -> float:
+    """The recency weight for `query`: `RECENCY_NOW` when it asks what is true now, else 0."""
+    return RECENCY_NOW if _NOW.search(query) else 0.0
 
 
 def fuse(
