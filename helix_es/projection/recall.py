@@ -13,7 +13,7 @@ from helix_es.model.errors import InvalidInput
 from helix_es.model.events import micros
 from helix_es.model.recall import Recall, RecallHit, SearchMode
 from helix_es.stores.ports.vector import Ranking
-from helix_es.views.fusion import fuse
+from helix_es.views.fusion import fuse, recency_for
 
 # The rankers each mode asks a store for.
 RANKERS: Mapping[SearchMode, tuple[str, ...]] = {
@@ -22,7 +22,7 @@ RANKERS: Mapping[SearchMode, tuple[str, ...]] = {
     "keyword": ("keyword",),
     "substring": ("substring",),
 }
-WEIGHTS: Mapping[str, float] = {"vector": 1.0, "keyword": 1.0}
+WEIGHTS: Mapping[str, float] = {"vector": 1.0, "keyword": 1.0}  # equal: the eval's best in both regimes
 
 
 def depth(recall: Recall) -> int:
@@ -44,10 +44,12 @@ def choose(recall: Recall, own: SearchMode | None, offered: tuple[str, ...], vie
     return mode
 
 
-def hits(ranking: Ranking, recall: Recall, mode: SearchMode, *, recency: float = 0.0) -> list[RecallHit]:
-    """The best `recall.limit` candidates of `ranking`, as hits."""
+def hits(ranking: Ranking, recall: Recall, mode: SearchMode) -> list[RecallHit]:
+    """The best `recall.limit` candidates of `ranking`, as hits: one ranker's order as it is, several
+    fused by rank, newer ones lifted for a question about the present (`recency_for`)."""
     found = ranking.found
     ranked = [r for r in ranking.ranked if r.name in RANKERS[mode]]
+    recency = recency_for(recall.query) if len(RANKERS[mode]) > 1 else 0.0
     if len(ranked) == 1 and not recency:
         only = ranked[0]
         order = [

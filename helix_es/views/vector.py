@@ -70,5 +70,7 @@ class Vector(IndexView):
 
 
 def keyword_text(message: Message) -> str:
-    """What a message's keyword index holds: its speaker's name (people ask about who said what) and its text."""
-    return f"{message.name}: {message.content}" if message.name else message.content
+    """What a message's keyword index holds: its text alone. With the speaker's name too, keyword recall
+    rose (0.555 -> 0.568 recall@10 on bench/recall_eval) but hybrid recall fell (0.771 -> 0.748): short
+    turns that match only the asker's name crowd the keyword ranker's top places."""
+    return message.content

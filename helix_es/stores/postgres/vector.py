@@ -166,25 +166,15 @@ FROM unnest($5::text[], $6::bigint[], $7::text[]) AS s(session_id, upto, offsets
 ON CONFLICT (view, namespace, session_id, topic, partition) DO UPDATE
     SET upto = excluded.upto, offsets = excluded.offsets WHERE t.upto < excluded.upto
 """
-# The namespace's BM25 statistics follow the keyword rows a statement inserts ({plus}) and deletes
-# ({minus}), only when there are any: a view without keywords writes no more than before.
-_KEYWORD_STATS = """
-UPDATE helix_vector_namespaces SET
-    keyword_docs = keyword_docs + (SELECT count(words) FROM {plus}) - (SELECT count(words) FROM {minus}),
-    keyword_words = keyword_words + (SELECT coalesce(sum(words), 0) FROM {plus})
-        - (SELECT coalesce(sum(words), 0) FROM {minus})
-WHERE view = $1 AND namespace = $2
-    AND EXISTS (SELECT 1 FROM {plus} WHERE words IS NOT NULL UNION ALL SELECT 1 FROM {minus} WHERE words IS NOT NULL)
-"""
-_NONE = "none AS (SELECT NULL::int AS words WHERE false)"
+_NONE = "none AS (SELECT NULL::int AS words, NULL::tsvector AS keywords WHERE false)"
 
 _RETRACT = f"""
 WITH gone AS (
     DELETE FROM helix_vectors WHERE view = $1 AND namespace = $2 AND topic = $3 AND partition = $4
         AND "offset" = ANY($5::bigint[])
-    RETURNING words
+    RETURNING words, keywords
 ), {_NONE}
-{_KEYWORD_STATS.format(plus="none", minus="gone")}"""
+{recall_sql.keyword_stats("none", "gone")}"""
 
 # First statement of a write: lock the namespace row (creating it), move the watermark, bump the version.
 _CLAIM = """
@@ -199,7 +189,7 @@ _WRITE = f"""
 WITH cleared AS (
     DELETE FROM helix_vectors
     WHERE $12::boolean AND view = $1 AND namespace = $2 AND event_time <= $3
-    RETURNING words
+    RETURNING words, keywords
 ), added AS (
     INSERT INTO helix_vectors (view, namespace, topic, partition, "offset", session_id, event_time,
                                content_sha256, message, vec, version, occurred_at, keywords, words)
@@ -211,23 +201,19 @@ WITH cleared AS (
     CROSS JOIN LATERAL (SELECT to_tsvector('english', a.kw) AS tsv) AS k
     WHERE $3::timestamptz IS NULL OR a.event_time > $3
     ON CONFLICT DO NOTHING
-    RETURNING words
+    RETURNING words, keywords
 )
-{_KEYWORD_STATS.format(plus="added", minus="cleared")}"""
+{recall_sql.keyword_stats("added", "cleared")}"""
 
 # After _WRITE, under the namespace row's lock: a write's erasure deletes its session's rows except those
 # after it on its partition, and counts itself only if it deleted any (readers then reload).
-_ERASE = """
+_ERASE = f"""
 WITH gone AS (
     DELETE FROM helix_vectors
     WHERE view = $1 AND namespace = $2 AND session_id = $3 AND NOT (topic = $4 AND partition = $5 AND "offset" > $6)
-    RETURNING words
-)
-UPDATE helix_vector_namespaces SET erasures = erasures + 1,
-    keyword_docs = keyword_docs - (SELECT count(words) FROM gone),
-    keyword_words = keyword_words - (SELECT coalesce(sum(words), 0) FROM gone)
-WHERE view = $1 AND namespace = $2 AND EXISTS (SELECT 1 FROM gone)
-"""
+    RETURNING words, keywords
+), {_NONE}
+{recall_sql.keyword_stats("none", "gone", erasures=True)}"""
 
 _KEEP = """
 WITH kept AS (
@@ -489,7 +475,7 @@ class PostgresVectorStore:
 
     async def drop(self, view: str, namespaces: Collection[str], topics: Collection[str]) -> None:
         async with transaction(self.dsn) as conn:
-            for table in ("helix_vectors", "helix_vector_namespaces", "helix_vector_tails"):
+            for table in ("helix_vectors", "helix_vector_namespaces", "helix_vector_tails", "helix_vector_terms"):
                 await delete_rows(conn, table, "view = $1 AND namespace = ANY($2::text[])", view, list(namespaces))
             await drop_checkpoints(conn, view, topics)
 

@@ -22,6 +22,7 @@ from helix_es.stores.ports.vector import Found, RankAsk, Ranking
 from helix_es.views.fusion import Ranked
 
 K1, B = 1.2, 0.75  # Okapi BM25's usual constants
+CANDIDATES = 1500  # rows the keyword ranker scores at most, give or take its last lexeme's
 
 # Appended to the store's schema: what recall reads, on tables made before it.
 SCHEMA = """
@@ -37,7 +38,42 @@ DO $$ BEGIN
             ADD COLUMN keyword_words bigint NOT NULL DEFAULT 0;
     END IF;
 END $$;
+CREATE TABLE IF NOT EXISTS helix_vector_terms (
+    view text NOT NULL,
+    namespace text NOT NULL,
+    lexeme text NOT NULL,
+    docs bigint NOT NULL,
+    PRIMARY KEY (view, namespace, lexeme)
+);
 """
+
+
+def keyword_stats(plus: str, minus: str, *, erasures: bool = False) -> str:
+    """The tail of a write statement whose CTEs `plus` and `minus` return the `words` and `keywords` of
+    the rows it inserted and deleted: the namespace's document count, total length and each lexeme's
+    document frequency follow them, in the same statement (a view without keywords changes nothing,
+    but an erasure, which counts itself once it deleted any row)."""
+    changed = (
+        f"SELECT 1 FROM {minus}"
+        if erasures
+        else (f"SELECT 1 FROM {plus} WHERE words IS NOT NULL UNION ALL SELECT 1 FROM {minus} WHERE words IS NOT NULL")
+    )
+    return f"""
+, terms AS (
+    INSERT INTO helix_vector_terms AS t (view, namespace, lexeme, docs)
+    SELECT $1, $2, c.lexeme, sum(c.d) FROM (
+        SELECT u.lexeme, 1 AS d FROM {plus} AS p, unnest(p.keywords) AS u
+        UNION ALL SELECT u.lexeme, -1 FROM {minus} AS m, unnest(m.keywords) AS u
+    ) AS c GROUP BY c.lexeme HAVING sum(c.d) <> 0
+    ON CONFLICT (view, namespace, lexeme) DO UPDATE SET docs = t.docs + excluded.docs
+)
+UPDATE helix_vector_namespaces SET {"erasures = erasures + 1," if erasures else ""}
+    keyword_docs = keyword_docs + (SELECT count(words) FROM {plus}) - (SELECT count(words) FROM {minus}),
+    keyword_words = keyword_words + (SELECT coalesce(sum(words), 0) FROM {plus})
+        - (SELECT coalesce(sum(words), 0) FROM {minus})
+WHERE view = $1 AND namespace = $2 AND EXISTS ({changed})
+"""
+
 
 # Made on the first write with keywords, like the HNSW index (see PostgresVectorStore.ensure_index).
 GIN = "helix_vectors_keywords"
@@ -50,13 +86,10 @@ GIN_INVALID = (
     " AND NOT indisvalid)"
 )
 
-# $1 view, $2 namespace, $3 sessions (NULL: all), $4 after, $5 before, $6 where (jsonb, NULL: none),
-# $7 candidates, $8 the query (a vector or text).
-_FILTER = """v.view = $1 AND v.namespace = $2
-    AND ($3::text[] IS NULL OR v.session_id = ANY($3::text[]))
-    AND ($4::timestamptz IS NULL OR coalesce(v.occurred_at, v.event_time) > $4)
-    AND ($5::timestamptz IS NULL OR coalesce(v.occurred_at, v.event_time) < $5)
-    AND ($6::jsonb IS NULL OR v.message -> 'metadata' @> $6::jsonb)"""
+# Every ranker's statement: $1 view, $2 namespace, $3 candidates, $4 the query (a vector or text), then
+# the recall's filters, each only when given: a condition "$n IS NULL OR ..." would leave the planner a
+# generic plan that scans the namespace instead of the HNSW index, once asyncpg has prepared it.
+_SAID = "coalesce(v.occurred_at, v.event_time)"
 
 _COLUMNS = """v.topic, v.partition, v."offset", v.session_id, coalesce(v.occurred_at, v.event_time) AS said,
     v.message::text AS message"""
@@ -64,39 +97,44 @@ _COLUMNS = """v.topic, v.partition, v."offset", v.session_id, coalesce(v.occurre
 # The inner ORDER BY is the HNSW index's (distance alone); the outer one breaks ties in applied order.
 VECTOR = f"""
 SELECT * FROM (
-    SELECT {_COLUMNS}, 1 - (v.vec::vector({{d}}) <=> $8::vector({{d}})) AS score, v.version
+    SELECT {_COLUMNS}, 1 - (v.vec::vector({{d}}) <=> $4::vector({{d}})) AS score, v.version
     FROM helix_vectors v
-    WHERE {_FILTER} AND v.dims = {{d}}
-    ORDER BY v.vec::vector({{d}}) <=> $8::vector({{d}})
-    LIMIT $7
+    WHERE {{where}} AND v.dims = {{d}}
+    ORDER BY v.vec::vector({{d}}) <=> $4::vector({{d}})
+    LIMIT $3
 ) AS t ORDER BY t.score DESC, t.version, t.topic, t.partition, t."offset"
 """
 
-# Lexemes of the query ($8) by PostgreSQL's own analyzer, OR-ed into a tsquery the GIN index serves.
+# Lexemes of the query ($4) by PostgreSQL's own analyzer, with their document frequencies. Candidates are
+# the rows that hold the rarest of them, taken rarest first until CANDIDATES rows are reached (at least
+# one lexeme): rows that only share the commonest words would rank low, and scoring them is what costs.
+# Every candidate is scored with all the query's lexemes, by Okapi BM25 over the whole namespace.
 KEYWORD = f"""
 WITH q AS MATERIALIZED (
-    SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', $8::text)) AS u
+    SELECT DISTINCT u.lexeme, coalesce(t.docs, 0)::float8 AS docs FROM unnest(to_tsvector('english', $4::text)) AS u
+    LEFT JOIN helix_vector_terms t ON t.view = $1 AND t.namespace = $2 AND t.lexeme = u.lexeme
+), pick AS MATERIALIZED (
+    SELECT lexeme FROM (
+        SELECT lexeme, sum(docs) OVER (ORDER BY docs, lexeme) - docs AS before FROM q WHERE docs > 0
+    ) AS x WHERE before < {CANDIDATES}
 ), tq AS MATERIALIZED (
-    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q
+    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM pick
 ), st AS MATERIALIZED (
     SELECT greatest(n.keyword_docs, 1)::float8 AS docs,
            greatest(n.keyword_words::float8 / greatest(n.keyword_docs, 1), 1) AS avgdl
     FROM helix_vector_namespaces n WHERE n.view = $1 AND n.namespace = $2
 ), m AS MATERIALIZED (
     SELECT v.topic, v.partition, v."offset", v.words, v.keywords FROM helix_vectors v, tq
-    WHERE v.keywords @@ tq.query AND {_FILTER}
-), tf AS MATERIALIZED (
-    SELECT m.topic, m.partition, m."offset", m.words, u.lexeme, array_length(u.positions, 1)::float8 AS f
-    FROM m, unnest(m.keywords) AS u WHERE u.lexeme IN (SELECT lexeme FROM q)
-), df AS (
-    SELECT lexeme, count(*)::float8 AS n FROM tf GROUP BY lexeme
+    WHERE v.keywords @@ tq.query AND {{where}}
 ), scored AS (
-    SELECT tf.topic, tf.partition, tf."offset",
-           sum(ln(1 + (st.docs - df.n + 0.5) / (df.n + 0.5))
-               * tf.f * ({K1} + 1) / (tf.f + {K1} * (1 - {B} + {B} * tf.words / st.avgdl))) AS score
-    FROM tf JOIN df USING (lexeme) CROSS JOIN st
-    GROUP BY tf.topic, tf.partition, tf."offset"
-    ORDER BY score DESC, tf.topic, tf.partition, tf."offset" LIMIT $7
+    SELECT m.topic, m.partition, m."offset",
+           sum(ln(1 + (st.docs - q.docs + 0.5) / (q.docs + 0.5))
+               * tf.f * ({K1} + 1) / (tf.f + {K1} * (1 - {B} + {B} * m.words / st.avgdl))) AS score
+    FROM m CROSS JOIN LATERAL (
+        SELECT u.lexeme, array_length(u.positions, 1)::float8 AS f FROM unnest(m.keywords) AS u
+    ) AS tf JOIN q USING (lexeme) CROSS JOIN st
+    GROUP BY m.topic, m.partition, m."offset"
+    ORDER BY score DESC, m.topic, m.partition, m."offset" LIMIT $3
 )
 SELECT {_COLUMNS}, s.score
 FROM scored s JOIN helix_vectors v ON v.view = $1 AND v.namespace = $2 AND v.topic = s.topic
@@ -108,19 +146,29 @@ ORDER BY s.score DESC, v.topic, v.partition, v."offset"
 SUBSTRING = f"""
 SELECT {_COLUMNS}, 1.0::float8 AS score
 FROM helix_vectors v
-WHERE {_FILTER} AND strpos(lower(v.message ->> 'content'), lower($8::text)) > 0
+WHERE {{where}} AND strpos(lower(v.message ->> 'content'), lower($4::text)) > 0
 ORDER BY v.event_time, v.topic, v.partition, v."offset"
-LIMIT $7
+LIMIT $3
 """
 
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
 
-def _filters(view: str, namespace: str, ask: RankAsk) -> list[Any]:
+def _filters(ask: RankAsk) -> tuple[str, list[Any]]:
+    """The WHERE of the recall's filters (parameters from $5 on), and their values."""
     r = ask.recall
-    sessions = None if r.sessions is None else sorted(r.sessions)
-    where = None if not r.where else json.dumps(dict(r.where))
-    return [view, namespace, sessions, r.after, r.before, where, ask.depth]
+    conditions, values = ["v.view = $1", "v.namespace = $2"], []
+    given: list[tuple[str, Any]] = [
+        ("v.session_id = ANY(${}::text[])", None if r.sessions is None else sorted(r.sessions)),
+        (f"{_SAID} > ${{}}", r.after),
+        (f"{_SAID} < ${{}}", r.before),
+        ("v.message -> 'metadata' @> ${}::jsonb", json.dumps(dict(r.where)) if r.where else None),
+    ]
+    for condition, value in given:
+        if value is not None:
+            values.append(value)
+            conditions.append(condition.format(4 + len(values)))
+    return " AND ".join(conditions), values
 
 
 async def rank(
@@ -129,14 +177,14 @@ async def rank(
     """Each ranker `ask` names, in one repeatable-read snapshot; None while `want` is not applied.
 
     `decode` turns a row's JSON into a Message (the store's cached decoder)."""
-    args = _filters(view, namespace, ask)
+    where, values = _filters(ask)
     queries: list[tuple[str, str, Any]] = []
     if ask.vector is not None and ask.vector.any():
-        queries.append(("vector", VECTOR.format(d=len(ask.vector)), ask.vector))
+        queries.append(("vector", VECTOR.format(d=len(ask.vector), where=where), ask.vector))
     if ask.keywords is not None:
-        queries.append(("keyword", KEYWORD, ask.keywords))
+        queries.append(("keyword", KEYWORD.format(where=where), ask.keywords))
     if ask.substring is not None:
-        queries.append(("substring", SUBSTRING, ask.substring))
+        queries.append(("substring", SUBSTRING.format(where=where), ask.substring))
     ids: dict[tuple[str, int, int], int] = {}
     found: dict[int, Found] = {}
     ranked: list[Ranked] = []
@@ -146,7 +194,7 @@ async def rank(
             if done is None or done < want.offset:
                 return None
         for name, sql, query in queries:
-            rows = await conn.fetch(sql, *args, query)
+            rows = await conn.fetch(sql, view, namespace, ask.depth, query, *values)
             order, scores = [], []
             for row in rows:
                 key = (row["topic"], row["partition"], row["offset"])
