@@ -1,6 +1,7 @@
 """Hybrid recall on the long-conversation eval: which turns answer a question, ranked how well.
 
-    python bench/recall.py [--k1 1.2] [--b 0.5] [--depth 50] [--no-minilm] [--no-micro] [--json]
+    python bench/recall.py [--k1 1.2] [--b 0.5] [--depth 50] [--no-minilm] [--no-micro] [--no-product]
+                           [--postgres] [--json]
 
 For each of bench/recall_eval's questions, every turn of its dialogue is a candidate; a row's
 recall@k is the share of the question's evidence turns in its top k (averaged over questions),
@@ -17,8 +18,10 @@ vector is embedded once, before timing: the rows time search, not the embedder).
 
 The index text of a turn is its text alone (`index_text`). MiniLM vectors are cached in the
 temporary directory, keyed by the texts' SHA-256, so a rerun embeds nothing. `evaluate(name,
-rank_fn)` takes any function from a question to turn ids, so rows that go through the product's
-recall API can be added. `--micro` (on by default) times
+rank_fn)` takes any function from a question to turn ids: the `product/<mode>/<embedder>` rows
+go through the product (bench/recall_product.py: each dialogue added to a namespace on the
+embedded log, each question asked with `Memory.recall` in each `search:` mode; `--postgres` adds
+them on the PostgreSQL store). `--micro` (on by default) times
 KeywordIndex at 100K documents: add throughput, and query p50/p95 for a 10-term query.
 """
 
@@ -294,15 +297,33 @@ def micro(n: int = 100_000, seed: int = 7) -> dict[str, float]:
     }
 
 
+def product(args: argparse.Namespace) -> list[Row]:
+    """The same questions through the product's `Memory.recall`, each `search:` mode (bench/recall_product.py)."""
+    import os
+
+    import recall_product  # bench/, this script's directory
+
+    dialogues, questions = load()
+    embed = "local" if args.minilm else "hash"
+    stores = [{"store": "memory"}]
+    if args.postgres:
+        stores.append({"store": "postgres", "dsn": os.environ["HELIX_POSTGRES_DSN"]})
+    out = []
+    for store in stores:
+        found = recall_product.rows(dialogues, questions, evaluate, embed, store)
+        out += [Row(f"{r.name}/{store['store']}" if store["store"] != "memory" else r.name, r.figures) for r in found]
+    return out
+
+
 def table(results: list[Row]) -> str:
-    head = f"{'row':<14}" + "".join(f"{k:>24}" for k in ("all", *KINDS)) + f"{'p50/p95 ms':>14}"
-    sub = f"{'':<14}" + f"{'r@5   r@10   mrr':>24}" * 5
+    head = f"{'row':<30}" + "".join(f"{k:>24}" for k in ("all", *KINDS)) + f"{'p50/p95 ms':>14}"
+    sub = f"{'':<30}" + f"{'r@5   r@10   mrr':>24}" * 5
     lines = [head, sub]
     for row in results:
         cells = "".join(
             f"{f['r@5']:>8.3f}{f['r@10']:>7.3f}{f['mrr']:>7.3f}  " for f in (row.figures[k] for k in ("all", *KINDS))
         )
-        lines.append(f"{row.name:<14}{cells}{row.figures['all']['p50_ms']:>7.2f}/{row.figures['all']['p95_ms']:.2f}")
+        lines.append(f"{row.name:<30}{cells}{row.figures['all']['p50_ms']:>7.2f}/{row.figures['all']['p95_ms']:.2f}")
     return "\n".join(lines)
 
 
@@ -313,9 +334,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=50, help="candidates each ranker hands to fusion")
     parser.add_argument("--no-minilm", dest="minilm", action="store_false", help="skip the MiniLM rows")
     parser.add_argument("--no-micro", dest="micro", action="store_false", help="skip the 100K micro-benchmark")
+    parser.add_argument(
+        "--no-product",
+        dest="product",
+        action="store_false",
+        help="skip the rows that run through Memory.recall (every search: mode)",
+    )
+    parser.add_argument("--postgres", action="store_true", help="product rows on PostgreSQL too (HELIX_POSTGRES_DSN)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     results = rows(args)
+    if args.product:
+        results += product(args)
     speed = micro() if args.micro else None
     if args.json:
         print(json.dumps({"rows": {r.name: r.figures for r in results}, "micro": speed}, indent=1))
