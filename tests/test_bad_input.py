@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,28 @@ CASES = [
     Bad("content-nul", message(role="user", content="a\x00b"), InvalidMessage, "content", "NUL"),
     Bad("name-empty", message(role="user", content="hi", name=""), InvalidMessage, "name", "must not be empty"),
     Bad("name-lone-surrogate", message(role="user", content="hi", name="\udc80"), InvalidMessage, "name", "UTF-8"),
+    # occurred_at
+    Bad(
+        "occurred-at-naive",
+        message(role="user", content="hi", occurred_at=datetime(2024, 5, 1, 12)),
+        InvalidMessage,
+        "occurred_at",
+        "timezone-aware",
+    ),
+    Bad(
+        "occurred-at-text",
+        message(role="user", content="hi", occurred_at="2024-05-01T12:00:00Z"),
+        InvalidMessage,
+        "occurred_at",
+        "got str",
+    ),
+    Bad(
+        "occurred-at-year-0",
+        message(role="user", content="hi", occurred_at=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))),
+        InvalidMessage,
+        "occurred_at",
+        "outside years 1-9999",
+    ),
     # metadata
     Bad(
         "metadata-int-value",
@@ -580,7 +603,7 @@ def test_the_matrix_covers_every_input_it_claims() -> None:
     builders = Counter(c.run.__qualname__.split(".")[0] for c in CASES)  # message, adding, opening, ...
     # Every field of a Message (as its constructor takes them) has a bad value, added as an agent adds.
     message_fields = {f.name for f in dataclasses.fields(Message) if f.init}
-    assert message_fields == {"role", "content", "name", "tool_calls", "tool_call_id", "metadata"}
+    assert message_fields == {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "occurred_at"}
     assert message_fields <= {family(c.field) for c in CASES if c.error is InvalidMessage}
     # Every public entry point that takes input: the Memory methods with arguments (add, search, clear's
     # key) and open_memory (its session_id, the config as a mapping and as YAML text).

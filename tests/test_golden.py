@@ -3,7 +3,7 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc (v4-v7: envelope.v4.avsc to envelope.v7.avsc) as first released, with
+schemas/envelope.v1-3.avsc (v4-v8: envelope.v4.avsc to envelope.v8.avsc) as first released, with
 fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally.
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
@@ -278,6 +278,21 @@ EXPECTED: dict[str, Event] = {
         datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC),
     ),
 }
+EXPECTED["MessageAdded.dated"] = Event(
+    NS,
+    "s-1",
+    MessageAdded(Message("user", "imported", occurred_at=datetime(2019, 3, 4, 5, 6, 7, 890123, tzinfo=UTC))),
+    uuid.UUID("cccccccc-dddd-4eee-8fff-000000000001"),
+    datetime(2026, 12, 6, 10, 0, 0, tzinfo=UTC),
+)
+EXPECTED["MessageAdded.dated.keyed"] = Event(
+    NS,
+    "sitzung-ü",
+    MessageAdded(replace(FULL, occurred_at=datetime(1969, 7, 20, 20, 17, 40, 1, tzinfo=UTC))),  # before the epoch
+    uuid.UUID("cccccccc-dddd-4eee-8fff-000000000002"),
+    datetime(2026, 12, 6, 10, 0, 1, tzinfo=UTC),
+    "import-1/ü",
+)
 KEYED = {k for k, e in EXPECTED.items() if e.idempotency_key is not None}  # need v4 on
 
 # Which payload types each version has (its union's branches, in order), and so the version an
@@ -303,8 +318,10 @@ TYPES = {
 }
 TYPES["v6"] = TYPES["v5"]  # v6 adds fields to CheckpointsDeleted, no event type
 TYPES["v7"] = [*TYPES["v6"], "ItemTouched"]
-HAS_KEYS = {"v4", "v5", "v6", "v7"}  # versions with the envelope's idempotency_key
+TYPES["v8"] = TYPES["v7"]  # v8 adds the message's occurred_at, no event type
+HAS_KEYS = {"v4", "v5", "v6", "v7", "v8"}  # versions with the envelope's idempotency_key
 LISTED = {"CheckpointsDeleted.listed"}  # deletions that list checkpoints and blobs: v6 on
+DATED = {"MessageAdded.dated", "MessageAdded.dated.keyed"}  # messages with occurred_at: v8 on
 OLDEST = {
     "MessageAdded": "v1",
     "MemoryCleared": "v1",
@@ -324,6 +341,8 @@ def kind(key: str) -> str:
 
 def oldest(key: str) -> str:
     """The version an event is written with: the oldest with its type (and, keyed, with keys)."""
+    if key in DATED:
+        return "v8"
     if key in KEYED:
         return min(HAS_KEYS)
     if key in LISTED:
@@ -336,16 +355,17 @@ def writable(key: str, version: str) -> bool:
         kind(key) in TYPES[version]
         and (key not in KEYED or version in HAS_KEYS)
         and (key not in LISTED or version >= "v6")
+        and (key not in DATED or version >= "v8")
     )
 
 
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5", "v6", "v7"]
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
         assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 7
+    assert len(set(FINGERPRINTS.values())) == 8
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
@@ -375,15 +395,17 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
     # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
     # one that predates keys reads a keyed event without its key.
-    for reader in (1, 2, 3, 4, 5, 6, 7):
+    for reader in (1, 2, 3, 4, 5, 6, 7, 8):
         if kind(key) in TYPES[f"v{reader}"]:
             want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
             if key in LISTED and reader < 6:  # a reader that predates the lists reads the deletion without them
                 want = replace(want, payload=replace(want.payload, checkpoints=(), blobs=()))
+            if key in DATED and reader < 8:  # a reader that predates occurred_at reads the message without it
+                want = replace(want, payload=MessageAdded(replace(want.payload.message, occurred_at=None)))
             assert Codec(reader=reader).decode(data) == want, f"reader v{reader}"
 
 
-@pytest.mark.parametrize("key", sorted(KEYED))
+@pytest.mark.parametrize("key", sorted(KEYED - DATED))
 def test_readers_that_predate_keys_read_keyed_events_with_fastavro_alone(key: str) -> None:
     """An old reader (its own schema, v3) given the writer's schema from schemas/ reads a v4 event."""
     data = bytes.fromhex(RECORDS["v4"][key])
@@ -416,3 +438,25 @@ def test_a_writer_pinned_before_the_lists_refuses_a_deletion_that_lists() -> Non
     assert (
         Codec(writer=5).decode(Codec(writer=5).encode(EXPECTED["CheckpointsDeleted"])) == EXPECTED["CheckpointsDeleted"]
     )
+
+
+def test_a_writer_pinned_before_v8_refuses_a_dated_message() -> None:
+    with pytest.raises(InvalidInput, match="schema v7 has no such field") as caught:
+        Codec(writer=7).encode(EXPECTED["MessageAdded.dated"])
+    assert caught.value.field == "payload.message.occurred_at"
+
+
+def test_readers_that_predate_v8_read_dated_messages_with_fastavro_alone() -> None:
+    """An old reader (its own schema, v7) given the writer's schema from schemas/ reads a v8 message."""
+    data = bytes.fromhex(RECORDS["v8"]["MessageAdded.dated"])
+    writer = json.loads((ROOT / "schemas" / "envelope.v8.avsc").read_text())
+    reader = json.loads((ROOT / "schemas" / "envelope.v7.avsc").read_text())
+    record = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer, reader)
+    assert record["payload"]["message"] == {
+        "role": "user",
+        "content": "imported",
+        "name": None,
+        "tool_calls": [],
+        "tool_call_id": None,
+        "metadata": {},
+    }

@@ -109,6 +109,7 @@ async def test_tools_are_listed_with_their_arguments_and_the_server_exits_0_when
         add = listed["add_memory"].input_schema["properties"]
         assert add["role"]["enum"] == ["system", "user", "assistant", "tool"]
         assert {"namespace", "content", "name", "tool_calls", "tool_call_id", "metadata", "idempotency_key"} <= set(add)
+        assert "occurred_at" in add
         assert all(listed[name].description for name in TOOLS)
         assert all("description" in p for p in add.values())
         assert {"offset", "as_of", "namespace"} <= set(listed["audit_session"].input_schema["properties"])
@@ -165,6 +166,13 @@ async def test_add_get_search_clear_and_audit_on_the_embedded_log(tmp_path: Path
         assert (retry["idempotency_key"], retry["duplicate_of"]) == ("k-1", 4)
         cut = await server.call("audit_session", session_id=sid, offset=3)
         assert [len(v) for v in cut["views"].values()] == [4]  # what get() returned before the retry and the clear
+        dated = unique("s")
+        await server.call(
+            "add_memory", session_id=dated, role="user", content="then", occurred_at="2019-03-04T07:06:07+02:00"
+        )
+        assert (await server.call("get_memory", session_id=dated))["messages"] == [
+            {"role": "user", "content": "then", "occurred_at": "2019-03-04T05:06:07+00:00"}
+        ]
     assert server.exit_code == 0, server.stderr
 
 
@@ -188,6 +196,8 @@ async def test_bad_input_and_a_refused_namespace_are_tool_errors_naming_the_fiel
                 "tool_calls[0].arguments",
             ),
             ({"role": "user", "content": "hi", "idempotency_key": ""}, "idempotency_key"),
+            ({"role": "user", "content": "hi", "occurred_at": "2019-03-04T05:06:07"}, "occurred_at"),
+            ({"role": "user", "content": "hi", "occurred_at": "last week"}, "occurred_at"),
         ]
         for arguments, field in bad:
             text = await server.refused("add_memory", session_id=sid, **arguments)

@@ -212,6 +212,32 @@ async def test_an_idempotency_key_makes_a_retry_show_once(tmp_path: Path) -> Non
         assert (empty.status_code, empty.json()["field"]) == (422, "Idempotency-Key")
 
 
+async def test_occurred_at_is_taken_with_its_offset_given_back_in_utc_and_refused_without_one(
+    tmp_path: Path,
+) -> None:
+    ns, sid = unique("ta"), unique("s")
+    base = f"/v1/{ns}/sessions/{sid}/messages"
+    async with client(embedded(tmp_path)) as http:
+        batch = {
+            "messages": [
+                {"role": "user", "content": "then", "occurred_at": "2019-03-04T07:06:07.5+02:00"},
+                {"role": "assistant", "content": "now"},
+                {"role": "user", "content": "zulu", "occurred_at": "2019-03-04T05:06:08Z"},
+            ]
+        }
+        assert (await http.post(base, json=batch, headers=A)).status_code == 201
+        assert (await http.get(base, headers=A)).json()["messages"] == [
+            {"role": "user", "content": "then", "occurred_at": "2019-03-04T05:06:07.500000+00:00"},
+            {"role": "assistant", "content": "now"},
+            {"role": "user", "content": "zulu", "occurred_at": "2019-03-04T05:06:08+00:00"},
+        ]
+        for at in ("2019-03-04T05:06:07", "yesterday", 1551675967, "0001-01-01T00:00:00+01:00"):
+            bad = {"messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": "x", "occurred_at": at}]}
+            answer = await http.post(base, json=bad, headers=A)
+            assert (answer.status_code, answer.json()["field"]) == (422, "messages[1].occurred_at"), answer.text
+        assert len((await http.get(base, headers=A)).json()["messages"]) == 3  # nothing of the bad batches
+
+
 async def test_bad_input_is_refused_naming_the_field_and_writes_nothing(tmp_path: Path) -> None:
     ns, sid = unique("ta"), unique("s")
     config = embedded(tmp_path)

@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "helix_es.cli.lag",
     "helix_es.cli.audit",
     "helix_es.cli.forget",
+    "helix_es.cli.imports",
     "helix_es.cli.rebuild",
     "helix_es.cli.mcp",
     "helix_es.cli.serve",

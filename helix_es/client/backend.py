@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from helix_es.config import MemoryConfig
@@ -151,27 +152,41 @@ class Backend:
         async with self._lock:  # log order and fold order must agree
             return await self._append_locked(event)
 
+    async def append_many(self, events: Sequence[Event]) -> list[Position]:
+        """Append `events` (of one namespace) in order, together: one batch on the log, and on an inline
+        backend one fold of them all. Their positions, in order."""
+        if not events:
+            return []
+        if not self.inline:
+            return await _append_all(self.log, events)
+        async with self._lock:
+            return await self._append_locked_many(events)
+
     async def _append_locked(self, event: Event) -> Position:
+        return (await self._append_locked_many([event]))[0]
+
+    async def _append_locked_many(self, events: Sequence[Event]) -> list[Position]:
+        namespace = events[0].namespace
         try:
-            position = await self.log.append(event)
+            positions = await _append_all(self.log, events)
         except asyncio.CancelledError:
             # The write may land yet (the log finishes it): the next read folds it in from the log.
-            self._behind.update((ident, event.namespace) for ident in self._attached.get(event.namespace, {}))
+            self._behind.update((ident, namespace) for ident in self._attached.get(namespace, {}))
             raise
-        record = Record(event, position)
-        derived: list[Event] = []  # appended once every view has this event: the log order is the fold order
-        for ident, projection in self._attached.get(event.namespace, {}).items():
-            if (ident, event.namespace) in self._behind:
+        records = [Record(e, p) for e, p in zip(events, positions, strict=True)]
+        derived: list[Event] = []  # appended once every view has these events: the log order is the fold order
+        for ident, projection in self._attached.get(namespace, {}).items():
+            if (ident, namespace) in self._behind:
                 continue  # folded in order by the next catch-up
             try:
-                await Driver(projection, append=_collect(derived)).apply([record], live=True)
+                await Driver(projection, append=_collect(derived)).apply(records, live=True)
             except Exception as exc:
-                # The event is on the log, so the write succeeded; the view catches up on the next read.
-                log.warning("view %s of %s is behind the log: %s", projection.name, event.namespace, exc)
-                self._behind.add((ident, event.namespace))
+                # The events are on the log, so the write succeeded; the view catches up on the next read.
+                log.warning("view %s of %s is behind the log: %s", projection.name, namespace, exc)
+                self._behind.add((ident, namespace))
         for extra in derived:
             await self._append_locked(extra)
-        return position
+        return positions
 
     async def close(self) -> None:
         for projection in self._projections.values():
@@ -181,6 +196,16 @@ class Backend:
         for aliases in self._aliases.values():
             await aliases.close()
         await self.log.close()
+
+
+async def _append_all(log: EventLog, events: Sequence[Event]) -> list[Position]:
+    """`log.append_many`, or one by one for a log without it (one a caller wrapped)."""
+    if len(events) == 1:  # an add: the log's own path for one
+        return [await log.append(events[0])]
+    many = getattr(log, "append_many", None)
+    if many is not None:
+        return list(await many(events))
+    return [await log.append(e) for e in events]
 
 
 def _collect(into: list[Event]) -> Append:

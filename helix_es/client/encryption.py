@@ -34,7 +34,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NoReturn, Protocol, runtime_checkable
 
@@ -43,8 +43,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from helix_es.client.middleware import Middleware
+from helix_es.client.middleware import Middleware, add_many
 from helix_es.client.protocol import Memory
+from helix_es.model.batch import check_batch
 from helix_es.model.errors import ConfigError, HelixError, InvalidInput, InvalidMessage
 from helix_es.model.events import Position
 from helix_es.model.message import SEALED_OVERHEAD, SEALED_PREFIX, Message, ToolCall
@@ -369,6 +370,13 @@ class EncryptedMemory:
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
         await self._prepare()
         return await self.inner.add(self.encrypt(message), idempotency_key=idempotency_key)
+
+    async def add_many(
+        self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        batch, keys = check_batch(messages, idempotency_keys)  # sealing needs Messages: check them first
+        await self._prepare()
+        return await add_many(self.inner, [self.encrypt(m) for m in batch], idempotency_keys=keys)
 
     async def get(self) -> list[Message]:
         stored = await self.inner.get()

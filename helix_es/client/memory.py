@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn, TypeVar, cast
 
 from helix_es.client import backend as backends
+from helix_es.client.middleware import add_many
 from helix_es.client.protocol import Memory
 from helix_es.client.wait import poll
 from helix_es.model import names
+from helix_es.model.batch import check_batch
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.model.events import (
     Event,
@@ -54,6 +56,19 @@ class EventWriter:
         check_size(message, self.max_content_bytes)
         return await self._append(MessageAdded(message), check_idempotency_key(idempotency_key))
 
+    async def add_many(
+        self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        """Append `messages` in order, together (one batch on the log); their positions, in order.
+
+        Every message (and key: one per message, or None) is checked first: a bad one raises naming its
+        index (`messages[3].content`) and nothing is written. Each keeps `add`'s semantics: the same
+        batch called again after one that raised re-sends its events; keys make retries show once."""
+        batch, keys = check_batch(messages, idempotency_keys, max_content_bytes=self.max_content_bytes)
+        if not batch:
+            return []
+        return await self._append_many([MessageAdded(m) for m in batch], keys)
+
     async def clear(self, *, idempotency_key: str | None = None) -> Position:
         return await self._append(MemoryCleared(), check_idempotency_key(idempotency_key))
 
@@ -84,6 +99,29 @@ class EventWriter:
             if all(e is not event for e in self._in_doubt):
                 self._in_doubt = (*self._in_doubt[-(MAX_IN_DOUBT - 1) :], event)
             raise
+        self._landed(event, position)
+        return position
+
+    async def _append_many(self, payloads: Sequence[Written], keys: Sequence[str | None]) -> list[Position]:
+        """`_append` of each payload, the events appended together (`Backend.append_many`)."""
+        events: list[Event] = []
+        for payload, key in zip(payloads, keys, strict=True):
+            event = self._retry_of(payload, key, taken=events) if self._in_doubt else None
+            events.append(event or Event(self.namespace, self.session_id, payload, idempotency_key=key))
+        try:
+            positions = await self.backend.append_many(events)
+        except BaseException:
+            # Every event of the batch may land yet: remember them all (a retry of the whole batch re-sends them).
+            new = [e for e in events if all(e is not d for d in self._in_doubt)]
+            self._in_doubt = (*self._in_doubt, *new)[-max(MAX_IN_DOUBT, len(events)) :]
+            raise
+        for event, position in zip(events, positions, strict=True):
+            self._landed(event, position)
+        return positions
+
+    def _landed(self, event: Event, position: Position) -> None:
+        """Bookkeeping once `event` is on the log at `position`."""
+        payload, key = event.payload, event.idempotency_key
         if self._in_doubt:
             # A clear that landed ends every retry before it; a message, those of clears before it.
             cleared = isinstance(payload, MemoryCleared)
@@ -101,12 +139,18 @@ class EventWriter:
         if key is not None:
             self._own_keys = (*self._own_keys[-(MAX_OWN_ADDS - 1) :], key)
         self.wrote(position)
-        return position
 
-    def _retry_of(self, payload: Written, key: str | None) -> Event | None:
+    def _retry_of(self, payload: Written, key: str | None, taken: Sequence[Event] = ()) -> Event | None:
         oldest = datetime.now(UTC) - RETRY_WINDOW
         return next(
-            (e for e in self._in_doubt if e.payload == payload and e.idempotency_key == key and e.timestamp > oldest),
+            (
+                e
+                for e in self._in_doubt
+                if e.payload == payload
+                and e.idempotency_key == key
+                and e.timestamp > oldest
+                and all(e is not t for t in taken)  # two equal messages of one batch are two events
+            ),
             None,
         )
 
@@ -257,6 +301,13 @@ class JsonExport:
         position = await self.inner.add(message, idempotency_key=idempotency_key)
         await self.export()
         return position
+
+    async def add_many(
+        self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        positions = await add_many(self.inner, messages, idempotency_keys=idempotency_keys)
+        await self.export()  # once for the batch
+        return positions
 
     async def clear(self, *, idempotency_key: str | None = None) -> Position:
         position = await self.inner.clear(idempotency_key=idempotency_key)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from helix_es.client.protocol import Memory
+from helix_es.model.batch import check_batch
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import Position
 from helix_es.model.message import Message
@@ -29,6 +30,18 @@ def chain(*middleware: Middleware) -> Middleware:
         return memory
 
     return wrap
+
+
+async def add_many(
+    memory: Memory, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+) -> list[Position]:
+    """`memory.add_many(...)`: how a middleware passes a batch on. A memory without it (a custom one) gets
+    each message's `add` in turn, once every message is checked (a bad one: nothing is written)."""
+    method: Callable[..., Awaitable[list[Position]]] | None = getattr(memory, "add_many", None)
+    if callable(method):
+        return await method(messages, idempotency_keys=idempotency_keys)
+    batch, keys = check_batch(messages, idempotency_keys)
+    return [await memory.add(m, idempotency_key=k) for m, k in zip(batch, keys, strict=True)]
 
 
 # Built-ins that register themselves when their module is imported: imported when first named.
@@ -69,6 +82,13 @@ class LoggingMemory:
         position = await self.inner.add(message, idempotency_key=idempotency_key)
         self.log.debug("add role=%s chars=%d -> %s", message.role, len(message.content), position)
         return position
+
+    async def add_many(
+        self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        positions = await add_many(self.inner, messages, idempotency_keys=idempotency_keys)
+        self.log.debug("add_many %d messages -> %s", len(positions), positions[-1:] or None)
+        return positions
 
     async def get(self) -> list[Message]:
         messages = await self.inner.get()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from helix_es.client.middleware import Middleware, register
+from helix_es.client.middleware import Middleware, add_many, register
 from helix_es.client.protocol import Memory
+from helix_es.model.batch import check_batch
 from helix_es.model.errors import InvalidInput, InvalidMessage
 from helix_es.model.events import Position
 from helix_es.model.message import SEALED_PREFIX, Message, ToolCall
@@ -215,6 +216,13 @@ class RedactingMemory:
             self._warned = True
             log.warning("redaction sees encrypted text and cannot redact it: list redaction before encryption")
         return await self.inner.add(self.redactor.redact_message(message), idempotency_key=idempotency_key)
+
+    async def add_many(
+        self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        batch, keys = check_batch(messages, idempotency_keys)  # redacting needs Messages: check them first
+        redacted = [self.redactor.redact_message(m) for m in batch]
+        return await add_many(self.inner, redacted, idempotency_keys=keys)
 
     async def get(self) -> list[Message]:
         return await self.inner.get()

@@ -26,7 +26,7 @@ _NEW = object.__new__
 # Message's slots set directly, as `events.added_event` does: faster than setting them by name.
 _MESSAGE_SET = tuple(
     getattr(Message, f).__set__
-    for f in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "_tokens", "_json")
+    for f in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "occurred_at", "_tokens", "_json")
 )
 _ROLES = ROLES
 
@@ -48,6 +48,14 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         if pos >= last:
             raise _Odd
         shift += 7
+
+
+def _varint_any(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint of any length at `pos`: (value, position after it)."""
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    return _varint(data, pos)
 
 
 def _text(data: bytes, pos: int, size: int) -> tuple[str, int]:
@@ -97,9 +105,12 @@ def _count(data: bytes, pos: int) -> tuple[int, int]:
     return n, pos
 
 
-def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> Callable[[bytes, int], Event | None]:
+def reader(
+    branch: int, keyed: bool, dated: bool, make_uuid: Callable[[str], uuid.UUID]
+) -> Callable[[bytes, int], Event | None]:
     """A reader of bodies (from `start`) of a schema whose payload union has MessageAdded at `branch`,
-    with (`keyed`) or without an idempotency_key field at the end."""
+    with (`keyed`) or without an idempotency_key field at the end, and whose message has (`dated`, v8 on)
+    or has not an occurred_at field after its metadata."""
     tag = branch << 1  # the union index as its one-byte zigzag varint (fine for the few branches there are)
 
     def read(data: bytes, start: int) -> Event | None:
@@ -135,6 +146,16 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
                     key, pos = _text(data, pos, size)
                     metadata[key], pos = _text(data, pos, size)
                 n, pos = _count(data, pos)
+            occurred_at = None
+            if dated:
+                b = data[pos]
+                if b == 2:  # ["null", timestamp-micros]: branch 1, then the µs
+                    at, pos = _varint_any(data, pos + 1)
+                    occurred_at = _EPOCH + timedelta(0, 0, at)
+                elif b == 0:
+                    pos += 1
+                else:
+                    raise _Odd
             key_value = None
             if keyed:
                 key_value, pos = _optional(data, pos, size)
@@ -144,13 +165,14 @@ def reader(branch: int, keyed: bool, make_uuid: Callable[[str], uuid.UUID]) -> C
         except (_Odd, IndexError, UnicodeDecodeError, OverflowError):
             return None
         msg = _NEW(Message)  # as `Message.from_record`, then Message()'s rules: see `_valid`
-        s_role, s_content, s_name, s_calls, s_call_id, s_metadata, s_tokens, s_json = _MESSAGE_SET
+        s_role, s_content, s_name, s_calls, s_call_id, s_metadata, s_at, s_tokens, s_json = _MESSAGE_SET
         s_role(msg, role)
         s_content(msg, content)
         s_name(msg, name)
         s_calls(msg, tuple(calls))
         s_call_id(msg, tool_call_id)
         s_metadata(msg, metadata)
+        s_at(msg, occurred_at)
         s_tokens(msg, None)
         s_json(msg, None)
         if not _valid(msg):
@@ -181,6 +203,8 @@ def _valid(m: Message) -> bool:
 
 _STRING = "string"
 _OPTIONAL = ["null", "string"]
+_OPTIONAL_MICROS = ["null", {"type": "long", "logicalType": "timestamp-micros"}]
+_MESSAGE_FIELDS = ["role", "content", "name", "tool_calls", "tool_call_id", "metadata"]
 
 
 def _fields(record: Any) -> list[tuple[str, Any]]:
@@ -194,9 +218,9 @@ def _plain(t: Any, name: str) -> bool:
     return t == name or (isinstance(t, Mapping) and set(t) == {"type"} and t["type"] == name)
 
 
-def shape_ok(schema: Mapping[str, Any]) -> tuple[int, bool] | None:
-    """(MessageAdded's payload branch, has idempotency_key) if `schema` (parsed) is the envelope this reader
-    reads, field for field; else None."""
+def shape_ok(schema: Mapping[str, Any]) -> tuple[int, bool, bool] | None:
+    """(MessageAdded's payload branch, has idempotency_key, message has occurred_at) if `schema` (parsed) is
+    the envelope this reader reads, field for field; else None."""
     top = _fields(schema)
     names = [n for n, _ in top]
     keyed = names == ["event_id", "namespace", "session_id", "timestamp", "payload", "idempotency_key"]
@@ -224,9 +248,13 @@ def shape_ok(schema: Mapping[str, Any]) -> tuple[int, bool] | None:
     if len(added) != 1 or added[0][0] != "message":
         return None
     message = _fields(added[0][1])
-    if [n for n, _ in message] != ["role", "content", "name", "tool_calls", "tool_call_id", "metadata"]:
+    names = [n for n, _ in message]
+    dated = names == [*_MESSAGE_FIELDS, "occurred_at"]
+    if not dated and names != _MESSAGE_FIELDS:
         return None
     m = dict(message)
+    if dated and m["occurred_at"] != _OPTIONAL_MICROS:
+        return None
     if not (_plain(m["role"], _STRING) and _plain(m["content"], _STRING)):
         return None
     if m["name"] != _OPTIONAL or m["tool_call_id"] != _OPTIONAL:
@@ -241,4 +269,4 @@ def shape_ok(schema: Mapping[str, Any]) -> tuple[int, bool] | None:
         return None
     if not _plain(metadata.get("values"), _STRING):
         return None
-    return branch, keyed
+    return branch, keyed, dated

@@ -8,7 +8,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -117,11 +117,15 @@ class Codec:
         self._keyed_writer_for: dict[str, SchemaVersion] = {}
         # A payload that sets a field only later versions have needs the oldest version with it.
         self._later: dict[str, list[tuple[SchemaVersion, frozenset[str]]]] = {}
+        # A message with `occurred_at` needs a version whose Message has it (v8 on): the oldest that has it.
+        self._dated_writer: SchemaVersion | None = None
         for v in reversed(known if writer is None else [self.writer]):
             for name in _payload_names(v.schema):
                 self._writer_for[name] = v
                 if _has_key_field(v.schema):
                     self._keyed_writer_for[name] = v
+                if name == _ADDED and _DATED in _payload_fields(v.schema, name):
+                    self._dated_writer = v
                 self._later.setdefault(name, []).insert(0, (v, _payload_fields(v.schema, name)))
         # Parsed with fastavro's hint, so it does not parse the schema again on every call (2x faster).
         self._write_schemas = {v.fingerprint: fastavro.parse_schema(copy.deepcopy(v.schema)) for v in known}
@@ -142,16 +146,21 @@ class Codec:
                     self._hand[v.fingerprint] = read
         # `encode` writes MessageAdded (nearly every event) by hand, 2-3x faster than fastavro; used only
         # if it writes the very bytes fastavro writes for a probe covering every field.
-        self._added: dict[bool, tuple[bytes, bytes, bool]] = {}  # keyed? -> (prefix, branch, has the key field)
-        for keyed, table in ((False, self._writer_for), (True, self._keyed_writer_for)):
-            added = table.get(_ADDED)
-            if added is not None:
+        # (keyed?, dated?) -> (prefix, branch, has the key field, has occurred_at)
+        self._added: dict[tuple[bool, bool], tuple[bytes, bytes, bool, bool]] = {}
+        for keyed, dated in ((False, False), (True, False), (False, True), (True, True)):
+            added = self._dated_writer if dated else (self._keyed_writer_for if keyed else self._writer_for).get(_ADDED)
+            if added is not None and (not keyed or _has_key_field(added.schema)):
                 index = _payload_names(added.schema).index(_ADDED)
-                self._added[keyed] = (MAGIC + added.fingerprint, _long(index), _has_key_field(added.schema))
+                has_date = _DATED in _payload_fields(added.schema, _ADDED)
+                self._added[keyed, dated] = (
+                    MAGIC + added.fingerprint,
+                    _long(index),
+                    _has_key_field(added.schema),
+                    has_date,
+                )
         for probe in _probes():
-            if (probe.idempotency_key is not None) in self._added and self._encode_added(probe) != self.encode_record(
-                event_to_record(probe)
-            ):
+            if _shape(probe) in self._added and self._encode_added(probe) != self.encode_record(event_to_record(probe)):
                 self._added = {}
                 break
 
@@ -179,7 +188,9 @@ class Codec:
 
     def _with_fields(self, name: str, body: Mapping[str, Any], writer: SchemaVersion) -> SchemaVersion:
         """`writer`, or the oldest later version whose `name` has every field `body` sets."""
-        set_ = {k for k, v in body.items() if v is not None and v != [] and v != {}}
+        set_ = {k for k, v in body.items() if _is_set(v)}
+        if name == _ADDED and _is_set(body.get("message", {}).get("occurred_at")):
+            set_.add(_DATED)  # a field of the message record, not of the payload's
         for v, fields in self._later.get(name, []):
             if v.version >= writer.version and set_ <= fields:
                 return v
@@ -207,7 +218,7 @@ class Codec:
     # --- events ---
 
     def encode(self, event: Event) -> bytes:
-        if self._added and type(event.payload) is MessageAdded and (event.idempotency_key is not None) in self._added:
+        if self._added and type(event.payload) is MessageAdded and _shape(event) in self._added:
             try:
                 return self._encode_added(event)
             except (TypeError, AttributeError, UnicodeError, ValueError):
@@ -224,7 +235,8 @@ class Codec:
             raise TypeError("not a uuid.UUID event id")
         m = event.payload.message  # type: ignore[union-attr]
         key = event.idempotency_key
-        prefix, branch, key_field = self._added[key is not None]
+        at = m.occurred_at
+        prefix, branch, key_field, date_field = self._added[key is not None, at is not None]
         out = [
             prefix,
             _str(str(event.event_id)),
@@ -245,6 +257,14 @@ class Codec:
             out.append(_long(len(m.metadata)))
             out += [_str(k) + _str(v) for k, v in m.metadata.items()]
         out.append(_END)
+        if date_field:
+            if at is None:
+                out.append(_NULL)
+            else:
+                if at.tzinfo is None:
+                    raise ValueError("naive occurred_at")
+                since = at - _EPOCH
+                out.append(_SOME + _long((since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds))
         if key_field:
             out.append(_NULL if key is None else _SOME + _str(key))
         return b"".join(out)
@@ -314,6 +334,18 @@ class Codec:
 
 
 _ADDED = _NS + "MessageAdded"
+_DATED = "message.occurred_at"  # in `_payload_fields` of MessageAdded: its message's occurred_at (v8 on)
+
+
+def _is_set(value: object) -> bool:
+    return value is not None and value != [] and value != {}
+
+
+def _shape(event: Event) -> tuple[bool, bool]:
+    """The `Codec._added` key of a MessageAdded event: (keyed?, dated?)."""
+    return event.idempotency_key is not None, event.payload.message.occurred_at is not None  # type: ignore[union-attr]
+
+
 _UUID_NEW = object.__new__
 _UUID_SET = object.__setattr__
 _UUID = uuid.UUID
@@ -368,6 +400,15 @@ def _probes() -> list[Event]:
         ),
         Event("ns", "s", MessageAdded(Message("user", "")), uuid.UUID(int=2), _EPOCH, "k"),
         Event("n" * 63, "s" * 64, MessageAdded(full), uuid.UUID(int=3), when, "ü" * 200),
+        Event("ns", "s", MessageAdded(Message("user", "", occurred_at=_EPOCH)), uuid.UUID(int=4), when),
+        Event("ns", "s", MessageAdded(replace(full, occurred_at=when)), uuid.UUID(int=5), _EPOCH, "k"),
+        Event(
+            "ns",
+            "s",
+            MessageAdded(Message("user", "old", occurred_at=datetime(1, 1, 1, tzinfo=UTC))),
+            uuid.UUID(int=6),
+            when,
+        ),
     ]
 
 
@@ -398,7 +439,11 @@ def _has_key_field(schema: Mapping[str, Any]) -> bool:
 def _payload_fields(schema: Mapping[str, Any], name: str) -> frozenset[str]:
     payload = next(f for f in schema["fields"] if f["name"] == "payload")
     branch = next(b for b in payload["type"] if b["name"] == name)
-    return frozenset(f["name"] for f in branch["fields"])
+    names = {f["name"] for f in branch["fields"]}
+    if name == _ADDED:  # and its message record's fields, as `message.<field>`
+        message = next(f["type"] for f in branch["fields"] if f["name"] == "message")
+        names |= {"message." + f["name"] for f in message["fields"]}
+    return frozenset(names)
 
 
 def _payload_names(schema: Mapping[str, Any]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka.admin import NewTopic
@@ -24,7 +24,7 @@ from helix_es.log.kafka_clients import Admin, Consumer, Producer, TopicPartition
 from helix_es.log.kafka_errors import KafkaUnavailable
 from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Partition, Unclaimed
 from helix_es.model import names
-from helix_es.model.errors import EventTooLarge, HelixError
+from helix_es.model.errors import EventTooLarge, HelixError, InvalidInput
 from helix_es.model.events import Event, Position, Record
 
 TOPIC_ALREADY_EXISTS = 36
@@ -231,6 +231,75 @@ class KafkaLog:
                 raise self._unavailable(topic, exc) from exc
             return Position(meta.topic, meta.partition, meta.offset)
         raise AssertionError("unreachable")
+
+    async def append_many(self, events: Sequence[Event]) -> list[Position]:
+        """Queued one after the other (in order on the session's partition), then awaited together. Each
+        event keeps `append`'s retry: a batch refused as broken is sent once more by a new producer, and
+        when the call raises, the sends under way or done are kept for a retry of the same events."""
+        if not events:
+            return []
+        data = [self._encoded(e, f"events[{i}]") for i, e in enumerate(events)]  # all checked before any is sent
+        if any(e.namespace != events[0].namespace for e in events):
+            raise InvalidInput("events", "a batch goes to one namespace's log")
+        topic = names.topic(events[0].namespace, self.topic_prefix)
+        positions: list[Position | None] = [None] * len(events)
+        landed: list[tuple[Event, Any]] = []  # sends done: kept for a retry if the call raises
+        todo = list(range(len(events)))
+        for attempt in range(2):
+            producer, sends = await self._queue([events[i] for i in todo], [data[i] for i in todo])
+            waits = [self._unclaimed.wait(events[i].event_id, sent) for i, sent in zip(todo, sends, strict=True)]
+            got = await asyncio.gather(*waits, return_exceptions=True)
+            broken, failed = [], None
+            for i, sent, result in zip(todo, sends, got, strict=True):
+                if isinstance(result, BROKEN):
+                    broken.append(result)  # nothing written (see `append`)
+                elif isinstance(result, BaseException):
+                    failed = failed or result
+                else:
+                    positions[i] = Position(result.topic, result.partition, result.offset)
+                    landed.append((events[i], sent))
+            if producer is not None and (broken or failed is not None):
+                self._retire(producer)
+            if broken and failed is None and not attempt:
+                todo = [i for i, result in zip(todo, got, strict=True) if isinstance(result, BROKEN)]
+                continue
+            error = failed if failed is not None else (broken[0] if broken else None)
+            if error is not None:
+                for event, sent in landed:
+                    self._unclaimed.remember(event.event_id, sent)
+                if isinstance(error, KafkaError):
+                    raise self._unavailable(topic, error) from error
+                raise error
+            break
+        return [p for p in positions if p is not None]
+
+    async def _queue(self, events: Sequence[Event], data: Sequence[bytes]) -> tuple[Producer | None, list[Any]]:
+        """Each event's send queued in order (or the one under way from an earlier call): the producer used
+        (None if none was), and the sends. A send not queued raises; those queued before it are kept."""
+        producer, sends = None, []
+        try:
+            for event, value in zip(events, data, strict=True):
+                sent = self._unclaimed.take(event.event_id)
+                if sent is None:
+                    producer = await self._started()
+                    topic = await self.ensure_topic(event.namespace)
+                    try:
+                        sent = await producer.send(topic, value, key=event.session_id.encode())
+                    except KafkaError as exc:  # not queued: nothing of it was written
+                        self._retire(producer, broken=False)
+                        raise self._unavailable(topic, exc) from exc
+                sends.append(sent)
+        except BaseException:
+            for event, sent in zip(events, sends, strict=False):
+                self._unclaimed.remember(event.event_id, sent)
+            raise
+        return producer, sends
+
+    def _encoded(self, event: Event, what: str = "event") -> bytes:
+        data = self.codec.encode(event)
+        if len(data) > MAX_EVENT_BYTES:
+            raise EventTooLarge(what, f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")
+        return data
 
     def _retire(self, producer: Producer, *, broken: bool = True) -> None:
         """Stop using `producer` if it cannot send again: its sequence numbers went wrong (`broken`:

@@ -26,6 +26,11 @@ class EventLog(Protocol):
         """Write one event durably; raise before writing anything if it is invalid."""
         ...
 
+    async def append_many(self, events: Sequence[Event]) -> list[Position]:
+        """Write events of one namespace durably, in order, together; their positions, in order. Raise
+        before writing anything if any of them is invalid."""
+        ...
+
     def read(
         self,
         namespace: str,
@@ -89,6 +94,14 @@ class Unclaimed:
             self._writes[event_id] = write
             write.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning if it fails
             raise
+
+    def remember(self, event_id: uuid.UUID, write: asyncio.Future[Any]) -> None:
+        """Remember a write of a batch that raised as a whole: a retry of its event waits for it (or, done,
+        takes its result) rather than writing the event twice."""
+        if len(self._writes) >= self.keep:
+            self._writes.pop(next(iter(self._writes)))
+        self._writes[event_id] = write
+        write.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 class Partition(NamedTuple):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from helix_es.model.errors import InvalidInput, InvalidMessage
@@ -56,6 +57,18 @@ class ToolCall:
             raise InvalidMessage(f"{path}.arguments", f"is not JSON text ({exc})") from None
 
 
+def check_occurred_at(value: object, path: str = "occurred_at") -> None:
+    """`value` is a timezone-aware datetime (a naive one would say a different moment on every machine)."""
+    if not isinstance(value, datetime):
+        raise InvalidMessage(path, f"must be a timezone-aware datetime, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise InvalidMessage(path, "must be timezone-aware (a naive datetime is ambiguous): give its offset")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0 in UTC
+        raise InvalidMessage(path, f"{value.isoformat()} is outside years 1-9999 in UTC") from None
+
+
 def _not_json(word: str) -> object:
     # Python's json reads NaN and Infinity; JSON has no such words, and other readers refuse them.
     raise ValueError(f"{word} is not a JSON value")
@@ -89,6 +102,9 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # When it was said, for imports and backfills; None means at the event's time (`occurred_at or timestamp`).
+    # Kept in UTC: the log holds µs past the epoch, so a message equals itself read back.
+    occurred_at: datetime | None = None
     # Token estimate, filled on first use (`helix_es.tokens`): windows re-count what they hold on every add.
     _tokens: int | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     # `to_json`, kept on first use: the service answers every get with the window's messages as JSON,
@@ -99,6 +115,8 @@ class Message:
         object.__setattr__(self, "tool_calls", _tool_calls(self.tool_calls))
         self.check()
         object.__setattr__(self, "metadata", dict(self.metadata))
+        if self.occurred_at is not None and self.occurred_at.tzinfo is not UTC:
+            object.__setattr__(self, "occurred_at", self.occurred_at.astimezone(UTC))
 
     def check(self) -> None:
         """The rules `Message()` enforces. A projector runs them on messages decoded from others' records,
@@ -125,6 +143,8 @@ class Message:
         for key, val in self.metadata.items():
             check_text(key, "metadata key", empty=False)
             check_text(val, f"metadata[{key!r}]")
+        if self.occurred_at is not None:
+            check_occurred_at(self.occurred_at)
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record form (also the JSON form stored in views)."""
@@ -135,6 +155,7 @@ class Message:
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls],
             "tool_call_id": self.tool_call_id,
             "metadata": dict(self.metadata),
+            "occurred_at": self.occurred_at,
         }
 
     @classmethod
@@ -149,6 +170,8 @@ class Message:
         setattr_(msg, "tool_calls", tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in calls) if calls else ())
         setattr_(msg, "tool_call_id", record.get("tool_call_id"))
         setattr_(msg, "metadata", record.get("metadata") or {})
+        at = record.get("occurred_at")
+        setattr_(msg, "occurred_at", datetime.fromisoformat(at) if isinstance(at, str) else at)  # JSON: ISO text
         setattr_(msg, "_tokens", None)
         setattr_(msg, "_json", None)
         return msg
@@ -168,7 +191,13 @@ class Message:
         # json.dumps(..., ensure_ascii=False, separators=(",", ":")) byte for byte, assembled with the
         # same string encoder: 3-4x faster, and every view write encodes each message it appends.
         e = _encode_str
-        if self.name is None and not self.tool_calls and self.tool_call_id is None and not self.metadata:
+        if (
+            self.name is None
+            and not self.tool_calls
+            and self.tool_call_id is None
+            and not self.metadata
+            and self.occurred_at is None
+        ):
             return f'{{"role":{e(self.role)},"content":{e(self.content)}}}'  # most messages: one string made
         parts = ['{"role":', e(self.role), ',"content":', e(self.content)]
         if self.name is not None:
@@ -182,6 +211,8 @@ class Message:
             parts += [',"tool_call_id":', e(self.tool_call_id)]
         if self.metadata:
             parts += [',"metadata":{', ",".join(e(k) + ":" + e(v) for k, v in self.metadata.items()), "}"]
+        if self.occurred_at is not None:
+            parts += [',"occurred_at":', e(self.occurred_at.isoformat())]
         parts.append("}")
         return "".join(parts)
 
@@ -195,6 +226,8 @@ class Message:
             out["tool_call_id"] = self.tool_call_id
         if self.metadata:
             out["metadata"] = dict(self.metadata)
+        if self.occurred_at is not None:
+            out["occurred_at"] = self.occurred_at.isoformat()
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod

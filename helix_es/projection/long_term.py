@@ -67,7 +67,7 @@ class LongTermRows(RowProjection[Op, Wants]):
         found: list[RecallHit] = []
         for row in rows:
             message = decode_json(row["message"])
-            said = row["created_at"]
+            said = message.occurred_at or row["created_at"]
             if recall.admits(row["session_id"], said, message):
                 position = Position(row["topic"], row["partition"], row["offset"])
                 explain = {"mode": "substring", "substring": {"score": 1.0, "rank": float(len(found) + 1)}}

@@ -146,6 +146,7 @@ class VectorProjection:
             event.timestamp,
             content_sha256(message.content),
             message,
+            message.occurred_at,
         )
 
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:

@@ -61,7 +61,7 @@ class PositionOut(TypedDict):
 
 
 class MessagesOut(TypedDict):
-    """Messages as JSON objects: role, content, and name, tool_calls, tool_call_id, metadata when set."""
+    """Messages as JSON objects: role, content, and name, tool_calls, tool_call_id, metadata, occurred_at when set."""
 
     namespace: str
     session_id: str
@@ -189,6 +189,13 @@ class MemoryTools:
             str | None,
             Field(description="Optional: a retry with the same key in this session is recorded once, not twice."),
         ] = None,
+        occurred_at: Annotated[
+            str | None,
+            Field(
+                description="Optional: when it was said, ISO-8601 with an offset (2024-05-01T12:00:00Z), "
+                "for messages imported after the fact; absent: now."
+            ),
+        ] = None,
     ) -> PositionOut:
         """Append one message to a conversation's memory; returns where it landed on the log."""
         ns = self.namespace(namespace)
@@ -201,6 +208,7 @@ class MemoryTools:
                     "tool_calls": tool_calls,
                     "tool_call_id": tool_call_id,
                     "metadata": metadata,
+                    "occurred_at": occurred_at,
                 }
             )
             if idempotency_key is not None and not idempotency_key:

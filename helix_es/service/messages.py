@@ -1,7 +1,8 @@
 """Messages as other programs send them (JSON objects), checked before anything is written.
 
 The JSON form is `Message.to_json`'s: `role`, `content`, and optional `name`, `tool_calls` (`id`,
-`name`, `arguments` as JSON text), `tool_call_id`, `metadata` (string to string). The REST service
+`name`, `arguments` as JSON text), `tool_call_id`, `metadata` (string to string), `occurred_at`
+(ISO-8601 with an offset: when it was said, if not now; given back in UTC). The REST service
 and the MCP server build messages here, so both refuse the same input with the same field names.
 """
 
@@ -9,12 +10,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from helix_es.model.errors import InvalidInput
 from helix_es.model.message import Message
 
-FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata")
+FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "occurred_at")
+
+
+def occurred_at_from(value: object, field: str = "occurred_at") -> datetime | None:
+    """An `occurred_at` given as ISO-8601 text with an offset (`2024-05-01T12:00:00Z`); None if absent.
+    A time without an offset is refused: it would mean another moment on another machine."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be ISO-8601 text with an offset, got {type(value).__name__}")
+    try:
+        at = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(field, f"cannot read {value!r} as ISO-8601 (like 2024-05-01T12:00:00Z)") from None
+    if at.utcoffset() is None:
+        raise InvalidInput(field, f"{value!r} has no offset: add Z or +HH:MM")
+    return at
 
 
 def message_from(fields: Mapping[str, Any], where: str = "") -> Message:
@@ -41,6 +59,7 @@ def message_from(fields: Mapping[str, Any], where: str = "") -> Message:
             tool_calls=fields.get("tool_calls") or (),
             tool_call_id=fields.get("tool_call_id"),
             metadata=metadata,
+            occurred_at=occurred_at_from(fields.get("occurred_at")),
         )
     except InvalidInput as exc:
         raise InvalidInput(f"{where}{exc.field}", exc.problem) from None

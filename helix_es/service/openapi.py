@@ -300,6 +300,11 @@ def _strings(*, empty: bool = True, null: bool = False) -> dict[str, Any]:
     return text if empty else {**text, "minLength": 1}
 
 
+_OCCURRED_AT = {
+    "type": ["string", "null"],
+    "format": "date-time",
+    "description": "when it was said (imports, backfills), ISO-8601 with an offset; absent: when it was added",
+}
 _NONE = {"type": ["array", "null"], "maxItems": 0}  # tool_calls where a message may carry none
 
 
@@ -315,6 +320,7 @@ def _message(roles: list[str], required: list[str], **fields: dict[str, Any]) ->
             "propertyNames": _strings(empty=False),
             "additionalProperties": _strings(),
         },
+        "occurred_at": _OCCURRED_AT,
     }
     return {
         "type": "object",
@@ -378,6 +384,7 @@ SCHEMAS: dict[str, Any] = {
             "tool_calls": {"type": "array", "items": _TOOL_CALL},
             "tool_call_id": {"type": "string"},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+            "occurred_at": {"type": "string", "format": "date-time", "description": "when it was said, in UTC"},
         },
     },
     "Messages": {

@@ -8,11 +8,12 @@ import concurrent.futures
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
+from helix_es.client.middleware import add_many
 from helix_es.client.open import open_memory as _open_async
 from helix_es.client.protocol import Memory
 from helix_es.client.runtime import Runtime
@@ -111,6 +112,13 @@ class SyncMemory:
     def add(self, message: Message, *, idempotency_key: str | None = None) -> Position:
         """Append `message`. A write retried with the same `idempotency_key` in the session shows once."""
         return self.run(lambda m: m.add(message, idempotency_key=idempotency_key))
+
+    def add_many(
+        self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        """Append `messages` in order, together; their positions. A bad one: nothing is written."""
+        batch = list(messages) if isinstance(messages, Iterator) else messages  # a generator runs in this thread
+        return self.run(lambda m: add_many(m, batch, idempotency_keys=idempotency_keys))
 
     def get(self) -> list[Message]:
         return self.run(lambda m: m.get())
