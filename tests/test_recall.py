@@ -157,3 +157,19 @@ async def test_an_encrypted_memory_refuses_recall_and_says_what_to_use(
     async with open_memory(cfg, session_id="alice") as mem:
         with pytest.raises(InvalidInput, match="encrypted memory cannot recall"):
             await mem.recall("Porto")
+
+
+async def test_occurred_at_is_what_recall_filters_and_shows(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    for where in ({"store": "memory"}, {"store": "postgres", "dsn": request.getfixturevalue("postgres_dsn")}):
+        cfg = vector(tmp_path / where["store"], unique("rc"), **where)
+        said = [datetime(2023, month, 1, 12, tzinfo=UTC) for month in (2, 5, 9)]
+        texts_ = ["We adopted a husky in February", "The husky learned to sit in May", "The husky is huge now"]
+        async with open_memory(cfg, session_id="alice") as mem:
+            await mem.add_many([Message("user", t, occurred_at=at) for t, at in zip(texts_, said, strict=True)])
+            spring = await mem.recall("husky", after=said[0], before=said[2], explain=True)
+            assert texts(spring) == [texts_[1]], where
+            assert spring[0].occurred_at == said[1]
+            assert texts(await mem.recall("husky", before=said[1], mode="substring")) == [texts_[0]]
+            # a question about the present lifts the newest of equally good hits
+            now = await mem.recall("How big is the husky now?", limit=1, mode="hybrid")
+            assert texts(now) == [texts_[2]], where
