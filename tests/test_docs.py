@@ -52,8 +52,9 @@ RUN_ELSEWHERE = {
 }
 # What a page's python blocks print, in order, where the page states it.
 EXPECTED = {
-    "README.md": ["3", "What's the weather in Oslo?"],
+    "README.md": ["3", "What's the weather in Oslo?", "I moved to Porto last September s-43"],
     "docs/usage.md": ["1", "True"],
+    "docs/recall.md": ["I moved to Porto last September march 0 2024-03-02", "['keyword', 'mode', 'vector']"],
     "docs/views/conversation.md": ["['turn 2', 'turn 3', 'turn 4']", "[]"],
     "docs/views/long-term.md": ["['I am vegetarian.', 'Book a table for two in Oslo.']", "['I am vegetarian.']"],
     "docs/views/vector.md": ["[]", "['The hotel in Lisbon has a rooftop pool.']"],

@@ -153,6 +153,13 @@ LIMIT $3
 
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
+# Past EXACT rows a namespace is searched through the HNSW index whatever the planner thinks: it
+# counts a namespace that is a minority of the table as small, and an exact sort of 100,000 rows
+# costs a quarter of a second. Below it the planner chooses (an exact sort of a small namespace
+# is fast and finds every row; an index scan would wade through other namespaces' rows).
+EXACT = 10_000
+_LARGE = "SELECT count(*) = $3 FROM (SELECT 1 FROM helix_vectors WHERE view = $1 AND namespace = $2 LIMIT $3) AS n"
+
 
 def _filters(ask: RankAsk) -> tuple[str, list[Any]]:
     """The WHERE of the recall's filters (parameters from $5 on), and their values."""
@@ -193,6 +200,8 @@ async def rank(
             done = await conn.fetchval(_CHECKPOINT, view, want.topic, want.partition)
             if done is None or done < want.offset:
                 return None
+        if ask.vector is not None and await conn.fetchval(_LARGE, view, namespace, EXACT):
+            await conn.execute("SET LOCAL enable_sort = off")  # the index's order, not a sort of every row
         for name, sql, query in queries:
             rows = await conn.fetch(sql, view, namespace, ask.depth, query, *values)
             order, scores = [], []
