@@ -198,8 +198,13 @@ class LocalEmbedder:
         with self._lock:
             if self._model is None:
                 self._model = _load_local()
-            # batches of 64: longer ones pad every text to their longest and gain nothing more
-            out = np.concatenate([self._model.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+            # Batches of 64 texts of about one length (attention pads a batch to its longest); more
+            # gain nothing. Back in the callers' order.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            out = np.empty((len(texts), self.dims), np.float32)
+            for i in range(0, len(order), 64):
+                chunk = order[i : i + 64]
+                out[chunk] = self._model.encode([texts[j] for j in chunk])
         return normalise(out, len(texts), self.dims, self.model)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
