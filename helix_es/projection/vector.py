@@ -16,12 +16,17 @@ One `apply` folds one topic-partition batch:
   (a bare tool call has none). Past `TAIL` retractions in a row, the older entries stay.
 
 Vectors come, in order, from the batch's recorded embeddings, an in-process cache by content
-hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. A paid
-model is never called while replaying history (`live=False`): the message waits as pending
-until its `EmbeddingRecorded` arrives further on; a live batch embeds what its partition still
-has pending and returns the new vectors as derived `EmbeddingRecorded` events for the log.
+hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. Every
+model's vectors, free or paid, local or remote, are recorded once: a model is never called
+while replaying history (`live=False`): the message waits as pending until its
+`EmbeddingRecorded` arrives further on; a live batch embeds what its partition still has
+pending and returns the new vectors as derived `EmbeddingRecorded` events for the log. So
+reopening or rebuilding a view makes no model call for text that model embedded before.
 The partition checkpoint stays just below its oldest pending message, so a restart re-reads
 it and a read-your-writes reader waits for it; every write is idempotent, so re-reading is safe.
+
+The `hash` embedder alone records nothing and embeds as it replays: it is a pure function of
+the text, cheaper to run again than a 1.5 KB vector is to decode from the log or to cache.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 
@@ -60,14 +66,18 @@ def content_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _lru_get(cache: OrderedDict[str, np.ndarray], key: str) -> np.ndarray | None:
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _lru_get(cache: OrderedDict[K, V], key: K) -> V | None:
     value = cache.get(key)
     if value is not None:
         cache.move_to_end(key)
     return value
 
 
-def _lru_put(cache: OrderedDict[str, np.ndarray], key: str, value: np.ndarray, cap: int) -> None:
+def _lru_put(cache: OrderedDict[K, V], key: K, value: V, cap: int) -> None:
     cache[key] = value
     cache.move_to_end(key)
     while len(cache) > cap:
@@ -111,16 +121,18 @@ class VectorProjection:
         self.embedded = 0  # texts this process sent to the model for entries (not queries)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()  # content sha -> vector
         self._cache_cap = max(1024, (64 << 20) // (4 * embedder.dims))  # about 64 MiB of vectors
+        # sha -> the partitions this process saw (or made) its EmbeddingRecorded on: see `_records`
+        self._recorded_at: OrderedDict[str, set[tuple[str, int]]] = OrderedDict()
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()  # a read-your-writes wait re-asks
         self._pending: dict[Position, Entry] = {}
         self._high: dict[tuple[str, int], int] = {}  # last offset applied per partition, in this process
-        # Hashing is cheaper than a cache round trip; a model (even a free local one) is not.
-        self._persist = not isinstance(embedder, HashEmbedder)
+        # Hashing is cheaper than decoding a recorded vector; a model (even a free local one) is not.
+        self._record = not isinstance(embedder, HashEmbedder)
         self._lock = asyncio.Lock()  # pending and caches are shared by every partition's batches
 
     @property
     def pending(self) -> int:
-        """Messages waiting for a recorded embedding (paid models, while replaying)."""
+        """Messages waiting for a recorded embedding (a model's, while replaying)."""
         return len(self._pending)
 
     def _recorded(self, payload: EmbeddingRecorded) -> np.ndarray | None:
@@ -192,6 +204,7 @@ class VectorProjection:
                         learned.setdefault(payload.content_sha256, vector)
             for sha, vector in learned.items():
                 _lru_put(self._cache, sha, vector, self._cache_cap)
+                self._saw_record(sha, here)  # on the log whether or not this batch's write succeeds
 
             watermarks = dict(state.cleared)
             moved = {ns: ts for ns, ts in clears.items() if ns not in watermarks or ts > watermarks[ns]}
@@ -215,7 +228,7 @@ class VectorProjection:
             # Looked up here, not only through the bounded cache, which a big batch could overflow.
             found = dict(learned)
             unknown = {e.sha for e in candidates.values() if e.sha not in found and e.sha not in self._cache}
-            if unknown and self._persist:
+            if unknown and self._record:
                 for sha, vector in (await self.store.known(self.embedder.model, unknown)).items():
                     found[sha] = vector
                     _lru_put(self._cache, sha, vector, self._cache_cap)
@@ -231,13 +244,12 @@ class VectorProjection:
                 if vector is not None:
                     vectors[e.sha] = vector
                     ready.append(e)
-                elif not self.embedder.paid or (live and (pos.topic, pos.partition) == here):
+                elif not self._record or (live and (pos.topic, pos.partition) == here):
                     ask.setdefault(e.sha, e)
                     ready.append(e)
                 else:
                     pending[pos] = e  # its EmbeddingRecorded is further on in the log
 
-            derived: list[Event] = []
             made: dict[str, np.ndarray] = {}
             if ask:
                 shas = list(ask)
@@ -249,15 +261,7 @@ class VectorProjection:
                     vector = np.array(row, dtype=np.float32)
                     made[sha] = vectors[sha] = vector
                     _lru_put(self._cache, sha, vector, self._cache_cap)
-                if self.embedder.paid:
-                    derived = [
-                        Event(
-                            e.namespace,
-                            e.session_id,
-                            EmbeddingRecorded(self.embedder.model, sha, made[sha].astype("<f4").tobytes()),
-                        )
-                        for sha, e in ask.items()
-                    ]
+            derived = self._records(here, ready, vectors, made) if self._record and live else []
 
             ready.sort(key=lambda e: (e.position.topic, e.position.partition, e.position.offset))
             matrix = (
@@ -265,15 +269,47 @@ class VectorProjection:
             )
             waiting = [pos.offset for pos in pending if (pos.topic, pos.partition) == here]
             checkpoint = min(waiting) - 1 if waiting else fresh[-1].position.offset
-            keep = {**learned, **made} if self._persist else {}
+            keep = {**learned, **made} if self._record else {}
             retracted = [(ns, pos) for pos, ns in taken.items()]
             keywords = [keyword_text(e.message) for e in ready] if "keyword" in self.offers else None
             write = Write(topic, partition, checkpoint, ready, matrix, moved, keep, erased, tails, retracted, keywords)
             await self.store.write(self.name, self.embedder.model, write)
             # Only once the write is durable: a failed write leaves everything to be re-folded.
+            freed = {(p.topic, p.partition) for p in self._pending} - {(p.topic, p.partition) for p in pending}
             self._pending = pending
             self._high[here] = fresh[-1].position.offset
+            for event in derived:
+                if isinstance(event.payload, EmbeddingRecorded):
+                    self._saw_record(event.payload.content_sha256, here)
+            for tp in freed - {here}:
+                # Its messages waited on a record of this partition, and are written now: so is its checkpoint.
+                if tp in self._high:
+                    await self.advance(*tp, self._high[tp])
             return Applied(len(fresh), tuple(derived))
+
+    def _saw_record(self, sha: str, here: tuple[str, int]) -> None:
+        _lru_put(self._recorded_at, sha, (self._recorded_at.get(sha) or set()) | {here}, self._cache_cap)
+
+    def _records(
+        self, here: tuple[str, int], ready: Sequence[Entry], vectors: dict[str, np.ndarray], made: dict[str, np.ndarray]
+    ) -> list[Event]:
+        """The `EmbeddingRecorded` events a live batch derives: one per text the model just embedded,
+        and one per text of this partition whose vector this process has only from a record on
+        another partition (the same text said in another session). So each partition holds the
+        records of its own texts, and replaying it never waits on, or calls the model for, a
+        record another partition holds further on (a vector from the store's cache is recorded
+        somewhere already, so it is not recorded again)."""
+        out: list[Event] = []
+        done: set[str] = set()
+        for e in ready:
+            if (e.position.topic, e.position.partition) != here or e.sha in done:
+                continue
+            elsewhere = self._recorded_at.get(e.sha)
+            if e.sha in made or (elsewhere is not None and here not in elsewhere):
+                done.add(e.sha)
+                vector = vectors[e.sha].astype("<f4").tobytes()
+                out.append(Event(e.namespace, e.session_id, EmbeddingRecorded(self.embedder.model, e.sha, vector)))
+        return out
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
         return await self.store.checkpoint(self.name, topic, partition)

@@ -1,8 +1,10 @@
 """Embedders: text to L2-normalised float32 vectors, for the vector view.
 
 An `Embedder` names its `model` (part of the view's name, so another model is another view),
-its `dims`, and whether it is `paid`: a paid model's vectors are recorded on the log as
-`EmbeddingRecorded` events, so a rebuild never calls it again. Providers:
+its `dims`, and whether it is `paid` (each call costs money). The vector view records every
+model's vectors, free or paid, on the log as `EmbeddingRecorded` events, so reopening or
+rebuilding it never calls the model again for a text it embedded; `hash` alone is not recorded:
+it is a pure function of the text, cheaper than decoding a recorded vector. Providers:
 
 - `hash`: feature hashing of words, word pairs and character trigrams with BLAKE2b; offline,
   free, the same vector in every process. The default.
@@ -44,7 +46,7 @@ EmbedFunc = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 class Embedder(Protocol):
     model: str  # provider/model, e.g. "hash/384" or "openai/text-embedding-3-small"
     dims: int
-    paid: bool  # True: vectors are recorded on the log so rebuilds do not call the model again
+    paid: bool  # True: each call costs money (a store index, which re-embeds on rebuild, refuses it)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An (len(texts), dims) float32 array, each row of L2 norm 1 (or all zeros for no features)."""
@@ -101,7 +103,7 @@ class FuncEmbedder:
 
 
 def embedder_from_func(func: EmbedFunc, model: str, dims: int, *, paid: bool = False) -> Embedder:
-    """Wrap `func`; mark it `paid` if each call costs money, so its results are recorded on the log."""
+    """Wrap `func` (mark it `paid` if each call costs money); the vector view records its results on the log."""
     return FuncEmbedder(func, model, dims, paid=paid)
 
 
@@ -196,8 +198,13 @@ class LocalEmbedder:
         with self._lock:
             if self._model is None:
                 self._model = _load_local()
-            # batches of 64: longer ones pad every text to their longest and gain nothing more
-            out = np.concatenate([self._model.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+            # Batches of 64 texts of about one length (attention pads a batch to its longest); more
+            # gain nothing. Back in the callers' order.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            out = np.empty((len(texts), self.dims), np.float32)
+            for i in range(0, len(order), 64):
+                chunk = order[i : i + 64]
+                out[chunk] = self._model.encode([texts[j] for j in chunk])
         return normalise(out, len(texts), self.dims, self.model)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -117,7 +117,9 @@ class MiniLM:
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """One L2-normalised float32 row per text; texts of one call are padded to the longest."""
+        """One L2-normalised float32 row per text. Texts of one call are padded to the longest for
+        attention only: every other product runs over the real tokens alone, so a batch of short
+        and long texts costs its tokens, not its rows times its longest."""
         if not texts:
             return np.zeros((0, self.width), np.float32)
         encoded = self.tokenizer.encode_batch(list(texts))
@@ -125,20 +127,31 @@ class MiniLM:
         mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
         batch, length = ids.shape
         head = self.width // HEADS
-        # rows of (text, token), 2-D: numpy runs a 2-D product as one BLAS call, a 3-D one per text
-        x = _norm((self.words[ids] + self.positions[:length] + self.token_type).reshape(-1, self.width), self.norm)
+        real = np.flatnonzero(mask.reshape(-1))  # (text, token) rows that are not padding, text by text
+        packed = real.size < batch * length
+        positions = np.broadcast_to(np.arange(length), (batch, length)).reshape(-1)
+        # rows of real tokens, 2-D: numpy runs a 2-D product as one BLAS call, a 3-D one per text
+        x = _norm(self.words[ids.reshape(-1)[real]] + self.positions[positions[real]] + self.token_type, self.norm)
         hide = ((1 - mask) * np.float32(-1e9))[:, None, None, :]  # padding takes no attention
         scale = np.float32(1 / math.sqrt(head))
         for layer in self.layers:
-            qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(batch, length, 3, HEADS, head).transpose(2, 0, 3, 1, 4)
+            qkv = x @ layer.qkv_w + layer.qkv_b
+            if packed:
+                grid = np.zeros((batch * length, qkv.shape[1]), np.float32)
+                grid[real] = qkv
+                qkv = grid
+            qkv = qkv.reshape(batch, length, 3, HEADS, head).transpose(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]
             scores = q @ k.transpose(0, 1, 3, 2) * scale + hide
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(-1, self.width)
+            if packed:
+                context = context[real]
             x = _norm(x + context @ layer.out_w + layer.out_b, layer.norm1)
             x = _norm(x + _gelu(x @ layer.up_w + layer.up_b) @ layer.down_w + layer.down_b, layer.norm2)
-        x = x.reshape(batch, length, self.width)
-        pooled = (x * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+        counts = mask.sum(1).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        pooled = np.add.reduceat(x, starts, axis=0) / counts[:, None]  # the mean of each text's tokens
         out: np.ndarray = (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
         return out

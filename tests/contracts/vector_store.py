@@ -53,7 +53,8 @@ async def search(
     return await p.search(SessionKey(ns, "s"), query, limit, want)
 
 
-def paid_counter(dims: int = 64) -> tuple[Embedder, list[list[str]]]:
+def model_counter(dims: int = 64, *, paid: bool = True) -> tuple[Embedder, list[list[str]]]:
+    """A model (free or paid) that counts its calls: its vectors are the hash embedder's."""
     calls: list[list[str]] = []
     hashed = HashEmbedder(dims)
 
@@ -61,7 +62,7 @@ def paid_counter(dims: int = 64) -> tuple[Embedder, list[list[str]]]:
         calls.append(list(texts))
         return hashed.embed_sync(texts)
 
-    return embedder_from_func(embed, unique("paid"), dims, paid=True), calls
+    return embedder_from_func(embed, unique("paid" if paid else "free"), dims, paid=paid), calls
 
 
 def recorded(derived: Sequence[Event]) -> dict[str, EmbeddingRecorded]:
@@ -267,8 +268,11 @@ class VectorStoreContract:
         finally:
             await p.close()
 
-    async def test_replay_holds_messages_until_their_recorded_embedding_arrives(self, new_store: NewStore) -> None:
-        embedder, calls = paid_counter()
+    @pytest.mark.parametrize("paid", [True, False], ids=["paid", "free"])
+    async def test_replay_holds_messages_until_their_recorded_embedding_arrives(
+        self, new_store: NewStore, paid: bool
+    ) -> None:
+        embedder, calls = model_counter(paid=paid)  # every model is recorded, free ones too
         ns = unique("vec")
         p = VectorProjection(unique("vector-test"), embedder, new_store())
         try:
@@ -310,7 +314,7 @@ class VectorStoreContract:
             await p.close()
 
     async def test_a_clear_drops_pending_messages_without_paying_for_them(self, new_store: NewStore) -> None:
-        embedder, calls = paid_counter()
+        embedder, calls = model_counter()
         ns = unique("vec")
         p = VectorProjection(unique("vector-test"), embedder, new_store())
         try:
@@ -318,5 +322,20 @@ class VectorStoreContract:
             assert p.pending == 1
             await p.apply([record(ns, 0, 1, 5, MemoryCleared()), record(ns, 0, 2, 6, said("fresh"))], live=True)
             assert calls == [["fresh"]] and p.pending == 0
+        finally:
+            await p.close()
+
+    async def test_the_hash_embedder_records_nothing_and_never_waits(self, new_store: NewStore) -> None:
+        ns = unique("vec")
+        p = VectorProjection(unique("vector-test"), HashEmbedder(64), new_store())
+        try:
+            # Replaying: hashing again is cheaper than a recorded vector, so nothing waits for one.
+            replayed = await p.apply(
+                [record(ns, 0, 0, 0, said("alpha")), record(ns, 0, 1, 1, said("beta"))], live=False
+            )
+            assert (replayed.derived, p.pending, p.embedded) == ((), 0, 2)
+            assert await p.checkpoint(names.topic(ns), 0) == 1
+            assert (await p.apply([record(ns, 0, 2, 2, said("gamma"))])).derived == ()
+            assert sorted(contents(await search(p, ns, "alpha beta gamma"))) == ["alpha", "beta", "gamma"]
         finally:
             await p.close()
