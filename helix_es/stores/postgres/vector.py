@@ -296,7 +296,9 @@ class PostgresVectorStore:
         self.dsn = dsn
         self.ef_search = ef_search
         # Set per connection: a search is one statement, with no room for SET LOCAL.
-        settings = {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": "strict_order"}
+        # No JIT: a search is milliseconds of work, and a large namespace's estimates cross jit_above_cost
+        # (compiling a recall's plan took 0.2-0.7 s).
+        settings = {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": "strict_order", "jit": "off"}
         self.pg = Pg(dsn, settings, init=vector_codec)
         self._indexed: set[int] = set()
         self._keywords_indexed = False
