@@ -440,6 +440,7 @@ async def test_an_index_config_is_checked(tmp_path: Path) -> None:
         ({"dims": 3}, r"store\.index\.dims"),
         ({"embed": {"provider": "openai"}}, r"store\.index\.embed"),
         ("yes", r"store\.index"),
+        ({"embed": {"provider": "hash"}, "search": "keyword"}, r"store\.index\.search"),
     ):
         cfg = embedded(tmp_path)
         cfg["store"]["index"] = index
@@ -550,3 +551,25 @@ async def test_a_sync_node_uses_the_async_store_in_ainvoke(tmp_path: Path) -> No
         assert await graph.ainvoke({"n": 41}) == {"n": 42}
         item = await store.aget(("nodes",), "seen")
         assert item is not None and item.value == {"n": 41}
+
+
+async def test_a_hybrid_index_fuses_keywords_with_the_vectors(tmp_path: Path) -> None:
+    cfg = embedded(tmp_path)
+    cfg["store"]["index"] = {"embed": {"provider": "hash"}, "fields": ["text"], "search": "hybrid"}
+    notes = {
+        "a": "Caroline moved to Porto last September",
+        "b": "The ferry to Porto was late again",
+        "c": "Dmitri adopted a husky called Miso",
+        "d": "Nothing to see here",
+    }
+    async with HelixStore.from_config(cfg) as store:
+        for key, text in notes.items():
+            await store.aput(("notes",), key, {"text": text})
+        found = await store.asearch(("notes",), query="Where did Caroline move to?", limit=3)
+        assert found[0].key == "a"
+        # first in both rankings: the fused score of reciprocal ranks is 1.0 (a cosine of these texts is not)
+        assert found[0].score == pytest.approx(1.0)
+        scores = [i.score for i in found if i.score is not None]
+        assert scores == sorted(scores, reverse=True)
+        assert len(await store.asearch(("notes",), query="husky", limit=10)) == 4  # every item, the matches first
+        assert (await store.asearch(("notes",), query="husky", limit=1))[0].key == "c"

@@ -25,7 +25,9 @@ from helix_es.model.errors import ConfigError, InvalidInput
 from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched, MemoryCleared, Record, SessionErased
 from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views.base import IndexView
+from helix_es.views.fusion import Ranked, fuse
 from helix_es.views.item_text import texts_at
+from helix_es.views.keywords import KeywordIndex
 from helix_es.views.vector import model_slug
 
 VIEW_NAME = "langgraph-store"
@@ -40,6 +42,9 @@ class ItemIndex:
 
     embed: EmbedSpec = field(default_factory=EmbedSpec)
     fields: tuple[str, ...] = ("$",)
+    # vector: LangGraph's order (the best cosine of an item's texts), as its own stores rank; hybrid: that
+    # order fused with BM25 over the texts at `fields` (helix_es.views.fusion), as `recall` ranks.
+    search: str = "vector"
 
 
 @dataclass(frozen=True)
@@ -66,9 +71,12 @@ class Items(IndexView):
         if raw is not None:
             if not isinstance(raw, Mapping):
                 raise ConfigError(f"{where}.index", f"must be a mapping (embed, fields), got {type(raw).__name__}")
-            unknown = sorted(set(raw) - {"embed", "fields"})
+            unknown = sorted(set(raw) - {"embed", "fields", "search"})
             if unknown:
-                raise ConfigError(f"{where}.index.{unknown[0]}", "unknown key; known: embed, fields")
+                raise ConfigError(f"{where}.index.{unknown[0]}", "unknown key; known: embed, fields, search")
+            search = raw.get("search", "vector")
+            if search not in ("vector", "hybrid"):
+                raise ConfigError(f"{where}.index.search", f"must be vector or hybrid, got {search!r}")
             spec = parse_embed(raw.get("embed"), f"{where}.index.embed")
             if spec.build().paid:
                 raise ConfigError(
@@ -82,7 +90,7 @@ class Items(IndexView):
                 or not all(isinstance(f, str) and f for f in fields)
             ):
                 raise ConfigError(f"{where}.index.fields", f"must be a list of field paths, got {fields!r}")
-            index = ItemIndex(spec, tuple(fields) or ("$",))
+            index = ItemIndex(spec, tuple(fields) or ("$",), search)
         store = options.get("store", "memory")
         return cls(store=store, dsn=options.get("dsn"), redis_url=options.get("redis_url"), index=index)
 
@@ -235,13 +243,44 @@ def choose(
     limit: int,
     offset: int,
     query: np.ndarray | None,
+    *,
+    text: str | None = None,
+    index: ItemIndex | None = None,
 ) -> list[StoredItem]:
     """A search's page of `found` (live items in `order`, each with its vectors): those `where` passes,
-    ranked by `query` when given (`rank`), else in order."""
+    ranked by `query` when given (`rank`, or `hybrid` for an index with `search: hybrid`), else in order."""
     passing = [(item, v) for item, v in found if matches(item.data(), where)]
+    if query is not None and text and index is not None and index.search == "hybrid":
+        return hybrid(passing, query, text, index.fields, limit, offset)
     if query is not None:
         return rank(passing, query, limit, offset)
     return [item for item, _ in passing[offset : offset + limit]]
+
+
+def hybrid(
+    found: Sequence[tuple[StoredItem, np.ndarray | None]],
+    query: np.ndarray,
+    text: str,
+    fields: Sequence[str],
+    limit: int,
+    offset: int,
+) -> list[StoredItem]:
+    """`rank`'s cosine order fused with BM25 over the texts at `fields` (reciprocal rank, as recall
+    fuses): an item's `score` is the fused one. Items neither ranker found fill a short page, in order."""
+    ranked = rank(found, query, len(found), 0)
+    scored = [i for i, item in enumerate(ranked) if item.score is not None]
+    keywords = KeywordIndex()
+    keywords.add(range(len(ranked)), [" ".join(t for f in fields for t in texts_at(i.data(), f)) for i in ranked])
+    ids, scores = keywords.top(text, len(ranked))
+    rankings = [
+        Ranked("vector", np.array(scored, np.int64), np.array([ranked[i].score or 0.0 for i in scored], np.float32)),
+        Ranked("keyword", ids, scores),
+    ]
+    fused = fuse(rankings, {}, limit=len(ranked))
+    seen = {f.id for f in fused}
+    page = [replace(ranked[f.id], score=f.score) for f in fused]
+    page += [item for i, item in enumerate(ranked) if i not in seen]
+    return page[offset : offset + limit]
 
 
 def texts(index: ItemIndex | None, payload: ItemPut) -> list[str]:

@@ -108,7 +108,8 @@ class MemoryItems(NoMessages):
             if path[: len(prefix)] == prefix:
                 out += [i for i in items.values() if i.live(now)]
         out.sort(key=order)
-        return choose([(i, self._vectors.get((namespace, i.namespace, i.key))) for i in out], where, limit, offset, q)
+        found = [(i, self._vectors.get((namespace, i.namespace, i.key))) for i in out]
+        return choose(found, where, limit, offset, q, text=query, index=self.view.index)
 
     async def item_namespaces(
         self,

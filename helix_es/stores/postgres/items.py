@@ -232,7 +232,8 @@ class PostgresItems(NoMessages):
         rows = await (await self._pool()).fetch(_FIND, self.name, namespace, now, list(prefix), narrow)
         q = None if not query or self.embedder is None else (await self.embedder.embed([query]))[0]
         dims = 0 if self.embedder is None else self.embedder.dims
-        return choose([(_row(r), None if q is None else _vectors(r, dims)) for r in rows], where, limit, offset, q)
+        found = [(_row(r), None if q is None else _vectors(r, dims)) for r in rows]
+        return choose(found, where, limit, offset, q, text=query, index=self.view.index)
 
     async def item_namespaces(
         self,

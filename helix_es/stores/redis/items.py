@@ -316,7 +316,8 @@ class RedisItems(WideStore, NoMessages):
     ) -> list[StoredItem]:
         q = None if not query or self.embedder is None else (await self.embedder.embed([query]))[0]
         dims = 0 if q is None or self.embedder is None else self.embedder.dims
-        return choose(await self._live(namespace, prefix, now, dims), where, limit, offset, q)
+        found = await self._live(namespace, prefix, now, dims)
+        return choose(found, where, limit, offset, q, text=query, index=self.view.index)
 
     async def item_namespaces(
         self,
