@@ -173,3 +173,12 @@ async def test_occurred_at_is_what_recall_filters_and_shows(tmp_path: Path, requ
             # a question about the present lifts the newest of equally good hits
             now = await mem.recall("How big is the husky now?", limit=1, mode="hybrid")
             assert texts(now) == [texts_[2]], where
+
+
+@pytest.mark.parametrize("store", [{}, {"store": "redis", "redis_url": "redis://127.0.0.1:1/0"}])
+def test_a_long_term_view_takes_substring_only_and_says_which_view_ranks(store: dict[str, Any]) -> None:  # noqa: F811
+    from helix_es import load_config
+
+    load_config({"memory": {"type": "long-term", "search": "substring", **store}})
+    with pytest.raises(ConfigError, match=r"memory\.search.*type: vector with search: hybrid.*memory or postgres"):
+        load_config({"memory": {"type": "long-term", "search": "hybrid", **store}})

@@ -69,7 +69,7 @@ from helix_es.views.base import IndexView
 DEFAULT_TABLE = "agent_memory"
 MAX_TABLE = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers without an error
 TABLE_RE = re.compile(r"[A-Za-z0-9_]+")
-LONG_TERM_KEYS = frozenset({"table"})
+LONG_TERM_KEYS = frozenset({"table", "search"})
 
 # Every PostgreSQL keyword, reserved or not (`SELECT word FROM pg_get_keywords()` on 15, plus 16-18's).
 _KEYWORDS = """
@@ -155,10 +155,23 @@ class LongTerm(IndexView):
         return self.kind
 
 
+def check_search(options: Mapping[str, Any], where: str) -> None:
+    """`search:` on a long-term view: `substring`, the one mode it keeps an index for, in every store."""
+    search = options.get("search", "substring")
+    if search != "substring":
+        raise ConfigError(
+            f"{where}.search",
+            f"a long-term view recalls by substring only, got {search!r}: for hybrid, vector or keyword "
+            "recall use type: vector with search: hybrid (store: memory or postgres; a Redis store has "
+            "no search index here)",
+        )
+
+
 def _build(options: Mapping[str, Any], where: str, store: Any) -> LongTerm:
     # As written in the YAML; `projection` prefers the addresses config.py resolved (environment included).
     # Which of them the store kind uses, and its `table:` where the kind has tables, config.py sets from
     # the registry (`check_table` there).
+    check_search(options, where)
     return LongTerm(
         store=store if isinstance(store, str) else "memory",  # a bad store is reported by parse_memory
         dsn=options.get("dsn") or options.get("postgres_dsn"),
