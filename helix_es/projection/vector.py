@@ -352,7 +352,7 @@ class VectorProjection:
         vector = await self._query(recall.query) if "vector" in rankers else None
         keywords = recall.query if "keyword" in rankers else None
         substring = recall.query if "substring" in rankers else None
-        ask = RankAsk(recall, depth(recall), vector, keywords, substring)
+        ask = RankAsk(recall, depth(recall), vector, keywords, substring, "keyword" in self.offers)
         ranking = await self.store.rank(self.name, key.namespace, ask, want)
         return None if ranking is None else hits(ranking, recall, mode)
 

@@ -144,3 +144,11 @@ class VectorRecallContract:
             assert [ranking.found[int(i)].message.content for i in ranked.ids] == ["said long ago"], ranked.name
         assert ranking.found[int(ranking.ranked[0].ids[0])].occurred_at == T0 - timedelta(days=300)
         assert np.all(np.isfinite(ranking.ranked[0].scores))
+
+    async def test_substring_takes_like_wildcards_literally(self, store: VectorStore) -> None:
+        p, ns = hybrid(store), unique("rec")
+        texts_ = ["50% off flights", "500 off flights", "snake_case names", "snakeXcase names", "a \\ backslash"]
+        await p.apply([record(ns, 0, i, i, said(t)) for i, t in enumerate(texts_)])
+        assert texts(await recall(p, ns, "50%", mode="substring")) == ["50% off flights"]
+        assert texts(await recall(p, ns, "SNAKE_", mode="substring")) == ["snake_case names"]
+        assert texts(await recall(p, ns, "\\", mode="substring")) == ["a \\ backslash"]

@@ -88,6 +88,7 @@ class RankAsk:
     vector: np.ndarray | None = None  # the query's unit embedding: rank by cosine
     keywords: str | None = None  # rank by keywords (the view's analyzer) of this text
     substring: str | None = None  # candidates whose content holds it (case-insensitive), oldest first
+    keyword_rows: bool = False  # the view keeps keywords (its entries came with `Write.keywords`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,13 +144,28 @@ ORDER BY s.score DESC, v.topic, v.partition, v."offset"
 """
 
 # Oldest first (the seed's search order): event time, then log position.
+# The pattern is lower($4) with LIKE's wildcards escaped: planned for its value (see `rank`), a constant
+# the trigram index (on keyword rows, where pg_trgm is installed) looks its rarer trigrams up by.
 SUBSTRING = f"""
 SELECT {_COLUMNS}, 1.0::float8 AS score
 FROM helix_vectors v
-WHERE {{where}} AND strpos(lower(v.message ->> 'content'), lower($4::text)) > 0
+WHERE {{where}} AND lower(v.message ->> 'content')
+    LIKE '%' || replace(replace(replace(lower($4::text), '\\', '\\\\'), '%', '\\%'), '_', '\\_') || '%'
 ORDER BY v.event_time, v.topic, v.partition, v."offset"
 LIMIT $3
 """
+
+TRGM = "helix_vectors_trgm"
+TRGM_INDEX = (
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {TRGM} ON helix_vectors"
+    " USING gin ((lower(message ->> 'content')) gin_trgm_ops) WHERE keywords IS NOT NULL"
+)
+TRGM_VALID = f"SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{TRGM}') AND indisvalid)"
+TRGM_INVALID = (
+    f"SELECT array(SELECT indexrelid::regclass::text FROM pg_index WHERE indexrelid = to_regclass('{TRGM}')"
+    " AND NOT indisvalid)"
+)
+HAS_TRGM = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"
 
 _CHECKPOINT = 'SELECT "offset" FROM helix_checkpoints WHERE view = $1 AND topic = $2 AND partition = $3'
 
@@ -192,7 +207,8 @@ async def rank(
     if ask.keywords is not None:
         queries.append(("keyword", KEYWORD.format(where=where), ask.keywords))
     if ask.substring is not None:
-        queries.append(("substring", SUBSTRING.format(where=where), ask.substring))
+        rows = f"{where} AND v.keywords IS NOT NULL" if ask.keyword_rows else where  # the trigram index's
+        queries.append(("substring", SUBSTRING.format(where=rows), ask.substring))
     ids: dict[tuple[str, int, int], int] = {}
     found: dict[int, Found] = {}
     ranked: list[Ranked] = []
