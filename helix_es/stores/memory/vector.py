@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 
 import numpy as np
 
@@ -44,6 +45,7 @@ class VectorIndex:
         self._said = np.zeros(0, np.int64)
         self._sessions = np.zeros(0, np.int32)  # codes of `_names`
         self._messages: list[Message | None] = []  # index-aligned with the arrays, up to `end`
+        self._folded: list[str] = []  # their content, case folded once: what substring recall scans
         self._positions: list[Position | None] = []
         self._names: list[str] = []  # session ids by code
         self._codes: dict[str, int] = {}
@@ -77,6 +79,7 @@ class VectorIndex:
         sessions[:live] = self._sessions[keep]
         self._vectors, self._times, self._seqs, self._said, self._sessions = vectors, times, seqs, said, sessions
         self._messages = self._messages[keep]
+        self._folded = self._folded[keep]
         self._positions = self._positions[keep]
         self._start, self._end = 0, live
 
@@ -103,6 +106,7 @@ class VectorIndex:
         self._said[rows] = times if said is None else said
         self._sessions[rows] = [self._code(s) for s in sessions] if sessions else 0
         self._messages.extend(messages)
+        self._folded.extend(m.content.casefold() for m in messages)
         self._positions.extend(positions)
         self._end += n
         if keywords is not None:
@@ -129,6 +133,7 @@ class VectorIndex:
         self._said[:n] = self._said[live][mask]
         self._sessions[:n] = self._sessions[live][mask]
         self._messages = [m for m, k in zip(self._messages[live], mask, strict=True) if k]
+        self._folded = [t for t, k in zip(self._folded[live], mask, strict=True) if k]
         self._positions = [p for p, k in zip(self._positions[live], mask, strict=True) if k]
         self._start, self._end = 0, n
         return dropped
@@ -154,6 +159,7 @@ class VectorIndex:
             self.keywords.remove(self._seqs[self._start : stop].tolist())
         for i in range(self._start, stop):  # release them now; the slots are reclaimed on the next compaction
             self._messages[i] = None
+            self._folded[i] = ""
             self._positions[i] = None
         self._start = stop
         return dropped
@@ -208,8 +214,9 @@ class VectorIndex:
             ranked.append(Ranked("keyword", ids, scores))
         if ask.substring is not None:
             needle = ask.substring.casefold()
-            hits = [int(i) for i in rows if needle in self._messages[self._start + int(i)].content.casefold()]  # type: ignore[union-attr]
-            hits = hits[: ask.depth]
+            folded = self._folded[self._start : self._end]
+            scan = range(len(folded)) if mask is None else rows.tolist()
+            hits = list(islice((i for i in scan if needle in folded[i]), ask.depth))  # the oldest: stop there
             ranked.append(Ranked("substring", seqs[hits], np.ones(len(hits), np.float32)))
         wanted = {int(i) for r in ranked for i in r.ids.tolist()}
         at = np.searchsorted(seqs, np.array(sorted(wanted), np.int64))
