@@ -302,6 +302,7 @@ class PostgresVectorStore:
         self.pg = Pg(dsn, settings, init=vector_codec)
         self._indexed: set[int] = set()
         self._keywords_indexed = False
+        self._sizes = recall_sql.Sizes()
 
     async def ensure_schema(self) -> None:
         """Connect if needed and create the tables if absent; runs on first use, safe to repeat."""
@@ -470,9 +471,7 @@ class PostgresVectorStore:
         return [Message.from_json(m) for m in row["messages"]]
 
     async def rank(self, view: str, namespace: str, ask: RankAsk, want: Position | None) -> Ranking | None:
-        pool = await self._pool_ready()
-        async with pool.acquire() as conn:
-            return await recall_sql.rank(conn, view, namespace, ask, want, decode_json)
+        return await recall_sql.rank(await self._pool_ready(), view, namespace, ask, want, decode_json, self._sizes)
 
     async def count(self, view: str, namespace: str) -> int:
         pool = await self._pool_ready()
