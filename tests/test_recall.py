@@ -14,7 +14,7 @@ import pytest
 from helix_es import InvalidInput, Message, RecallHit, open_memory
 from helix_es.model.errors import ConfigError
 from helix_es.sync import open_memory as open_sync
-from tests.conftest import unique
+from tests.conftest import start_projector, stop, unique
 from tests.test_long_term import embedded as long_term_config
 from tests.test_long_term import store  # noqa: F401  # the long-term stores fixture
 
@@ -182,3 +182,27 @@ def test_a_long_term_view_takes_substring_only_and_says_which_view_ranks(store: 
     load_config({"memory": {"type": "long-term", "search": "substring", **store}})
     with pytest.raises(ConfigError, match=r"memory\.search.*type: vector with search: hybrid.*memory or postgres"):
         load_config({"memory": {"type": "long-term", "search": "hybrid", **store}})
+
+
+async def test_recall_on_kafka_with_a_projector_into_postgres(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str
+) -> None:
+    prefix = f"helix.rc-{unique('p')}."
+    memory = {"type": "vector", "search": "hybrid", "store": "postgres", "dsn": postgres_dsn, "read_timeout": 60}
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2},
+        "memory": {**memory, "namespace": unique("rc")},
+    }
+    projector = start_projector(cfg, tmp_path)
+    try:
+        await fill(cfg)  # two sessions, so both partitions may hold turns
+        async with open_memory(cfg, session_id="bob") as mem:
+            # bob's writes share a partition: this read waits for all of them (another session's, not)
+            await mem.add(Message("user", "Carol bought a ukulele too", name="Carol"))
+            hits = await mem.recall("Who is learning the ukulele?", limit=2, explain=True)
+            assert {h.message.content for h in hits} == {TURNS[3][2], "Carol bought a ukulele too"}
+            assert all(h.explain is not None and h.explain["keyword"]["rank"] <= 2 for h in hits)
+            only = await mem.recall("Porto", sessions=["bob"], mode="keyword")
+            assert [(h.session_id, h.message.content) for h in only] == [("bob", TURNS[2][2])]
+    finally:
+        stop(projector)
