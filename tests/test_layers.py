@@ -85,6 +85,19 @@ def test_the_package_ships_its_type_information() -> None:
     assert (ROOT / "helix_es" / "py.typed").is_file()
 
 
+def test_every_package_is_installed() -> None:
+    """A package missing from pyproject's list imports from a checkout and is absent from a wheel or an image."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("helix_es", "projectors")
+        for p in (ROOT / top).glob("**/__init__.py")
+    }
+    assert found - listed == set()
+
+
 def test_no_store_adapter_names_an_event_type() -> None:
     """A view owns what an event means: its fold turns events into the view's ops, and a store
     applies ops. An event type named under `helix_es/stores/` (code or comment) is meaning leaking

@@ -22,9 +22,9 @@ from helix_es.stores.ports import (
     KeyStore,
     RowStore,
     SessionKey,
-    VectorStore,
     ViewStore,
 )
+from helix_es.stores.ports.vector import VectorStore
 from helix_es.views.conversation import Conversation
 from helix_es.views.long_term import DEFAULT_TABLE
 from helix_es.views.long_term_rows import tables
