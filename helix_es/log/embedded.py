@@ -104,20 +104,7 @@ class LogFile:
 
     def append(self, data: bytes) -> int:
         """Write one frame; returns its offset. A failed write is rolled back, never left torn."""
-        frame = frames.encode(data)
-        with self._lock:
-            start = self.end
-            try:
-                written = 0
-                while written < len(frame):
-                    written += os.write(self._fd, frame[written:])
-                self._sync()
-            except BaseException:
-                os.ftruncate(self._fd, start)
-                raise
-            self.offsets.append(start)
-            self.end = start + len(frame)
-            return len(self.offsets) - 1
+        return self.append_many([data])
 
     def append_many(self, data: Sequence[bytes]) -> int:
         """Write frames in one write and one sync; returns the first one's offset. All or nothing."""
