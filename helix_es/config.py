@@ -90,8 +90,19 @@ class MemoryConfig:
 
     @property
     def parts(self) -> tuple[MemoryConfig, ...]:
-        """The memories a composite combines; a plain memory is its own one part."""
-        return self.view.parts if isinstance(self.view, Composite) else (self,)
+        """Every view this memory folds: a composite's parts, a long-term view's recall index beside its
+        rows; a plain memory is its own one part."""
+        if isinstance(self.view, Composite):
+            return tuple(p for part in self.view.parts for p in part.parts)
+        return (self, self.index) if self.index is not None else (self,)
+
+    @property
+    def index(self) -> MemoryConfig | None:
+        """A long-term view's recall index (`search: hybrid | vector | keyword`), a vector view in its store."""
+        view = self.view
+        if isinstance(view, LongTerm) and view.index is not None:
+            return replace(self, type="vector", view=view.index)
+        return None
 
 
 @dataclass(frozen=True)
@@ -351,6 +362,13 @@ def _long_term_in(view: LongTerm, raw: Mapping[str, Any], store: Any, where: str
     if "table" in raw and (found is None or not found.tables):
         stores = " or ".join(registry.offering("tables"))
         raise ConfigError(f"{where}.table", f"only a {stores} long-term memory has a table, not store: {store}")
+    if view.index is not None and (found is None or found.vectors is None):
+        stores = " or ".join(registry.offering("vectors"))
+        raise ConfigError(
+            f"{where}.search",
+            f"search: {view.index.search} keeps a recall index, which lives in {stores}; store: {store} has "
+            "no search index (a Redis without search modules): use one of those stores, or search: substring",
+        )
     address = found.address if found is not None else None
     return replace(
         view,

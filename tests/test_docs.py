@@ -56,7 +56,11 @@ EXPECTED = {
     "docs/usage.md": ["1", "True"],
     "docs/recall.md": ["I moved to Porto last September march 0 2024-03-02", "['keyword', 'mode', 'vector']"],
     "docs/views/conversation.md": ["['turn 2', 'turn 3', 'turn 4']", "[]"],
-    "docs/views/long-term.md": ["['I am vegetarian.', 'Book a table for two in Oslo.']", "['I am vegetarian.']"],
+    "docs/views/long-term.md": [
+        "['I am vegetarian.', 'Book a table for two in Oslo.']",
+        "['I am vegetarian.']",
+        "Book a table for two in Oslo. trip-lisbon",
+    ],
     "docs/views/vector.md": ["[]", "['The hotel in Lisbon has a rooftop pool.']"],
     "docs/views/composite.md": ["['two', 'three', 'one']"],
     "docs/views/sliding-window.md": ["['You are a travel assistant.', 'In May.', 'Two people.']", "[]"],

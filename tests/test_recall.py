@@ -175,20 +175,55 @@ async def test_occurred_at_is_what_recall_filters_and_shows(tmp_path: Path, requ
             assert texts(now) == [texts_[2]], where
 
 
-@pytest.mark.parametrize("store", [{}, {"store": "redis", "redis_url": "redis://127.0.0.1:1/0"}])
-def test_a_long_term_view_takes_substring_only_and_says_which_view_ranks(store: dict[str, Any]) -> None:  # noqa: F811
+def test_a_long_term_index_needs_a_store_that_keeps_one_and_embed_needs_an_index() -> None:
     from helix_es import load_config
 
-    load_config({"memory": {"type": "long-term", "search": "substring", **store}})
-    with pytest.raises(ConfigError, match=r"memory\.search.*type: vector with search: hybrid.*memory or postgres"):
-        load_config({"memory": {"type": "long-term", "search": "hybrid", **store}})
+    plain = load_config({"memory": {"type": "long-term", "search": "substring"}}).memory
+    assert plain.parts == (plain,) and plain.index is None
+    indexed = load_config({"memory": {"type": "long-term", "search": "keyword", "store": "memory"}}).memory
+    assert [(p.type, p.view.name) for p in indexed.parts] == [("long-term", "long-term"), ("vector", "vector-hash-384")]
+    redis = {"store": "redis", "redis_url": "redis://127.0.0.1:1/0"}
+    with pytest.raises(ConfigError, match=r"memory\.search.*lives in memory or postgres.*store: redis"):
+        load_config({"memory": {"type": "long-term", "search": "hybrid", **redis}})
+    with pytest.raises(ConfigError, match=r"memory\.embed.*not substring"):
+        load_config({"memory": {"type": "long-term", "embed": {"provider": "hash"}}})
+    with pytest.raises(ConfigError, match=r"memory\.search.*must be one of"):
+        load_config({"memory": {"type": "long-term", "search": "fuzzy"}})
+    composite = {"type": "composite", "backends": [{"type": "conversation"}, {"type": "long-term", "search": "hybrid"}]}
+    parts = load_config({"memory": composite}).memory.parts
+    assert [p.type for p in parts] == ["conversation", "long-term", "vector"]
 
 
+@pytest.mark.parametrize("where", ["memory", "postgres"])
+async def test_a_long_term_view_with_search_set_recalls_through_its_index(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    where_ = {"store": "postgres", "dsn": request.getfixturevalue("postgres_dsn")} if where == "postgres" else {}
+    cfg = long_term_config(tmp_path, where_, unique("rc"), search="hybrid")
+    await fill(cfg)
+    async with open_memory(cfg, session_id="alice") as mem:
+        await mem.add(Message("user", "I am learning the ukulele"))  # said twice: get keeps both
+        assert [m.content for m in await mem.get()] == [t for _, _, t in TURNS] + ["I am learning the ukulele"]
+        hits = await mem.recall("Who is learning the ukulele?", limit=2, explain=True)
+        assert texts(hits) == ["I am learning the ukulele"] * 2
+        assert {h.session_id for h in hits} == {"alice", "bob"} and hits[0].explain is not None
+        assert hits[0].explain["mode"] == "hybrid" and set(hits[0].explain) >= {"vector", "keyword"}
+        assert texts(await mem.recall("porto", mode="substring")) == [TURNS[0][2], TURNS[2][2]]
+        assert texts(await mem.recall("husky", mode="keyword", where={"speaker": "Dmitri"})) == [TURNS[1][2]]
+        assert [m.content for m in await mem.search("custard tarts", 1)] == [TURNS[2][2]]  # search is recall's
+        await mem.clear()
+        assert await mem.get() == [] and await mem.recall("ukulele") == []
+    async with open_memory(cfg, session_id="carol") as mem:  # reopened: both views fold the log again
+        await mem.add(Message("user", "Porto again"))
+        assert texts(await mem.recall("porto", mode="keyword")) == ["Porto again"]
+
+
+@pytest.mark.parametrize("kind", ["vector", "long-term"])
 async def test_recall_on_kafka_with_a_projector_into_postgres(
-    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, kind: str
 ) -> None:
     prefix = f"helix.rc-{unique('p')}."
-    memory = {"type": "vector", "search": "hybrid", "store": "postgres", "dsn": postgres_dsn, "read_timeout": 60}
+    memory = {"type": kind, "search": "hybrid", "store": "postgres", "dsn": postgres_dsn, "read_timeout": 60}
     cfg = {
         "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2},
         "memory": {**memory, "namespace": unique("rc")},
@@ -204,5 +239,7 @@ async def test_recall_on_kafka_with_a_projector_into_postgres(
             assert all(h.explain is not None and h.explain["keyword"]["rank"] <= 2 for h in hits)
             only = await mem.recall("Porto", sessions=["bob"], mode="keyword")
             assert [(h.session_id, h.message.content) for h in only] == [("bob", TURNS[2][2])]
+            if kind == "long-term":  # the rows too: every message, in order
+                assert len(await mem.get()) == len(TURNS) + 1
     finally:
         stop(projector)

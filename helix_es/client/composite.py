@@ -1,4 +1,7 @@
-"""composite: one event feeds every part's view; get and search merge the parts' answers."""
+"""composite: one event feeds every part's view; get and search merge the parts' answers.
+
+A long-term view with a recall index (`search: hybrid | vector | keyword`) is a composite of two
+views fed by one event, its rows and its index, read as one memory (`IndexedMemory`)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
 from helix_es.model.message import Message
 from helix_es.model.recall import RecallHit
-from helix_es.projection.protocol import Recaller
+from helix_es.projection.protocol import Projection, Recaller
 
 
 def _identity(message: Message) -> tuple[object, ...]:
@@ -38,7 +41,7 @@ def merge(answers: Sequence[Sequence[Message]], limit: int | None = None) -> lis
 class CompositeMemory(EventWriter):
     """`add` appends one event, which every part's projection folds; reads ask each part in turn."""
 
-    def __init__(self, parts: Sequence[ViewMemory]) -> None:
+    def __init__(self, parts: Sequence[ViewMemory | IndexedMemory]) -> None:
         if not parts:
             raise ValueError("a composite needs at least one part")
         self.parts = list(parts)
@@ -67,3 +70,26 @@ class CompositeMemory(EventWriter):
                 return await part.recall(query, limit, **filters)
         names = ", ".join(part.projection.name for part in self.parts)
         raise InvalidInput("memory", f"no part of this composite can recall ({names}): add a vector or long-term part")
+
+
+class IndexedMemory(CompositeMemory):
+    """A long-term memory with a recall index: `get` reads its rows (every message, in order, none merged
+    away), `search` and `recall` its index, which ranks in the view's `search:` mode."""
+
+    def __init__(self, rows: ViewMemory, index: ViewMemory) -> None:
+        super().__init__([rows, index])
+        self.rows, self.index = rows, index
+
+    @property
+    def projection(self) -> Projection:
+        """What recalls (a composite asks its parts)."""
+        return self.index.projection
+
+    async def get(self) -> list[Message]:
+        return await self.rows.get()
+
+    async def search(self, query: str, limit: int = 10) -> list[Message]:
+        return await self.index.search(query, limit)
+
+    async def recall(self, query: str, limit: int | None = None, **filters: Any) -> list[RecallHit]:
+        return await self.index.recall(query, limit, **filters)

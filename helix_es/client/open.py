@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from helix_es.client.composite import CompositeMemory
+from helix_es.client.composite import CompositeMemory, IndexedMemory
 from helix_es.client.memory import JsonExport, ViewMemory
 from helix_es.client.middleware import build_chain
 from helix_es.client.protocol import Memory
 from helix_es.client.runtime import Runtime, default_runtime
-from helix_es.config import Config, load_config
+from helix_es.config import Composite, Config, MemoryConfig, load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, InvalidInput
 
@@ -38,8 +38,9 @@ async def open_memory(
     chain = build_chain(cfg.middleware, {"encryption": runtime.encryption})
     backend = await runtime.acquire(cfg.log)
     try:
-        parts = [
-            ViewMemory(
+
+        async def view(part: MemoryConfig) -> ViewMemory:
+            return ViewMemory(
                 backend,
                 await backend.attach(part, mem.namespace),
                 mem.namespace,
@@ -48,9 +49,16 @@ async def open_memory(
                 read_timeout=mem.read_timeout,
                 max_content_bytes=mem.max_content_bytes,
             )
-            for part in mem.parts
-        ]
-        memory: Memory = parts[0] if len(parts) == 1 and mem.type != "composite" else CompositeMemory(parts)
+
+        async def memory_of(part: MemoryConfig) -> ViewMemory | IndexedMemory:
+            rows = await view(part)
+            return rows if part.index is None else IndexedMemory(rows, await view(part.index))
+
+        memory: Memory
+        if isinstance(mem.view, Composite):
+            memory = CompositeMemory([await memory_of(p) for p in mem.view.parts])
+        else:
+            memory = await memory_of(mem)
         if mem.file_path is not None:
             memory = JsonExport(memory, mem.file_path)
         yield chain(memory)

@@ -57,7 +57,7 @@ class LongTermRows(RowProjection[Op, Wants]):
     async def recall(self, key: SessionKey, recall: Recall, want: Position | None) -> list[RecallHit] | None:
         """Substring recall (the view's search, oldest first) with the recall's filters and hits' fields.
 
-        The long-term view ranks by no model: other modes are the vector view's (`search: hybrid`)."""
+        The rows rank by no model: other modes are the recall index's (`search: hybrid` on the view)."""
         choose(recall, "substring", ("substring",), self.name)
         one = next(iter(recall.sessions)) if recall.sessions is not None and len(recall.sessions) == 1 else None
         scan = Scan(self.table, key.namespace, where={"session_id": one} if one else {}, contains=recall.query)

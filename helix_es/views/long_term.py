@@ -49,6 +49,10 @@ below, so a view rebuilt from the log is the same in every store and under every
 - **Search.** Case-insensitive substring of `content`, oldest first, at most `limit`: Python's
   `casefold` in memory and Redis, `ILIKE` (wildcards escaped) in PostgreSQL, whose case folding
   follows the database's collation.
+- **Recall index.** `search: hybrid | vector | keyword` (stores memory and postgres) adds a vector view
+  of the namespace beside the rows (`LongTerm.index`, listed by `MemoryConfig.parts`), fed by the
+  same events; `search` and `recall` read it, `get` the rows. Ranking stays the vector view's
+  meaning; these rows stay the seed's.
 """
 
 from __future__ import annotations
@@ -64,12 +68,16 @@ from typing import Any, ClassVar
 from helix_es.model.errors import ConfigError
 from helix_es.model.events import MemoryCleared, MessageAdded, MessageRetracted, Record, SessionErased, micros
 from helix_es.model.message import Message
+from helix_es.model.recall import SEARCH_MODES
+from helix_es.providers.embed import parse_embed
 from helix_es.views.base import IndexView
+from helix_es.views.vector import Vector
 
 DEFAULT_TABLE = "agent_memory"
 MAX_TABLE = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers without an error
 TABLE_RE = re.compile(r"[A-Za-z0-9_]+")
-LONG_TERM_KEYS = frozenset({"table", "search"})
+LONG_TERM_KEYS = frozenset({"table", "search", "embed"})
+INDEXED = ("hybrid", "vector", "keyword")  # the modes a long-term view keeps a recall index for
 
 # Every PostgreSQL keyword, reserved or not (`SELECT word FROM pg_get_keywords()` on 15, plus 16-18's).
 _KEYWORDS = """
@@ -145,6 +153,9 @@ class LongTerm(IndexView):
     table: str = DEFAULT_TABLE
     dsn: str | None = field(default=None, repr=False)
     redis_url: str | None = field(default=None, repr=False)
+    # `search: hybrid | vector | keyword`: the vector view that ranks the namespace's messages for this
+    # view, fed by the same events (`MemoryConfig.parts` lists it beside the rows).
+    index: Vector | None = None
 
     @property
     def name(self) -> str:
@@ -155,27 +166,28 @@ class LongTerm(IndexView):
         return self.kind
 
 
-def check_search(options: Mapping[str, Any], where: str) -> None:
-    """`search:` on a long-term view: `substring`, the one mode it keeps an index for, in every store."""
+def recall_index(options: Mapping[str, Any], where: str) -> Vector | None:
+    """The recall index `search:` asks for (None for `substring`, the seed's own search); `embed:` picks
+    its model (default the hash embedder: keyword recall needs no model)."""
     search = options.get("search", "substring")
-    if search != "substring":
-        raise ConfigError(
-            f"{where}.search",
-            f"a long-term view recalls by substring only, got {search!r}: for hybrid, vector or keyword "
-            "recall use type: vector with search: hybrid (store: memory or postgres; a Redis store has "
-            "no search index here)",
-        )
+    if search not in SEARCH_MODES:
+        raise ConfigError(f"{where}.search", f"must be one of {list(SEARCH_MODES)}, got {search!r}")
+    if search == "substring":
+        if "embed" in options:
+            raise ConfigError(f"{where}.embed", f"embed is for search: {' | '.join(INDEXED)}, not substring")
+        return None
+    return Vector(top_k=10, embed=parse_embed(options.get("embed"), f"{where}.embed"), search=search)
 
 
 def _build(options: Mapping[str, Any], where: str, store: Any) -> LongTerm:
     # As written in the YAML; `projection` prefers the addresses config.py resolved (environment included).
     # Which of them the store kind uses, and its `table:` where the kind has tables, config.py sets from
-    # the registry (`check_table` there).
-    check_search(options, where)
+    # the registry (`check_table` there), and whether it can keep the recall index.
     return LongTerm(
         store=store if isinstance(store, str) else "memory",  # a bad store is reported by parse_memory
         dsn=options.get("dsn") or options.get("postgres_dsn"),
         redis_url=options.get("redis_url"),
+        index=recall_index(options, where),
     )
 
 
