@@ -6,16 +6,19 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from helix_es import InvalidInput, InvalidMessage, Message, ToolCall, load_config, open_memory
 from helix_es.log.codec import load_schemas
 from helix_es.model.events import Event, MessageAdded
 from helix_es.projection.factory import open_log
+from helix_es.providers.embed import Embedder, EmbedSpec, HashEmbedder, embedder_from_func, register_provider
 from helix_es.sync import open_memory as open_sync
 from tests.conftest import topic_values, unique
 
@@ -218,3 +221,37 @@ def test_add_many_from_sync_code(tmp_path: Path) -> None:
             mem.add_many([Message("user", "ok"), None])  # type: ignore[list-item]
         assert caught.value.field == "messages[1]"
         assert len(mem.get()) == 3
+
+
+# -- embedders see one batch ---------------------------------------------------------------------------
+
+CALLS: dict[str, list[int]] = {}  # model -> the number of texts of each embedding call
+
+
+def _counting(spec: EmbedSpec) -> Embedder:
+    hashed = HashEmbedder(64)
+    calls = CALLS.setdefault(spec.model_id, [])
+
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        calls.append(len(texts))
+        return await hashed.embed(texts)
+
+    return embedder_from_func(embed, spec.model_id, 64)  # a model's vectors: recorded on the log
+
+
+register_provider("counting-hash", _counting, dims=64)
+
+
+async def test_an_inline_batch_is_one_embedding_call_and_one_record(tmp_path: Path) -> None:
+    ns, model = unique("am"), unique("m")
+    cfg = embedded(tmp_path, ns, type="vector", search="hybrid", embed={"provider": "counting-hash", "model": model})
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add_many(batch(12, "fact "))
+        assert CALLS[f"counting-hash/{model}"] == [12]  # one call for the batch, none per message
+        hits = await mem.recall("fact 7", limit=1)
+        assert [h.message.content for h in hits] == ["fact 7"]
+    kinds = [type(e.payload).__name__ for e in await on_log(cfg, ns, "s")]
+    assert kinds.count("MessageAdded") == 12 and kinds.count("EmbeddingRecorded") == 12  # one a text
+    async with open_memory(cfg, session_id="s") as mem:  # a reopen folds the record: no call
+        assert len(await mem.recall("fact", limit=20, mode="keyword")) == 12
+    assert CALLS[f"counting-hash/{model}"] == [12, 1]  # only the question above

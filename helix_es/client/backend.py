@@ -184,8 +184,13 @@ class Backend:
                 # The events are on the log, so the write succeeded; the view catches up on the next read.
                 log.warning("view %s of %s is behind the log: %s", projection.name, namespace, exc)
                 self._behind.add((ident, namespace))
-        for extra in derived:
-            await self._append_locked(extra)
+        start = 0  # derived events together, one batch per namespace run: one sync and one fold each
+        while start < len(derived):
+            end = start + 1
+            while end < len(derived) and derived[end].namespace == derived[start].namespace:
+                end += 1
+            await self._append_locked_many(derived[start:end])
+            start = end
         return positions
 
     async def close(self) -> None:
