@@ -2,6 +2,7 @@
 
     python bench/recall.py [--k1 1.2] [--b 0.5] [--depth 50] [--no-minilm] [--no-micro] [--no-product]
                            [--postgres] [--json]
+    python bench/recall.py --scale [--n 100000] [--queries 200] [--postgres]   # bench/recall_scale.py
 
 For each of bench/recall_eval's questions, every turn of its dialogue is a candidate; a row's
 recall@k is the share of the question's evidence turns in its top k (averaged over questions),
@@ -327,6 +328,21 @@ def table(results: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def scale(args: argparse.Namespace) -> int:
+    """`--scale`: bench/recall_scale.py's run (ingest, and p50/p95 of every mode at `--n` messages), its targets."""
+    import asyncio
+
+    import recall_scale  # bench/, this script's directory
+
+    opts = argparse.Namespace(n=args.n, queries=args.queries, postgres=args.postgres, no_memory=False)
+    result = asyncio.run(recall_scale.main(opts))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        recall_scale.report(result)
+    return recall_scale.missed(line for line, ok in recall_scale.targets(result) if not ok)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--k1", type=float, default=K1, help="KeywordIndex k1")
@@ -342,7 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres", action="store_true", help="product rows on PostgreSQL too (HELIX_POSTGRES_DSN)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--scale", action="store_true", help="instead: every mode at 100K messages (bench/recall_scale.py)"
+    )
+    parser.add_argument("--n", type=int, default=100_000, help="--scale: messages in the namespace")
+    parser.add_argument("--queries", type=int, default=200, help="--scale: queries timed")
     args = parser.parse_args(argv)
+    if args.scale:
+        return scale(args)
     results = rows(args)
     if args.product:
         results += product(args)
