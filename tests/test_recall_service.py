@@ -118,3 +118,16 @@ async def test_mcp_search_memory_answers_hits_for_a_view_that_recalls(tmp_path: 
         assert {h["session_id"] for h in only_bob["hits"]} == {"bob"}
         assert "after" in await server.refused("search_memory", session_id="bob", query="Porto", after="soon")
     assert server.exit_code == 0, server.stderr
+
+
+async def test_a_long_term_view_with_a_recall_index_serves_its_rows_and_its_hits(tmp_path: Path) -> None:
+    ns = unique("ta-lt")
+    cfg = vector(tmp_path, ns)
+    cfg["memory"] = {**cfg["memory"], "type": "long-term"}
+    async with client(cfg) as http:
+        token = await fill(http, ns)
+        after = {**A, "X-Helix-After": token}
+        listed = await http.get(f"/v1/{ns}/sessions/bob/messages", headers=after)
+        assert [m["content"] for m in listed.json()["messages"]] == [t for _, _, t in TURNS]
+        answer = await http.get(f"/v1/{ns}/sessions/bob/recall", params={"q": "husky", "limit": 1}, headers=after)
+        assert [h["message"]["content"] for h in answer.json()["hits"]] == [TURNS[1][2]]
