@@ -7,16 +7,28 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from helix_es.model.errors import InvalidInput
+from helix_es.model.fact_events import (
+    ExtractedFact,
+    FactAsserted,
+    FactRetracted,
+    FactsExtracted,
+    FactsMerged,
+    FactsUnmerged,
+    SourceTurn,
+)
 from helix_es.model.message import Message
+from helix_es.model.positions import Position
 
-
-@dataclass(frozen=True, slots=True, order=True)
-class Position:
-    """Where an event sits on the log: Kafka's (topic, partition, offset)."""
-
-    topic: str
-    partition: int
-    offset: int
+__all__ = [
+    "ExtractedFact",
+    "FactAsserted",
+    "FactRetracted",
+    "FactsExtracted",
+    "FactsMerged",
+    "FactsUnmerged",
+    "Position",
+    "SourceTurn",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +198,11 @@ Payload = (
     | ItemPut
     | ItemDeleted
     | ItemTouched
+    | FactsExtracted
+    | FactAsserted
+    | FactRetracted
+    | FactsMerged
+    | FactsUnmerged
 )
 
 
