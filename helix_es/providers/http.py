@@ -16,6 +16,7 @@ from helix_es.model.errors import HelixError
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+NOT_JSON = "the answer is not JSON"  # how an HttpError's detail starts when the server answered, but not JSON
 
 
 class HttpError(HelixError):
@@ -57,7 +58,7 @@ def request_json(
     try:
         return json.loads(answer)
     except ValueError as exc:
-        raise HttpError(url, f"the answer is not JSON ({exc})") from None
+        raise HttpError(url, f"{NOT_JSON} ({exc})") from None
 
 
 async def post_json(url: str, payload: Mapping[str, Any], **options: Any) -> Any:
