@@ -10,6 +10,7 @@ from helix_es.model.errors import ConfigError
 from helix_es.projection.factory import merge_served, open_store, store_key
 from helix_es.views.base import View
 from projectors import heap, instance
+from projectors.extract import extractions
 from projectors.follow import TargetFollower
 from projectors.supervise import run_projectors
 
@@ -85,6 +86,11 @@ async def _serve(
             part.store,
         )
 
+    workers = extractions(list(zip(parts, projectors, strict=True)), log_config)
+    extracting = [asyncio.create_task(w.run(stop)) for w in workers]
+    for w in workers:
+        say("extracting facts for view %s with %s", w.view.name, w.view.extract.model if w.view.extract else "?")
+
     async def report() -> None:
         while not stop.is_set():
             await asyncio.sleep(progress)
@@ -101,6 +107,17 @@ async def _serve(
                     p.progress.restarts,
                     p.progress.refolds,
                 )
+            for w in workers:
+                s = w.stats
+                say(
+                    "%s extraction: %d model calls, %d turns, %d facts, %d prompt tokens, %d batches parked",
+                    w.view.name,
+                    s.calls,
+                    s.turns,
+                    s.facts,
+                    s.prompt_tokens,
+                    s.parked,
+                )
 
     reporter = asyncio.create_task(report())
     collector = asyncio.create_task(heap.keep_short(stop))
@@ -109,6 +126,9 @@ async def _serve(
     finally:
         reporter.cancel()
         collector.cancel()
+        for task in extracting:  # the turns they were on stay pending: the next run asks again
+            task.cancel()
+        await asyncio.gather(*extracting, return_exceptions=True)
         for p in projectors:
             await p.projection.close()
         for store in stores:

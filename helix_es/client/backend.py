@@ -13,16 +13,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from helix_es.client.extracting import Extracting
 from helix_es.config import MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
-from helix_es.model.events import Event, Position, Record
+from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.driver import Append, Driver
 from helix_es.projection.factory import open_aliases, open_store, store_key
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, ViewStore
 from helix_es.views.base import View
+from helix_es.views.facts import Facts
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class Backend:
     _attached: dict[str, dict[Ident, Projection]] = field(default_factory=dict)  # namespace -> projections
     _behind: set[tuple[Ident, str]] = field(default_factory=set)  # inline folds that failed, per namespace
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _extracting: dict[tuple[str, str], Extracting] = field(default_factory=dict)  # (view, namespace): workers
     _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
 
     def aliases(self, memory: MemoryConfig) -> AliasStore:
@@ -82,7 +85,23 @@ class Backend:
                 if self.inline and ident not in attached:
                     await self._catch_up(projection, namespace)
                 attached[ident] = projection
+        self._extract(memory, projection, namespace)
         return projection
+
+    def _extract(self, memory: MemoryConfig, projection: Projection, namespace: str) -> None:
+        """An inline backend runs the facts view's extraction worker in the background."""
+        view = memory.view
+        if not self.inline or not isinstance(view, Facts) or view.extract is None:
+            return
+        if (view.name, namespace) not in self._extracting:
+            path = getattr(self.log, "path", None)
+            job = Extracting(view, projection, namespace, self.append, dead_letters=path)
+            self._extracting[(view.name, namespace)] = job
+            job.start()
+
+    async def extract(self, namespace: str) -> int:
+        """Run every facts view's extraction of `namespace` to the end now; the turns covered."""
+        return sum([await job.drain() for (_, ns), job in self._extracting.items() if ns == namespace])
 
     async def current(self, projection: Projection, namespace: str) -> None:
         """Before a read: follow the view's alias (at most about once a second), and on an inline
@@ -184,6 +203,10 @@ class Backend:
                 # The events are on the log, so the write succeeded; the view catches up on the next read.
                 log.warning("view %s of %s is behind the log: %s", projection.name, namespace, exc)
                 self._behind.add((ident, namespace))
+        if any(isinstance(e.payload, MessageAdded) for e in events):
+            for (_, ns), job in self._extracting.items():
+                if ns == namespace:
+                    job.wake(events)
         start = 0  # derived events together, one batch per namespace run: one sync and one fold each
         while start < len(derived):
             end = start + 1
@@ -194,6 +217,8 @@ class Backend:
         return positions
 
     async def close(self) -> None:
+        for job in self._extracting.values():
+            await job.stop()
         for projection in self._projections.values():
             await projection.close()
         for store in self._stores.values():

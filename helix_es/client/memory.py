@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn, TypeVar, cast
 
 from helix_es.client import backend as backends
+from helix_es.client.knowledge import Knowledge
 from helix_es.client.middleware import add_many
 from helix_es.client.protocol import Memory
 from helix_es.client.wait import poll
@@ -18,6 +19,10 @@ from helix_es.model.batch import check_batch
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
 from helix_es.model.events import (
     Event,
+    FactAsserted,
+    FactRetracted,
+    FactsMerged,
+    FactsUnmerged,
     MemoryCleared,
     MessageAdded,
     MessageRetracted,
@@ -35,7 +40,7 @@ MAX_OWN_ADDS = 64  # event ids of its own adds a writer remembers, to name what 
 RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
 
 
-Written = MessageAdded | MemoryCleared | MessageRetracted
+Written = MessageAdded | MemoryCleared | MessageRetracted | FactAsserted | FactRetracted | FactsMerged | FactsUnmerged
 T = TypeVar("T")
 
 
@@ -164,7 +169,7 @@ class EventWriter:
         raise NotImplementedError
 
 
-class ViewMemory(EventWriter):
+class ViewMemory(Knowledge, EventWriter):
     """One session's memory served from one projection, with read-your-writes by default."""
 
     def __init__(

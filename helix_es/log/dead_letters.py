@@ -30,23 +30,10 @@ class DeadLetters:
         self._topics: set[str] = set()
 
     async def park(self, record: RawRecord, error: Exception, view: str) -> str:
-        topic = names.dlq_topic(names.namespace_of(record.topic, self.prefix), self.prefix)
-        if self._producer is None:
-            self._producer = clients.producer(self.bootstrap_servers)
-            await self._producer.start()
-        if topic not in self._topics:
-            async with clients.admin_session(self.bootstrap_servers) as admin:
-                # As many replicas as the topic it came from: on a cluster it outlives a broker too.
-                (source,) = await admin.describe_topics([record.topic])
-                replicas = max((len(p["replicas"]) for p in source["partitions"]), default=1)
-                await create_topic(admin, topic, 1, replicas)
-            self._topics.add(topic)
-        headers = [
-            ("helix.source", f"{record.topic}:{record.partition}:{record.offset}".encode()),
-            ("helix.view", view.encode()),
-            ("helix.error", f"{type(error).__name__}: {error}".encode()[:1000]),
-        ]
-        await self._producer.send_and_wait(topic, record.value, key=record.key, headers=headers)
+        source = f"{record.topic}:{record.partition}:{record.offset}"
+        topic = await self._send(
+            record.topic, record.value, record.key, source, view, f"{type(error).__name__}: {error}"
+        )
         log.error(
             "%s: %s[%d]@%d cannot be used (%s); parked on %s",
             view,
@@ -56,6 +43,36 @@ class DeadLetters:
             error,
             topic,
         )
+        return topic
+
+    async def park_note(
+        self, from_topic: str, key: bytes | None, note: bytes, source: str, view: str, error: str
+    ) -> str:
+        """Park what a worker could not do (a JSON `note`: an extraction that failed, naming its turns)."""
+        topic = await self._send(from_topic, note, key, source, view, error)
+        log.error("%s: %s could not be done (%s); parked on %s", view, source, error, topic)
+        return topic
+
+    async def _send(
+        self, from_topic: str, value: bytes | None, key: bytes | None, source: str, view: str, error: str
+    ) -> str:
+        topic = names.dlq_topic(names.namespace_of(from_topic, self.prefix), self.prefix)
+        if self._producer is None:
+            self._producer = clients.producer(self.bootstrap_servers)
+            await self._producer.start()
+        if topic not in self._topics:
+            async with clients.admin_session(self.bootstrap_servers) as admin:
+                # As many replicas as the topic it came from: on a cluster it outlives a broker too.
+                (described,) = await admin.describe_topics([from_topic])
+                replicas = max((len(p["replicas"]) for p in described["partitions"]), default=1)
+                await create_topic(admin, topic, 1, replicas)
+            self._topics.add(topic)
+        headers = [
+            ("helix.source", source.encode()),
+            ("helix.view", view.encode()),
+            ("helix.error", error.encode()[:1000]),
+        ]
+        await self._producer.send_and_wait(topic, value, key=key, headers=headers)
         return topic
 
     async def close(self) -> None:

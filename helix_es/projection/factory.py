@@ -16,6 +16,7 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.log.port import EventLog
 from helix_es.model.errors import ConfigError
 from helix_es.projection.checkpoints import CheckpointProjection
+from helix_es.projection.facts import FactsRows
 from helix_es.projection.idempotency import IdempotentProjection
 from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection, WideProjection
@@ -37,6 +38,8 @@ from helix_es.stores.ports import (
 from helix_es.stores.ports.vector import VectorStore
 from helix_es.views.base import IndexView, View
 from helix_es.views.checkpoints import Checkpoints
+from helix_es.views.facts import Facts
+from helix_es.views.facts import tables as facts_tables
 from helix_es.views.items import Items
 from helix_es.views.long_term import LongTerm
 from helix_es.views.long_term_rows import tables as long_term_tables
@@ -125,6 +128,19 @@ def open_long_term(memory: MemoryConfig) -> LongTermRows:
     return LongTermRows(kind.rows(where, view.name, long_term_tables(view.table)), view.table)
 
 
+def open_facts(memory: MemoryConfig) -> FactsRows:
+    """The facts store of `memory` (a `Facts` view), owning its connection (opened on first use)."""
+    view = memory.view
+    assert isinstance(view, Facts)
+    kind = registry.KINDS.get(view.store)
+    if kind is None or kind.rows is None:
+        stores = " or ".join(registry.offering("rows"))
+        raise ConfigError("memory.store", f"facts live in {stores}, not {view.store!r}")
+    where = _located(memory, kind, f"a {kind.name} facts view")
+    store = kind.rows(where, view.name, facts_tables(view.table))
+    return FactsRows(store, view.table, source=view.name, multi_valued=view.multi_valued)
+
+
 def open_items(memory: MemoryConfig) -> ItemStore:
     """The LangGraph store items of `memory` (an `Items` view), owning its connection."""
     kind = registry.KINDS.get(memory.store)
@@ -190,6 +206,8 @@ def open_wide(memory: MemoryConfig) -> WideProjection:
         return cast(WideProjection, open_long_term(memory))
     if isinstance(view, Items):
         return cast(WideProjection, open_items(memory))
+    if isinstance(view, Facts):
+        return cast(WideProjection, open_facts(memory))
     if isinstance(view, Checkpoints):
         return CheckpointProjection(open_checkpoints(memory))
     if isinstance(view, Vector):

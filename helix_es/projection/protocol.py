@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
 from helix_es.model.events import Position, Record
+from helix_es.model.facts import Fact, FactsAsk
 from helix_es.model.message import Message
 from helix_es.model.recall import Recall, RecallHit
 from helix_es.stores.ports import Applied, SessionKey
@@ -72,4 +73,13 @@ class Recaller(Protocol):
 
     async def recall(self, key: SessionKey, recall: Recall, want: Position | None) -> list[RecallHit] | None:
         """The best hits, or None while the view has not applied `want`."""
+        ...
+
+
+@runtime_checkable
+class Knower(Protocol):
+    """A projection that answers `Memory.facts` (the facts view)."""
+
+    async def facts(self, namespace: str, ask: FactsAsk, want: Position | None = None) -> list[Fact] | None:
+        """The facts `ask` wants, or None while the view has not applied `want`."""
         ...

@@ -15,6 +15,7 @@ from helix_es.model.tokenizers import ESTIMATE
 from helix_es.views.base import IndexView, View
 from helix_es.views.checkpoints import Checkpoints
 from helix_es.views.conversation import Conversation
+from helix_es.views.facts import FACTS_KEYS, facts_view
 from helix_es.views.items import Items
 from helix_es.views.long_term import LONG_TERM_KEYS, long_term, sql_long_term
 from helix_es.views.sliding_window import SlidingWindow
@@ -119,3 +120,6 @@ VIEW_TYPES["smart"] = VIEW_TYPES["code"] = _smart  # `code` is the seed's older 
 VIEW_KEYS["smart"] = VIEW_KEYS["code"] = {"max_tokens", "tokenizer"}
 VIEW_TYPES["summary"] = _summary
 VIEW_KEYS["summary"] = {"max_messages", "summariser", "tool_pairs"}
+# Namespace-wide knowledge (helix_es.views.facts): facts a worker extracts, kept as rows.
+VIEW_TYPES["facts"] = facts_view
+VIEW_KEYS["facts"] = set(FACTS_KEYS)

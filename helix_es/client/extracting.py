@@ -1,0 +1,89 @@
+"""Embedded extraction: the facts views' workers run in the process, in the background.
+
+An inline backend (the embedded log) starts one task per facts view and namespace when it attaches
+the view; an append of a turn wakes it. The task asks the extractor when a batch is due (by count
+or idle time), so `add` never waits on a model. Turns that still fail after the retries go to the
+embedded log's dead-letter file with the reason (`dead-letters.jsonl` beside the log's topics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helix_es.model.events import Event
+from helix_es.projection.extraction import Append, DeadLetter, ExtractionWorker
+from helix_es.projection.facts import facts_rows_of
+from helix_es.projection.protocol import Projection
+from helix_es.views.facts import Facts
+
+log = logging.getLogger(__name__)
+DEAD_LETTERS = "dead-letters.jsonl"
+
+
+def file_dead_letter(directory: Path) -> DeadLetter:
+    """A dead-letter writer for `ExtractionWorker`: one JSON line per batch that could not be extracted."""
+
+    async def park(note: dict[str, object]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        with (directory / DEAD_LETTERS).open("a", encoding="utf-8") as out:
+            out.write(json.dumps(note) + "\n")
+
+    return park
+
+
+@dataclass
+class Extracting:
+    """The background extraction of one facts view in one namespace."""
+
+    view: Facts
+    projection: Projection
+    namespace: str
+    append: Append
+    dead_letters: Path | None = None
+    worker: ExtractionWorker | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        rows = facts_rows_of(self.projection)
+        if rows is None or self.view.extract is None:
+            return
+        dead = file_dead_letter(self.dead_letters) if self.dead_letters is not None else None
+        self.worker = ExtractionWorker(
+            self.view.name, rows, self.view.extract, self.append, self.view.batching, dead_letter=dead
+        )
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"extract {self.view.name}")
+        self._wake.set()  # turns the log held before this process started
+
+    def wake(self, events: Sequence[Event]) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        assert self.worker is not None
+        while True:
+            with contextlib.suppress(TimeoutError):  # idle: batches come due without a new turn
+                await asyncio.wait_for(self._wake.wait(), timeout=max(self.view.batching.idle, 0.05))
+            self._wake.clear()
+            try:
+                await self.worker.step(self.namespace)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a store hiccup: the turns stay pending, the next round asks again
+                log.warning("facts view %s of %s: extraction round failed: %s", self.view.name, self.namespace, exc)
+
+    async def drain(self) -> int:
+        """Extract every pending turn now (tests, the demo, a CLI command that waits)."""
+        return 0 if self.worker is None else await self.worker.drain(self.namespace)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,174 @@
+"""The extraction worker: a facts view's pending turns become `FactsExtracted` events on the log.
+
+It runs beside the hot path (`add` never waits for it): it reads the view's pending turns (the
+fold queues every user and assistant turn), asks the extractor once per batch of one session's
+turns (`Batching`: by count, or once the session has been quiet), at most `concurrency` calls at
+once, retries what may pass later with backoff, and parks what still fails as a dead letter with
+the reason. What it appends is folded like any event: the view drops the batch's pending turns and
+keeps its facts, so a crash between the call and the append only asks again, and an append made
+twice states the same fact ids (`helix_es.views.facts.fact_id`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from helix_es.model.events import Event, FactsExtracted, Position, SourceTurn
+from helix_es.projection.facts import FactsRows
+from helix_es.providers.extract import ExtractionError, Extractor, Turn
+from helix_es.views.facts import Batching
+from helix_es.views.rows import Row
+
+log = logging.getLogger(__name__)
+
+Append = Callable[[Event], Awaitable[Position]]
+DeadLetter = Callable[[dict[str, object]], Awaitable[None]]  # parks a `note_of` document
+RETRIES = 4
+BACKOFF = 0.5
+
+
+@dataclass
+class Stats:
+    """What the worker did: calls made, turns covered, facts found, tokens, batches parked."""
+
+    calls: int = 0
+    turns: int = 0
+    facts: int = 0
+    prompt_tokens: int = 0
+    parked: int = 0
+    retries: int = 0
+
+
+def note_of(
+    view: str, namespace: str, session: str, turns: Sequence[Turn], error: ExtractionError
+) -> dict[str, object]:
+    """A dead letter's document: which turns were not extracted, by which model, and why."""
+    return {
+        "at": datetime.now(UTC).isoformat(),
+        "kind": "extraction",
+        "view": view,
+        "namespace": namespace,
+        "session_id": session,
+        "model": error.model,
+        "reason": error.reason,
+        "status": error.status,
+        "turns": [
+            {
+                "event_id": t.event_id,
+                "topic": t.position.topic,
+                "partition": t.position.partition,
+                "offset": t.position.offset,
+            }
+            for t in turns
+        ],
+    }
+
+
+def turn_of(row: Row) -> Turn:
+    return Turn(
+        event_id=row["event_id"],
+        position=Position(row["topic"], row["partition"], row["offset"]),
+        said_at=row["said_at"],
+        role=row["role"],
+        name=row["name"] or None,
+        content=row["content"],
+    )
+
+
+@dataclass
+class ExtractionWorker:
+    """One facts view's worker; `step` does what is due now, `drain` everything pending."""
+
+    view: str
+    facts: FactsRows
+    extractor: Extractor
+    append: Append
+    batching: Batching = field(default_factory=Batching)
+    dead_letter: DeadLetter | None = None
+    partitions: Callable[[], Collection[int] | None] = lambda: None  # None: every partition
+    backoff: float = BACKOFF
+    stats: Stats = field(default_factory=Stats)
+    _parked: set[str] = field(default_factory=set)  # event ids parked by this process: not asked again
+
+    async def step(self, namespace: str, *, force: bool = False, now: datetime | None = None) -> int:
+        """Extract every batch due in `namespace` (`force`: every pending turn); the turns covered."""
+        rows = await self.facts.pending(namespace) or []
+        mine = self.partitions()
+        by_session: dict[str, list[Turn]] = {}
+        for row in rows:
+            if row["event_id"] in self._parked or (mine is not None and row["partition"] not in mine):
+                continue
+            by_session.setdefault(row["session_id"], []).append(turn_of(row))
+        now = now or datetime.now(UTC)
+        size, idle = self.batching.turns, self.batching.idle
+        batches: list[tuple[str, list[Turn]]] = []
+        for session, turns in by_session.items():
+            turns.sort(key=lambda t: t.position.offset)
+            quiet = (now - max(t.said_at for t in turns)).total_seconds() >= idle
+            for start in range(0, len(turns), size):
+                chunk = turns[start : start + size]
+                if len(chunk) == size or force or quiet:
+                    batches.append((session, chunk))
+        if not batches:
+            return 0
+        gate = asyncio.Semaphore(self.batching.concurrency)
+
+        async def run(session: str, turns: list[Turn]) -> int:
+            async with gate:
+                return await self._batch(namespace, session, turns)
+
+        done = await asyncio.gather(*(run(s, t) for s, t in batches))
+        return sum(done)
+
+    async def drain(self, namespace: str) -> int:
+        """Extract until nothing is pending (parked turns aside); the turns covered."""
+        total = 0
+        while covered := await self.step(namespace, force=True):
+            total += covered
+        return total
+
+    async def _batch(self, namespace: str, session: str, turns: list[Turn]) -> int:
+        error: ExtractionError | None = None
+        for attempt in range(RETRIES + 1):
+            try:
+                extraction = await self.extractor.extract(session, turns)
+                break
+            except ExtractionError as exc:
+                error = exc
+                self.stats.calls += 1
+                if not exc.retryable or attempt == RETRIES:
+                    await self._park(namespace, session, turns, exc)
+                    return 0
+                self.stats.retries += 1
+                await asyncio.sleep(self.backoff * 2**attempt)
+        else:  # pragma: no cover - the loop returns or breaks
+            raise AssertionError(error)
+        self.stats.calls += 1
+        sources = tuple(SourceTurn(t.event_id, t.position, t.said_at) for t in turns)
+        payload = FactsExtracted(
+            self.view,
+            extraction.model,
+            extraction.prompt_sha256,
+            extraction.facts,
+            sources,
+            extraction.prompt_tokens,
+            extraction.completion_tokens,
+        )
+        await self.append(Event(namespace, session, payload))
+        self.stats.turns += len(turns)
+        self.stats.facts += len(extraction.facts)
+        self.stats.prompt_tokens += extraction.prompt_tokens or 0
+        return len(turns)
+
+    async def _park(self, namespace: str, session: str, turns: Sequence[Turn], error: ExtractionError) -> None:
+        self._parked.update(t.event_id for t in turns)
+        self.stats.parked += 1
+        log.error(
+            "facts view %s: %d turns of %s/%s not extracted: %s", self.view, len(turns), namespace, session, error
+        )
+        if self.dead_letter is not None:
+            await self.dead_letter(note_of(self.view, namespace, session, turns, error))
