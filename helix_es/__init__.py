@@ -20,6 +20,7 @@ from helix_es.model.errors import (
     UnknownSchema,
 )
 from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased
+from helix_es.model.facts import Fact
 from helix_es.model.message import Message, ToolCall
 from helix_es.model.recall import RecallHit
 
@@ -29,6 +30,7 @@ __all__ = [
     "ConsistencyTimeout",
     "Event",
     "EventTooLarge",
+    "Fact",
     "HelixError",
     "InvalidInput",
     "InvalidMessage",

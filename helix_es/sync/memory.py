@@ -10,6 +10,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -19,6 +20,7 @@ from helix_es.client.protocol import Memory
 from helix_es.client.runtime import Runtime
 from helix_es.config import Config, load_config
 from helix_es.model.events import Position
+from helix_es.model.facts import Fact
 from helix_es.model.message import Message
 from helix_es.model.recall import RecallHit
 from helix_es.sync.loop import LoopThread, MemoryClosed, current_loop, default_loop
@@ -132,6 +134,31 @@ class SyncMemory:
 
     def clear(self, *, idempotency_key: str | None = None) -> Position:
         return self.run(lambda m: m.clear(idempotency_key=idempotency_key))
+
+    # -- knowledge (a facts view) -------------------------------------------------------------------
+
+    def facts(
+        self,
+        subject: str | None = None,
+        predicate: str | None = None,
+        as_of: datetime | None = None,
+        known_as_of: datetime | None = None,
+        history: bool = False,
+    ) -> list[Fact]:
+        """`Memory.facts`: the facts holding at `as_of` as the memory knew them at `known_as_of`."""
+        return cast(list[Fact], self.run(lambda m: cast(Any, m).facts(subject, predicate, as_of, known_as_of, history)))
+
+    def assert_fact(self, subject: str, predicate: str, value: str, valid_from: datetime | None = None) -> Position:
+        return cast(Position, self.run(lambda m: cast(Any, m).assert_fact(subject, predicate, value, valid_from)))
+
+    def retract_fact(self, fact_id: str, reason: str | None = None) -> Position:
+        return cast(Position, self.run(lambda m: cast(Any, m).retract_fact(fact_id, reason)))
+
+    def merge_facts(self, fact_ids: Sequence[str]) -> Position:
+        return cast(Position, self.run(lambda m: cast(Any, m).merge_facts(fact_ids)))
+
+    def unmerge_facts(self, position: Position) -> Position:
+        return cast(Position, self.run(lambda m: cast(Any, m).unmerge_facts(position)))
 
     # -- for async callers on another loop --------------------------------------------------------
 
