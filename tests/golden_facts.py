@@ -22,6 +22,8 @@ from helix_es.model.events import (
 
 NS = "tenant-a.prod"
 TOPIC = "helix.memory.tenant-a.prod"
+# SHA-256 of "Extract the facts each turn states."
+PROMPT_SHA256 = "0433ba7759f75f44e2244703e13c40b11bbafade265bec15aaecc18e6705a153"
 
 
 def _id(n: int) -> uuid.UUID:
@@ -39,7 +41,7 @@ FACTS: dict[str, Event] = {
         FactsExtracted(
             "facts",
             "openai/gpt-4o-mini",
-            "0433ba7759f75f44e2244703e13c40b11bbafade265bec15aaecc18e6705a153",  # sha256("Extract the facts each turn states.")
+            PROMPT_SHA256,
             (
                 ExtractedFact("alice", "lives_in", "Porto"),
                 ExtractedFact("alice", "spricht", "Português 🇵🇹", datetime(2023, 9, 1, tzinfo=UTC)),
