@@ -3,7 +3,7 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc (v4-v8: envelope.v4.avsc to envelope.v8.avsc) as first released, with
+schemas/envelope.v1-3.avsc (v4-v9: envelope.v4.avsc to envelope.v9.avsc) as first released, with
 fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally.
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
@@ -46,6 +46,7 @@ from helix_es.model.events import (
     WritesSaved,
 )
 from helix_es.model.message import Message, ToolCall
+from tests.golden_facts import FACT_TYPES, FACTS
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -293,6 +294,7 @@ EXPECTED["MessageAdded.dated.keyed"] = Event(
     datetime(2026, 12, 6, 10, 0, 1, tzinfo=UTC),
     "import-1/ü",
 )
+EXPECTED.update(FACTS)  # the knowledge events (v9)
 KEYED = {k for k, e in EXPECTED.items() if e.idempotency_key is not None}  # need v4 on
 
 # Which payload types each version has (its union's branches, in order), and so the version an
@@ -319,7 +321,8 @@ TYPES = {
 TYPES["v6"] = TYPES["v5"]  # v6 adds fields to CheckpointsDeleted, no event type
 TYPES["v7"] = [*TYPES["v6"], "ItemTouched"]
 TYPES["v8"] = TYPES["v7"]  # v8 adds the message's occurred_at, no event type
-HAS_KEYS = {"v4", "v5", "v6", "v7", "v8"}  # versions with the envelope's idempotency_key
+TYPES["v9"] = [*TYPES["v8"], *FACT_TYPES]
+HAS_KEYS = {"v4", "v5", "v6", "v7", "v8", "v9"}  # versions with the envelope's idempotency_key
 LISTED = {"CheckpointsDeleted.listed"}  # deletions that list checkpoints and blobs: v6 on
 DATED = {"MessageAdded.dated", "MessageAdded.dated.keyed"}  # messages with occurred_at: v8 on
 OLDEST = {
@@ -331,6 +334,7 @@ OLDEST = {
     **dict.fromkeys(("MessageRetracted", "CheckpointSaved", "WritesSaved", "CheckpointsDeleted"), "v5"),
     **dict.fromkeys(("ItemPut", "ItemDeleted"), "v5"),
     "ItemTouched": "v7",
+    **dict.fromkeys(FACT_TYPES, "v9"),
 }
 GOLDEN_CASES = [(version, key) for version, records in RECORDS.items() for key in records]
 
@@ -343,11 +347,15 @@ def oldest(key: str) -> str:
     """The version an event is written with: the oldest with its type (and, keyed, with keys)."""
     if key in DATED:
         return "v8"
-    if key in KEYED:
-        return min(HAS_KEYS)
+    if key in KEYED:  # v4, unless its type came later
+        return max(min(HAS_KEYS), OLDEST[kind(key)], key=number)
     if key in LISTED:
         return "v6"
     return OLDEST[kind(key)]
+
+
+def number(version: str) -> int:
+    return int(version[1:])  # "v10" comes after "v9"
 
 
 def writable(key: str, version: str) -> bool:
@@ -360,12 +368,12 @@ def writable(key: str, version: str) -> bool:
 
 
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"]
+    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == [f"v{n}" for n in range(1, 10)]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
         assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 8
+    assert len(set(FINGERPRINTS.values())) == 9
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
@@ -395,7 +403,7 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
     # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
     # one that predates keys reads a keyed event without its key.
-    for reader in (1, 2, 3, 4, 5, 6, 7, 8):
+    for reader in range(1, 10):
         if kind(key) in TYPES[f"v{reader}"]:
             want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
             if key in LISTED and reader < 6:  # a reader that predates the lists reads the deletion without them
@@ -405,7 +413,7 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
             assert Codec(reader=reader).decode(data) == want, f"reader v{reader}"
 
 
-@pytest.mark.parametrize("key", sorted(KEYED - DATED))
+@pytest.mark.parametrize("key", sorted(KEYED & RECORDS["v4"].keys()))  # keyed types v4 has
 def test_readers_that_predate_keys_read_keyed_events_with_fastavro_alone(key: str) -> None:
     """An old reader (its own schema, v3) given the writer's schema from schemas/ reads a v4 event."""
     data = bytes.fromhex(RECORDS["v4"][key])
@@ -460,3 +468,30 @@ def test_readers_that_predate_v8_read_dated_messages_with_fastavro_alone() -> No
         "tool_call_id": None,
         "metadata": {},
     }
+
+
+OLD_IN_V9 = sorted(k for k in RECORDS["v9"] if kind(k) in TYPES["v8"])
+
+
+@pytest.mark.parametrize("key", OLD_IN_V9)
+def test_readers_that_predate_v9_read_its_events_of_their_types_with_fastavro_alone(key: str) -> None:
+    """An old reader (its own schema, v8) given the writer's schema from schemas/ reads a v9 event of a
+    type it knows as it reads the v8 one: v9 only appends branches to the payload union."""
+    data = bytes.fromhex(RECORDS["v9"][key])
+    writer = json.loads((ROOT / "schemas" / "envelope.v9.avsc").read_text())
+    reader = json.loads((ROOT / "schemas" / "envelope.v8.avsc").read_text())
+    record = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer, reader, return_record_name=True)
+    as_v8 = fastavro.schemaless_reader(io.BytesIO(bytes.fromhex(RECORDS["v8"][key])[10:]), reader, None, True)
+    assert record == as_v8
+    assert data[10:] == bytes.fromhex(RECORDS["v8"][key])[10:]  # the very bytes: only the fingerprint differs
+
+
+def test_v9_holds_every_event_type_of_v8_and_the_knowledge_events() -> None:
+    assert sorted(RECORDS["v8"]) == OLD_IN_V9
+    assert sorted(k for k in RECORDS["v9"] if kind(k) in FACT_TYPES) == sorted(FACTS)
+
+
+def test_a_writer_pinned_before_v9_refuses_a_knowledge_event() -> None:
+    """Nothing is written rather than a record an old schema has no branch for."""
+    with pytest.raises(InvalidInput, match="schema v8 has no such field in FactsMerged"):
+        Codec(writer=8).encode(EXPECTED["FactsMerged"])

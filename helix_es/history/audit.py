@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +34,8 @@ from helix_es.config import Config, MemoryConfig, load_config
 from helix_es.history.audit_checkpoints import CHECKPOINT_EVENTS
 from helix_es.history.audit_checkpoints import describe as describe_checkpoint
 from helix_es.history.audit_checkpoints import payload_json as checkpoint_json
+from helix_es.history.audit_facts import FACT_EVENTS
+from helix_es.history.audit_facts import describe as describe_fact
 from helix_es.history.describe import describe_message, quote
 from helix_es.history.erasure import Erasure, erased_by, erasure_of
 from helix_es.history.log_records import RecordReader, read_records
@@ -90,9 +92,10 @@ class AuditError(HelixError):
 
 
 def _fields(payload: object) -> dict[str, Any]:
-    """A payload dataclass as JSON, for event types this module has no words for."""
+    """A payload dataclass as JSON, nested ones too (a fact's position), for types with no words of their own."""
     if is_dataclass(payload) and not isinstance(payload, type):
-        return {f.name: jsonable(getattr(payload, f.name)) for f in fields(payload)}
+        out: dict[str, Any] = jsonable(asdict(payload))
+        return out
     return {"value": jsonable(payload)}
 
 
@@ -110,7 +113,7 @@ class AuditedEvent:
     namespace: str
     session_id: str
     time: datetime  # event time, UTC
-    type: str  # MessageAdded, MemoryCleared, SummaryRecorded, EmbeddingRecorded, or an unknown type's name
+    type: str  # the payload's type name (MessageAdded, FactAsserted, ...), or an unknown type's name
     payload: Payload | UnknownPayload
     erased: bool = False  # written before the session was forgotten: its content is crypto-shredded
     idempotency_key: str | None = None
@@ -212,6 +215,8 @@ class AuditedEvent:
             return f"embedding by {quote(p.model)}, {len(p.vector) // 4} dims, of text sha256 {p.content_sha256[:16]}…"
         if isinstance(p, CHECKPOINT_EVENTS):
             return describe_checkpoint(p)
+        if isinstance(p, FACT_EVENTS):
+            return describe_fact(p)
         if not isinstance(p, UnknownPayload):
             return json.dumps(_fields(p), ensure_ascii=False)
         if p.schema is not None:

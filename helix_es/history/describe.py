@@ -16,23 +16,23 @@ def quote(text: str) -> str:
 _PLAIN = re.compile(r"[\w.:/@+-]+")
 
 
-def _word(text: str) -> str:
+def word(text: str) -> str:
     """A name or id as it is when it is one plain word, else JSON-quoted."""
     return text if _PLAIN.fullmatch(text) else quote(text)
 
 
 def describe_message(m: Message) -> str:
     """A message on one line, for people; text is JSON-quoted so control characters stay inert."""
-    out = m.role + (f" ({_word(m.name)})" if m.name else "") + ":"
+    out = m.role + (f" ({word(m.name)})" if m.name else "") + ":"
     if m.content or not m.tool_calls:
         out += f" {quote(m.content)}"
     if m.tool_calls:
         args = (c.arguments if c.arguments.isprintable() else quote(c.arguments) for c in m.tool_calls)
         out += " calls " + ", ".join(
-            f"{_word(c.name)}({a}) id {_word(c.id)}" for c, a in zip(m.tool_calls, args, strict=True)
+            f"{word(c.name)}({a}) id {word(c.id)}" for c, a in zip(m.tool_calls, args, strict=True)
         )
     if m.tool_call_id:
-        out += f" answering {_word(m.tool_call_id)}"
+        out += f" answering {word(m.tool_call_id)}"
     if m.metadata:
         out += " " + json.dumps(dict(m.metadata), ensure_ascii=False)
     return out

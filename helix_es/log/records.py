@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from helix_es.model.errors import UnknownSchema
@@ -12,6 +13,12 @@ from helix_es.model.events import (
     CheckpointsDeleted,
     EmbeddingRecorded,
     Event,
+    ExtractedFact,
+    FactAsserted,
+    FactRetracted,
+    FactsExtracted,
+    FactsMerged,
+    FactsUnmerged,
     ItemDeleted,
     ItemPut,
     ItemTouched,
@@ -20,12 +27,15 @@ from helix_es.model.events import (
     MessageRetracted,
     Payload,
     PendingWrite,
+    Position,
     Serialized,
     SessionErased,
+    SourceTurn,
     SummaryRecorded,
     WritesSaved,
 )
 from helix_es.model.message import Message
+from helix_es.model.times import utc
 
 NS = "helix.memory."  # the schemas' namespace: a branch's full name
 _NS = NS
@@ -37,6 +47,35 @@ def _serialized(body: Mapping[str, Any]) -> Serialized:
 
 def _typed(value: Serialized) -> dict[str, Any]:
     return {"type": value.type, "data": value.data}
+
+
+def _where(p: Position) -> dict[str, Any]:
+    return {"topic": p.topic, "partition": p.partition, "offset": p.offset}
+
+
+def _position(body: Mapping[str, Any]) -> Position:
+    return Position(body["topic"], body["partition"], body["offset"])
+
+
+def _when(at: datetime | None) -> datetime | None:
+    """A wire time as an aware UTC datetime (fastavro's already are; a hand-built record's may not be)."""
+    return None if at is None else utc(at)
+
+
+def _fact_record(f: ExtractedFact) -> dict[str, Any]:
+    return {"subject": f.subject, "predicate": f.predicate, "value": f.value, "valid_from": f.valid_from}
+
+
+def _fact(body: Mapping[str, Any]) -> ExtractedFact:
+    return ExtractedFact(body["subject"], body["predicate"], body["value"], _when(body.get("valid_from")))
+
+
+def _source_record(s: SourceTurn) -> dict[str, Any]:
+    return {"event_id": s.event_id, "position": _where(s.position), "said_at": s.said_at}
+
+
+def _source(body: Mapping[str, Any]) -> SourceTurn:
+    return SourceTurn(body["event_id"], _position(body["position"]), utc(body["said_at"]))
 
 
 # Each payload type's record body and back (the schema's branch is the type's name).
@@ -84,6 +123,31 @@ _BODIES: dict[type, Callable[[Any], dict[str, Any]]] = {
     },
     ItemDeleted: lambda p: {"namespace": list(p.namespace), "key": p.key},
     ItemTouched: lambda p: {"namespace": list(p.namespace), "key": p.key},
+    FactsExtracted: lambda p: {
+        "view": p.view,
+        "model": p.model,
+        "prompt_sha256": p.prompt_sha256,
+        "facts": [_fact_record(f) for f in p.facts],
+        "sources": [_source_record(s) for s in p.sources],
+        "prompt_tokens": p.prompt_tokens,
+        "completion_tokens": p.completion_tokens,
+    },
+    FactAsserted: lambda p: {
+        "subject": p.subject,
+        "predicate": p.predicate,
+        "value": p.value,
+        "valid_from": p.valid_from,
+        "reason": p.reason,
+    },
+    FactRetracted: lambda p: {
+        "fact_id": p.fact_id,
+        "subject": p.subject,
+        "predicate": p.predicate,
+        "value": p.value,
+        "reason": p.reason,
+    },
+    FactsMerged: lambda p: {"fact_ids": list(p.fact_ids)},
+    FactsUnmerged: lambda p: {"merged": _where(p.merged)},
 }
 
 _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
@@ -124,6 +188,23 @@ _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
     ),
     _NS + "ItemDeleted": lambda b: ItemDeleted(tuple(b["namespace"]), b["key"]),
     _NS + "ItemTouched": lambda b: ItemTouched(tuple(b["namespace"]), b["key"]),
+    _NS + "FactsExtracted": lambda b: FactsExtracted(
+        b["view"],
+        b["model"],
+        b["prompt_sha256"],
+        tuple(_fact(f) for f in b["facts"]),
+        tuple(_source(s) for s in b["sources"]),
+        b.get("prompt_tokens"),
+        b.get("completion_tokens"),
+    ),
+    _NS + "FactAsserted": lambda b: FactAsserted(
+        b["subject"], b["predicate"], b["value"], _when(b.get("valid_from")), b.get("reason")
+    ),
+    _NS + "FactRetracted": lambda b: FactRetracted(
+        b["fact_id"], b["subject"], b["predicate"], b["value"], b.get("reason")
+    ),
+    _NS + "FactsMerged": lambda b: FactsMerged(tuple(b["fact_ids"])),
+    _NS + "FactsUnmerged": lambda b: FactsUnmerged(_position(b["merged"])),
 }
 
 
