@@ -67,8 +67,11 @@ class Extracting:
     async def _run(self) -> None:
         assert self.worker is not None
         while True:
-            with contextlib.suppress(TimeoutError):  # idle: batches come due without a new turn
-                await asyncio.wait_for(self._wake.wait(), timeout=max(self.view.batching.idle, 0.05))
+            # Idle: batches come due without a new turn. asyncio.timeout, not wait_for: on 3.11 a
+            # cancel that meets a wake-up is lost in wait_for, and stop() would wait for ever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(self.view.batching.idle, 0.05)):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.worker.step(self.namespace)
