@@ -25,17 +25,29 @@ def _text(description: str) -> dict[str, Any]:
     return {**strings(empty=False), "maxLength": MAX_TEXT, "description": description}
 
 
+def _param(name: str, where: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required, "schema": schema, "description": description}
+
+
+TEXT = {**strings(empty=False), "maxLength": MAX_TEXT}
+
+
 def facts_paths() -> dict[str, Any]:
     read = operation(
         "the namespace's facts from its facts view: those holding at as_of as the memory knew them at known_as_of "
         "(both default to now); with history, every fact of the subject and predicate",
         [
             NS,
-            {"name": "subject", "in": "query", "schema": _text("only this subject (any case)")},
-            {"name": "predicate", "in": "query", "schema": _text("only this predicate (lives_in, likes, ...)")},
-            {"name": "as_of", "in": "query", "schema": TIME, "description": "valid time: what held then"},
-            {"name": "known_as_of", "in": "query", "schema": TIME, "description": "known time: as the memory knew"},
-            {"name": "history", "in": "query", "schema": {"type": "boolean", "default": False}},
+            _param("subject", "query", TEXT, "only this subject (any case)"),
+            _param("predicate", "query", TEXT, "only this predicate (lives_in, likes, ...)"),
+            _param("as_of", "query", TIME, "valid time, with an offset: what held in the world then (default now)"),
+            _param("known_as_of", "query", TIME, "known time, with an offset: as the memory knew it then"),
+            _param(
+                "history",
+                "query",
+                {"type": "boolean", "default": False},
+                "every fact of the subject and predicate, superseded and retracted ones too",
+            ),
             AFTER,
         ],
         ("200", response(ref("Facts"), "the facts, by subject and predicate, each in valid-time order")),
@@ -54,8 +66,8 @@ def facts_paths() -> dict[str, Any]:
         "take a fact back (FactRetracted): the model saying it again from earlier turns cannot revive it",
         [
             NS,
-            {"name": "fact_id", "in": "path", "required": True, "schema": _text("a fact's id, as GET lists it")},
-            {"name": "reason", "in": "query", "schema": _text("why, kept on the log (no personal data)")},
+            _param("fact_id", "path", TEXT, "a fact's id, as GET lists it", required=True),
+            _param("reason", "query", TEXT, "why, kept on the log (no personal data)"),
         ],
         ("200", positions_response()),
         description="An id no fact of the namespace has is a 422 naming `fact_id`.",
