@@ -93,22 +93,30 @@ class ExtractionWorker:
     backoff: float = BACKOFF
     stats: Stats = field(default_factory=Stats)
     _parked: set[str] = field(default_factory=set)  # event ids parked by this process: not asked again
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one round at a time: no turn asked about twice
 
     async def step(self, namespace: str, *, force: bool = False, now: datetime | None = None) -> int:
         """Extract every batch due in `namespace` (`force`: every pending turn); the turns covered."""
+        async with self._lock:
+            return await self._step(namespace, force, now)
+
+    async def _step(self, namespace: str, force: bool, now: datetime | None) -> int:
         rows = await self.facts.pending(namespace) or []
         mine = self.partitions()
         by_session: dict[str, list[Turn]] = {}
+        latest: dict[str, datetime] = {}  # when each session's newest pending turn was appended
         for row in rows:
             if row["event_id"] in self._parked or (mine is not None and row["partition"] not in mine):
                 continue
-            by_session.setdefault(row["session_id"], []).append(turn_of(row))
+            session = row["session_id"]
+            by_session.setdefault(session, []).append(turn_of(row))
+            latest[session] = max(latest.get(session, row["added_at"]), row["added_at"])
         now = now or datetime.now(UTC)
         size, idle = self.batching.turns, self.batching.idle
         batches: list[tuple[str, list[Turn]]] = []
         for session, turns in by_session.items():
             turns.sort(key=lambda t: t.position.offset)
-            quiet = (now - max(t.said_at for t in turns)).total_seconds() >= idle
+            quiet = (now - latest[session]).total_seconds() >= idle
             for start in range(0, len(turns), size):
                 chunk = turns[start : start + size]
                 if len(chunk) == size or force or quiet:

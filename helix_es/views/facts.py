@@ -166,6 +166,7 @@ def tables(table: str) -> tuple[Table, Table, Table]:
             ("session_id", "text"),
             ("event_id", "text"),
             ("said_at", "time"),
+            ("added_at", "time"),  # the event's time: how long a session has been quiet
             ("role", "text"),
             ("name", "text"),
             ("content", "text"),
@@ -309,6 +310,7 @@ class FactsFold:
             "session_id": event.session_id,
             "event_id": str(event.event_id),
             "said_at": message.occurred_at or event.timestamp,
+            "added_at": event.timestamp,
             "role": message.role,
             "name": message.name or "",
             "content": message.content,
