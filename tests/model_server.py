@@ -5,8 +5,9 @@
   (`helix_es.providers.extract.PROMPT`): then it answers facts per turn, as a model would. Each
   turn of the transcript gets the facts `facts_by_text[its text]` lists (a test's script: subject,
   predicate, value and, if it says one, valid_from), else what `RulesExtractor`'s patterns find.
-  The knobs `extract_delay`, `extract_failures`, `extract_status` and `extract_raw` make it slow,
-  fail, or answer something else; `usage` counts words.
+  The knobs `extract_delay`, `extract_failures`, `extract_status`, `extract_raw` (the content)
+  and `extract_body` (the whole answer) make it slow, fail, or answer something else; `usage`
+  counts words.
 - `POST /v1/embeddings` answers a deterministic vector per input.
 
 `model_server` is the pytest fixture; `serve_model()` runs the same server outside pytest (benches):
@@ -46,6 +47,7 @@ class ModelServer:
     extract_status: int | None = None  # answer every extraction with this HTTP status instead
     extract_failures: int = 0  # answer the next N extractions with HTTP 500, then normally
     extract_raw: str | None = None  # answer this as choices[0].message.content instead of facts
+    extract_body: bytes | None = None  # answer this whole HTTP body (status 200) instead
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, path: str) -> int:
@@ -119,8 +121,8 @@ def serve_model() -> Iterator[ModelServer]:
     server = ModelServer("")
 
     class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, answer: dict[str, Any]) -> None:
-            data = json.dumps(answer).encode()
+        def _send(self, status: int, answer: dict[str, Any] | bytes) -> None:
+            data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -137,6 +139,9 @@ def serve_model() -> Iterator[ModelServer]:
             if status is not None:
                 kind = "server_error" if status >= 500 else "invalid_request_error"
                 self._send(status, {"error": {"message": f"stand-in answers HTTP {status}", "type": kind}})
+                return
+            if server.extract_body is not None:
+                self._send(200, server.extract_body)
                 return
             user = str(body["messages"][-1]["content"])
             content = server.extract_raw if server.extract_raw is not None else answer_facts(server, user)
@@ -186,7 +191,7 @@ def serve_model() -> Iterator[ModelServer]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield server
