@@ -107,10 +107,10 @@ async def test_rules_read_user_turns_and_named_speakers_with_their_names_as_subj
     ]
     extractor = RulesExtractor()
     got = await extractor.extract("s-1", turns)
-    assert got.facts == (
-        ExtractedFact("user", "lives_in", "Oslo"),
-        ExtractedFact("Melanie", "lives_in", "Bergen"),
-        ExtractedFact("Grandpa Joe", "job_title", "retired teacher"),
+    assert got.facts == (  # with no date of their own, since their turn
+        ExtractedFact("user", "lives_in", "Oslo", turns[0].said_at),
+        ExtractedFact("Melanie", "lives_in", "Bergen", turns[1].said_at),
+        ExtractedFact("Grandpa Joe", "job_title", "retired teacher", turns[3].said_at),
     )
     assert (got.model, got.prompt_sha256, got.prompt_tokens, got.completion_tokens) == (
         "rules/v1",

@@ -1,0 +1,189 @@
+"""Facts end to end on the embedded log: a rules or stand-in model extractor in the background,
+`mem.facts` bi-temporal answers, corrections as events, a reopen that calls no model, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helix_es import InvalidInput, Message, open_memory
+from helix_es.model.errors import ConfigError
+from tests.conftest import unique
+from tests.model_server import ModelServer
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def facts_config(tmp_path: Path, namespace: str, store: str = "memory", **view: Any) -> dict[str, Any]:
+    memory = {
+        "type": "facts",
+        "store": store,
+        "namespace": namespace,
+        "extract": {"provider": "rules"},
+        "batch": {"turns": 100, "idle": 60},  # tests drain the worker themselves (`extracted`)
+        **view,
+    }
+    return {"log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False}, "memory": memory}
+
+
+async def extracted(mem: Any) -> int:
+    """Run the background extraction to the end now (the backend's workers of this namespace)."""
+    covered: int = await mem.backend.extract(mem.namespace)
+    return covered
+
+
+def said(text: str, days: int, name: str = "ana") -> Message:
+    return Message(role="user", content=text, name=name, occurred_at=T0 + timedelta(days=days))
+
+
+@pytest.mark.parametrize("store", ["memory", "redis", "postgres"])
+async def test_the_rules_extractor_learns_and_a_move_supersedes(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    extra: dict[str, Any] = {}
+    if store == "redis":
+        extra["redis_url"] = request.getfixturevalue("redis_url")
+    if store == "postgres":
+        extra["dsn"] = request.getfixturevalue("postgres_dsn")
+    ns = unique("facts")
+    cfg = facts_config(tmp_path, ns, store, **extra)
+    async with open_memory(cfg, session_id="s1") as mem:
+        await mem.add(said("My name is Ana and I live in Lisbon.", 0))
+        await mem.add(said("I like jazz.", 1))
+        await mem.add(Message(role="assistant", content="Noted!"))
+        assert await extracted(mem) == 3
+        now = await mem.facts(subject="ana")  # type: ignore[attr-defined]
+        expected = [("likes", "jazz"), ("lives_in", "Lisbon"), ("name", "Ana")]
+        assert sorted((f.predicate, f.value) for f in now) == expected
+    async with open_memory(cfg, session_id="s2") as mem:
+        await mem.add(said("I moved to Porto.", 200))
+        await extracted(mem)
+        (where,) = await mem.facts(subject="ana", predicate="lives_in")  # type: ignore[attr-defined]
+        assert where.value == "Porto" and where.valid_from == T0 + timedelta(days=200)
+        history = await mem.facts(subject="ana", predicate="lives_in", history=True)  # type: ignore[attr-defined]
+        assert [(f.value, f.valid_to) for f in history] == [("Lisbon", T0 + timedelta(days=200)), ("Porto", None)]
+        old = await mem.facts(subject="ana", predicate="lives_in", as_of=T0 + timedelta(days=100))  # type: ignore[attr-defined]
+        assert [f.value for f in old] == ["Lisbon"]
+        assert old[0].source and old[0].model == "rules/v1"
+        # the facts view's get: one system message an agent can put in its prompt
+        (known,) = await mem.get()
+        assert known.role == "system" and "lives in Porto" in known.content
+
+
+async def test_corrections_are_events_and_outrank_the_model(tmp_path: Path) -> None:
+    cfg = facts_config(tmp_path, unique("facts"))
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        await mem.add(said("I work at Acme.", 0))
+        await extracted(mem)
+        (acme,) = await m.facts(predicate="works_at")
+        await m.retract_fact(acme.id, reason="misheard")
+        assert await m.facts(predicate="works_at") == []
+        fixed = await m.assert_fact("ana", "works_at", "Globex", valid_from=T0)
+        assert fixed.offset > 0
+        (globex,) = await m.facts(predicate="works_at")
+        assert (globex.value, globex.model, globex.source) == ("Globex", None, [fixed])
+        await mem.add(said("I speak Dutch.", 1))
+        await mem.add(said("I speak Frisian.", 2))
+        await extracted(mem)
+        a, b = await m.facts(predicate="speaks")
+        merged = await m.merge_facts([a.id, b.id])
+        assert [f.id for f in await m.facts(predicate="speaks")] == [a.id]
+        await m.unmerge_facts(merged)
+        assert len(await m.facts(predicate="speaks")) == 2
+        assert acme.id not in {f.id for f in await m.facts()}
+        (gone,) = [f for f in await m.facts(history=True) if f.id == acme.id]
+        assert gone.known_to is not None
+
+
+async def test_extraction_runs_in_the_background(tmp_path: Path) -> None:
+    cfg = facts_config(tmp_path, unique("facts"), batch={"turns": 2, "idle": 0.05})
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(said("I live in Lisbon.", 0))
+        for _ in range(200):  # the worker asks once the session is quiet for 50 ms; add never waited for it
+            if await mem.facts():  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.02)
+        assert [f.value for f in await mem.facts()] == ["Lisbon"]  # type: ignore[attr-defined]
+
+
+async def test_a_reopen_folds_the_recorded_facts_and_asks_no_model(tmp_path: Path, model_server: ModelServer) -> None:
+    ns = unique("facts")
+    model = {"provider": "openai", "base_url": model_server.base_url, "model": "stand-in"}
+    cfg = facts_config(tmp_path, ns, extract=model)
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(said("I live in Lisbon.", 0))
+        await mem.add(said("I like tea.", 1))
+        await extracted(mem)
+        first = await mem.facts()  # type: ignore[attr-defined]
+    calls = model_server.count("/chat/completions")
+    assert calls == 1 and len(first) == 2
+    async with open_memory(cfg, session_id="s") as mem:
+        await extracted(mem)
+        assert await mem.facts() == first  # type: ignore[attr-defined]
+    assert model_server.count("/chat/completions") == calls
+
+
+async def test_a_failing_model_parks_the_turns_as_a_dead_letter(tmp_path: Path, model_server: ModelServer) -> None:
+    model_server.extract_status = 400  # type: ignore[attr-defined]
+    model = {"provider": "openai", "base_url": model_server.base_url, "model": "stand-in"}
+    cfg = facts_config(tmp_path, unique("facts"), extract=model)
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(said("I live in Lisbon.", 0))
+        assert await extracted(mem) == 0
+        assert await mem.facts() == []  # type: ignore[attr-defined]
+        assert await mem.get() == []
+    (line,) = (tmp_path / "log" / "dead-letters.jsonl").read_text().splitlines()
+    parked = json.loads(line)
+    assert parked["kind"] == "extraction" and parked["status"] == 400 and len(parked["turns"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        ({"as_of": datetime(2025, 1, 1)}, "as_of"),
+        ({"known_as_of": "yesterday"}, "known_as_of"),
+        ({"subject": ""}, "subject"),
+        ({"history": "yes"}, "history"),
+    ],
+)
+async def test_bad_questions_name_the_argument(tmp_path: Path, call: dict[str, Any], field: str) -> None:
+    async with open_memory(facts_config(tmp_path, unique("facts")), session_id="s") as mem:
+        with pytest.raises(InvalidInput) as caught:
+            await mem.facts(**call)  # type: ignore[attr-defined]
+        assert caught.value.field == field
+
+
+async def test_bad_corrections_write_nothing(tmp_path: Path) -> None:
+    async with open_memory(facts_config(tmp_path, unique("facts")), session_id="s") as mem:
+        m: Any = mem
+        with pytest.raises(InvalidInput, match="value"):
+            await m.assert_fact("ana", "lives_in", "  ")
+        with pytest.raises(InvalidInput, match="fact_id"):
+            await m.retract_fact("no-such-fact")
+        with pytest.raises(InvalidInput, match="fact_ids"):
+            await m.merge_facts(["one"])
+        with pytest.raises(InvalidInput, match="position"):
+            await m.unmerge_facts("0")
+        assert await m.facts(history=True) == []
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    from helix_es.config import load_config
+
+    base = facts_config(tmp_path, "ns")
+    for patch, key in [
+        ({"batch": {"turns": 0}}, "memory.batch.turns"),
+        ({"batch": {"idle": -1}}, "memory.batch.idle"),
+        ({"multi_valued": "likes"}, "memory.multi_valued"),
+        ({"table": "select"}, "memory.table"),
+        ({"extract": {"provider": "oracle"}}, "memory.extract"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            load_config({**base, "memory": {**base["memory"], **patch}})
+        assert caught.value.field.startswith(key), (patch, caught.value.field)
