@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -90,8 +90,9 @@ def transcript_turns(user: str) -> list[Turn]:
     return turns
 
 
-def _fact(fact: dict[str, Any]) -> dict[str, Any]:
-    valid_from = fact.get("valid_from")
+def _fact(fact: dict[str, Any], turn: Turn) -> dict[str, Any]:
+    # No date of its own: the turn's, as listed (what the prompt asks a model to answer then).
+    valid_from = fact.get("valid_from") or turn.said_at
     valid_from = valid_from.isoformat() if isinstance(valid_from, datetime) else valid_from
     return {k: fact[k] for k in ("subject", "predicate", "value")} | {"valid_from": valid_from}
 
@@ -101,12 +102,14 @@ def answer_facts(server: ModelServer, user: str) -> str:
     facts: list[dict[str, Any]] = []
     for turn in transcript_turns(user):
         if turn.content in server.facts_by_text:
-            facts += [_fact(f) for f in server.facts_by_text[turn.content]]
+            facts += [_fact(f, turn) for f in server.facts_by_text[turn.content]]
         elif speaks_for_itself(turn):
             for f in rule_facts(turn.content, turn.name or "user"):
-                valid_from = f.valid_from.astimezone(UTC).date().isoformat() if f.valid_from else None
                 facts.append(
-                    {"subject": f.subject, "predicate": f.predicate, "value": f.value, "valid_from": valid_from}
+                    _fact(
+                        {"subject": f.subject, "predicate": f.predicate, "value": f.value, "valid_from": f.valid_from},
+                        turn,
+                    )
                 )
     return json.dumps({"facts": facts})
 

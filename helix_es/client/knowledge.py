@@ -50,10 +50,11 @@ class Knowledge:
         return found
 
     async def assert_fact(
-        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None
+        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None, *, reason: str | None = None
     ) -> Position:
         """A person states a fact (`FactAsserted`): it outranks what the model drew from earlier turns."""
         self._knower()
+        check_text(reason, "reason", optional=True, error=InvalidInput)
         if valid_from is not None and (not isinstance(valid_from, datetime) or valid_from.utcoffset() is None):
             raise InvalidInput("valid_from", f"must be a timezone-aware datetime, got {valid_from!r}")
         event = FactAsserted(
@@ -61,6 +62,7 @@ class Knowledge:
             check_fact_text(predicate, "predicate").casefold().replace(" ", "_"),
             check_fact_text(value, "value"),
             valid_from,
+            reason,
         )
         return await self._write(event)
 
