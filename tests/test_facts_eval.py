@@ -115,6 +115,4 @@ async def test_every_fact_and_every_as_of_answer_is_exact(
     assert got["history"] == history
     assert got["as_of"] == [sorted(q["values"]) for q in expect["as_of"]]
     # one model call per batch of a session's turns, never one per add
-    assert model_server.extractions() <= len({t["session_id"] for t in dialogue["turns"]}) + len(
-        dialogue["corrections"]
-    )
+    assert model_server.extractions <= len({t["session_id"] for t in dialogue["turns"]}) + len(dialogue["corrections"])

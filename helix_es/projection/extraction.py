@@ -93,7 +93,10 @@ class ExtractionWorker:
     backoff: float = BACKOFF
     stats: Stats = field(default_factory=Stats)
     _parked: set[str] = field(default_factory=set)  # event ids parked by this process: not asked again
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one round at a time: no turn asked about twice
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _added: dict[str, datetime] = field(
+        default_factory=dict
+    )  # a pending turn's log time, by event id  # one round at a time: no turn asked about twice
 
     async def step(self, namespace: str, *, force: bool = False, now: datetime | None = None) -> int:
         """Extract every batch due in `namespace` (`force`: every pending turn); the turns covered."""
@@ -109,6 +112,7 @@ class ExtractionWorker:
             if row["event_id"] in self._parked or (mine is not None and row["partition"] not in mine):
                 continue
             session = row["session_id"]
+            self._added[row["event_id"]] = row["added_at"]
             by_session.setdefault(session, []).append(turn_of(row))
             latest[session] = max(latest.get(session, row["added_at"]), row["added_at"])
         now = now or datetime.now(UTC)
@@ -156,7 +160,7 @@ class ExtractionWorker:
         else:  # pragma: no cover - the loop returns or breaks
             raise AssertionError(error)
         self.stats.calls += 1
-        sources = tuple(SourceTurn(t.event_id, t.position, t.said_at) for t in turns)
+        sources = tuple(SourceTurn(t.event_id, t.position, t.said_at, self._added.pop(t.event_id, None)) for t in turns)
         payload = FactsExtracted(
             self.view,
             extraction.model,

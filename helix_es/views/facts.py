@@ -124,7 +124,7 @@ def tables(table: str) -> tuple[Table, Table, Table]:
             ("predicate", "text"),
             ("value", "text"),
             ("valid_from", "time"),
-            ("said_at", "time"),
+            ("stated_at", "time"),
             ("known_at", "time"),
             ("model", "text"),  # '' for a person's assertion
             ("session_id", "text"),
@@ -195,7 +195,7 @@ def stated_of(row: Row) -> Stated:
         predicate=row["predicate"],
         value=row["value"],
         valid_from=row["valid_from"],
-        said_at=row["said_at"],
+        stated_at=row["stated_at"],
         known_at=row["known_at"],
         order=(row["topic"], row["partition"], row["offset"], row["ordinal"]),
         source=source,
@@ -324,6 +324,7 @@ class FactsFold:
         event = record.event
         ids = [s.event_id for s in extracted.sources]
         said = max((s.said_at for s in extracted.sources), default=event.timestamp)
+        logged = max((s.added_at or s.said_at for s in extracted.sources), default=event.timestamp)
         newest = max((s.position.offset for s in extracted.sources), default=-1)
         source = json.dumps([[s.position.topic, s.position.partition, s.position.offset] for s in extracted.sources])
         for i, fact in enumerate(extracted.facts):
@@ -331,7 +332,7 @@ class FactsFold:
             row.update(
                 fact_id=fact_id(extracted.view, ids, i),
                 valid_from=fact.valid_from or said,
-                said_at=said,
+                stated_at=logged,
                 model=extracted.model or "?",
                 ordinal=i,
                 source=source,
@@ -382,7 +383,7 @@ def _asserted_row(record: Record, asserted: FactAsserted) -> dict[str, Any]:
     row.update(
         fact_id=asserted_id(str(event.event_id)),
         valid_from=asserted.valid_from or event.timestamp,
-        said_at=event.timestamp,
+        stated_at=event.timestamp,
         model="",
         ordinal=0,
         source=json.dumps([[p.topic, p.partition, p.offset]]),
