@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -97,20 +97,22 @@ def test_each_rule_finds_its_fact_and_date(text: str, expected: list[tuple[str, 
 
 
 async def test_rules_read_user_turns_and_named_speakers_with_their_names_as_subjects() -> None:
-    turns = [
-        turn("I live in Oslo.", n=0),
-        turn("I live in Bergen.", "Melanie", n=1),
-        turn("I live in the cloud and I'm a helpful assistant.", role="assistant", n=2),
-        turn("I'm a retired teacher.", "Grandpa Joe", role="assistant", n=3),  # a named speaker
-        turn("I live in Narnia.", role="system", n=4),
-        turn("I live in Narnia.", "search", role="tool", n=5),
+    texts = [
+        ("I live in Oslo.", None, "user"),
+        ("I live in Bergen. I moved to Kyoto in 2021.", "Melanie", "user"),
+        ("I live in the cloud and I'm a helpful assistant.", None, "assistant"),
+        ("I'm a retired teacher.", "Grandpa Joe", "assistant"),  # a named speaker
+        ("I live in Narnia.", None, "system"),
+        ("I live in Narnia.", "search", "tool"),
     ]
+    turns = [turn(text, name, role, n, SAID + timedelta(minutes=n)) for n, (text, name, role) in enumerate(texts)]
     extractor = RulesExtractor()
     got = await extractor.extract("s-1", turns)
-    assert got.facts == (  # with no date of their own, since their turn
-        ExtractedFact("user", "lives_in", "Oslo", turns[0].said_at),
-        ExtractedFact("Melanie", "lives_in", "Bergen", turns[1].said_at),
-        ExtractedFact("Grandpa Joe", "job_title", "retired teacher", turns[3].said_at),
+    assert got.facts == (  # a fact with no date of its own holds since its turn
+        ExtractedFact("user", "lives_in", "Oslo", SAID),
+        ExtractedFact("Melanie", "lives_in", "Bergen", SAID + timedelta(minutes=1)),
+        ExtractedFact("Melanie", "lives_in", "Kyoto", day("2021-01-01")),
+        ExtractedFact("Grandpa Joe", "job_title", "retired teacher", SAID + timedelta(minutes=3)),
     )
     assert (got.model, got.prompt_sha256, got.prompt_tokens, got.completion_tokens) == (
         "rules/v1",
