@@ -235,15 +235,15 @@ async def test_a_good_answer_is_the_scripted_facts_then_the_rules_in_turn_order(
     ]
     model_server.facts_by_text[turns[0].content] = [
         {"subject": "Caroline", "predicate": "lives_in", "value": "Lisbon", "valid_from": "2024-03-01"},
-        {"subject": "Caroline", "predicate": "Job Title", "value": "nurse"},  # no valid_from: null
+        {"subject": "Caroline", "predicate": "Job Title", "value": "nurse"},  # no valid_from: the turn's time
     ]
     extractor = OpenAIExtractor(model_server.base_url, "gpt-4o-mini", temperature=0)
     got = await extractor.extract("s-1", turns)
     assert got.facts == (
         ExtractedFact("Caroline", "lives_in", "Lisbon", day("2024-03-01")),
-        ExtractedFact("Caroline", "job_title", "nurse"),
-        ExtractedFact("Caroline", "works_at", "Acme"),
-        ExtractedFact("Caroline", "speaks", "Portuguese"),
+        ExtractedFact("Caroline", "job_title", "nurse", said),  # the stand-in answers the turn's time, as asked
+        ExtractedFact("Caroline", "works_at", "Acme", said),
+        ExtractedFact("Caroline", "speaks", "Portuguese", said),
     )
     path, body, headers = model_server.calls[-1]
     assert path == "/v1/chat/completions" and "Authorization" not in headers  # no api_key_env: no key
@@ -286,8 +286,9 @@ async def test_nothing_to_extract_asks_nothing(model_server: ModelServer) -> Non
 
 async def test_server_errors_are_retried_then_answered(model_server: ModelServer) -> None:
     model_server.extract_failures = 2
-    got = await OpenAIExtractor(model_server.base_url, "stand-in", backoff=0.01).extract("s-1", [turn("I like tea")])
-    assert got.facts == (ExtractedFact("user", "likes", "tea"),)
+    asked = turn("I like tea")
+    got = await OpenAIExtractor(model_server.base_url, "stand-in", backoff=0.01).extract("s-1", [asked])
+    assert got.facts == (ExtractedFact("user", "likes", "tea", asked.said_at),)
     assert model_server.extractions == 3
 
 
