@@ -73,6 +73,13 @@ async def test_the_rules_extractor_learns_and_a_move_supersedes(
         # the facts view's get: one system message an agent can put in its prompt
         (known,) = await mem.get()
         assert known.role == "system" and "lives in Porto" in known.content
+    if store == "redis":  # the contract's key space: helix:facts:<namespace>:...
+        import redis.asyncio as aioredis
+
+        client = aioredis.from_url(extra["redis_url"])
+        keys = [k.decode() async for k in client.scan_iter(match=f"helix:*{{{ns}}}*")]
+        await client.aclose()
+        assert keys and all(k.startswith(f"helix:facts:{{{ns}}}:facts:") for k in keys), keys
 
 
 async def test_corrections_are_events_and_outrank_the_model(tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def open_facts(memory: MemoryConfig) -> FactsRows:
         stores = " or ".join(registry.offering("rows"))
         raise ConfigError("memory.store", f"facts live in {stores}, not {view.store!r}")
     where = _located(memory, kind, f"a {kind.name} facts view")
-    store = kind.rows(where, view.name, facts_tables(view.table))
+    store = kind.rows(where, view.name, facts_tables(view.table), family="facts")
     return FactsRows(store, view.table, source=view.name, multi_valued=view.multi_valued)
 
 
