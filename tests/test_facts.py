@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from helix_es import InvalidInput, Message, open_memory
+from helix_es.config import load_config
+from helix_es.model import names
 from helix_es.model.errors import ConfigError
-from tests.conftest import unique
+from tests.conftest import start_projector, stop, unique
 from tests.model_server import ModelServer
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
@@ -181,8 +183,6 @@ async def test_bad_corrections_write_nothing(tmp_path: Path) -> None:
 
 
 def test_config_errors_name_the_key(tmp_path: Path) -> None:
-    from helix_es.config import load_config
-
     base = facts_config(tmp_path, "ns")
     for patch, key in [
         ({"batch": {"turns": 0}}, "memory.batch.turns"),
@@ -194,3 +194,67 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as caught:
             load_config({**base, "memory": {**base["memory"], **patch}})
         assert caught.value.field.startswith(key), (patch, caught.value.field)
+
+
+async def _poll(read: Any, until: Any, seconds: float = 60) -> Any:
+    for _ in range(int(seconds / 0.2)):
+        got = await read()
+        if until(got):
+            return got
+        await asyncio.sleep(0.2)
+    return await read()
+
+
+async def test_on_kafka_helix_es_project_extracts_into_postgres_and_parks_failures(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
+) -> None:
+    prefix = f"helix.fx-{unique('p')}."
+    ns = unique("fx")
+    memory = {
+        "type": "facts",
+        "store": "postgres",
+        "dsn": postgres_dsn,
+        "namespace": ns,
+        "read_timeout": 60,
+        "extract": {"provider": "openai", "base_url": model_server.base_url, "model": "stand-in"},
+        "batch": {"turns": 2, "idle": 0.2},
+    }
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2},
+        "memory": memory,
+    }
+    model_server.facts_by_text["my name is nobody"] = [{"subject": "user", "predicate": "", "value": "x"}]  # bad
+    projector = start_projector(cfg, tmp_path)
+    try:
+        async with open_memory(cfg, session_id="ana") as mem:
+            m: Any = mem
+            await mem.add(said("I live in Lisbon.", 0))
+            await mem.add(said("I moved to Porto.", 10))
+            found = await _poll(lambda: m.facts(subject="ana"), lambda f: [x.value for x in f] == ["Porto"])
+            assert [(f.value, f.model) for f in found] == [("Porto", "openai/stand-in")]
+            history = await m.facts(subject="ana", predicate="lives_in", history=True)
+            assert [f.value for f in history] == ["Lisbon", "Porto"]
+            assert await m.extract_now() == 0  # on Kafka the projector's worker extracts, not the client
+        async with open_memory(cfg, session_id="bob") as mem:
+            await mem.add(Message(role="user", content="my name is nobody"))
+            dlq = names.dlq_topic(ns, load_config(cfg).log.topic_prefix)
+            parked = await _poll(lambda: _dead_letters(kafka_bootstrap, dlq), bool)
+            (note,) = [json.loads(v) for v in parked]
+            assert (
+                note["kind"] == "extraction" and "facts[0].predicate" in note["reason"] and note["session_id"] == "bob"
+            )
+        assert model_server.extractions >= 2
+    finally:
+        stop(projector)
+
+
+async def _dead_letters(bootstrap: str, topic: str) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    try:
+        batch = await consumer.getmany(timeout_ms=1000)
+        return [r.value for records in batch.values() for r in records if r.value is not None]
+    finally:
+        await consumer.stop()
