@@ -262,3 +262,25 @@ async def _dead_letters(bootstrap: str, topic: str) -> list[bytes]:
         return [r.value for records in batch.values() for r in records if r.value is not None]
     finally:
         await consumer.stop()
+
+
+async def test_recall_ranks_facts_for_a_question(tmp_path: Path) -> None:
+    async with open_memory(facts_config(tmp_path, unique("facts")), session_id="s") as mem:
+        m: Any = mem
+        for text, day in [
+            ("I live in Lisbon.", 0),
+            ("I work at Acme.", 1),
+            ("I moved to Porto.", 9),
+            ("I like jazz.", 2),
+        ]:
+            await mem.add(said(text, day))
+        await m.extract_now()
+        hits = await m.recall("where does ana live?", limit=2, explain=True)
+        assert [h.message.content for h in hits] == ["ana lives in Porto", "ana lives in Lisbon"]  # now first
+        assert hits[0].occurred_at == T0 + timedelta(days=9) and hits[0].explain["fact"]["value"] == "Porto"
+        assert hits[0].session_id == "s" and hits[0].score > hits[1].score
+        assert [h.message.content for h in await m.recall("jazz")] == ["ana likes jazz"]
+        with pytest.raises(InvalidInput, match="mode"):
+            await m.recall("jazz", mode="vector")
+        with pytest.raises(InvalidInput, match="where"):
+            await m.recall("jazz", where={"k": "v"})
