@@ -16,6 +16,7 @@ from helix_es.config import load_config
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from projectors.lag import lag
+from projectors.rebuild import rebuild
 from tests.conftest import start_projector, stop, unique
 from tests.model_server import ModelServer
 
@@ -284,3 +285,47 @@ async def test_recall_ranks_facts_for_a_question(tmp_path: Path) -> None:
             await m.recall("jazz", mode="vector")
         with pytest.raises(InvalidInput, match="where"):
             await m.recall("jazz", where={"k": "v"})
+
+
+async def test_a_new_model_is_a_replay_rebuild_re_extract_with_a_dry_run_first(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
+) -> None:
+    prefix = f"helix.fr-{unique('p')}."
+    ns = unique("fr")
+
+    def cfg(model: str) -> dict[str, Any]:
+        memory = {
+            "type": "facts",
+            "store": "postgres",
+            "dsn": postgres_dsn,
+            "namespace": ns,
+            "read_timeout": 60,
+            "table": "facts_replay",
+            "extract": {"provider": "openai", "base_url": model_server.base_url, "model": model},
+            "batch": {"turns": 2, "idle": 0.2},
+        }
+        log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2}
+        return {"log": log, "memory": memory}
+
+    old, new = cfg("model-a"), cfg("model-b")
+    projector = start_projector(old, tmp_path)
+    try:
+        async with open_memory(old, session_id="ana") as mem:
+            m: Any = mem
+            for text, day in [("I live in Lisbon.", 0), ("I like tea.", 1), ("I moved to Porto.", 9)]:
+                await mem.add(said(text, day))
+            await _poll(lambda: m.facts(subject="ana"), lambda f: len(f) == 2)
+    finally:
+        stop(projector)
+    calls = model_server.extractions
+    plain = await rebuild(old, view="facts-facts_replay", handover=0)  # the recorded facts: no model
+    assert model_server.extractions == calls and plain.extracted is None
+    dry = await rebuild(new, view="facts-facts_replay", re_extract=True, dry_run=True, handover=0)
+    assert model_server.extractions == calls and dry.extracted is not None and not dry.switched
+    assert (dry.extracted["turns"], dry.extracted["calls"]) == (3, 2) and dry.extracted["prompt_tokens"] > 0
+    done = await rebuild(new, view="facts-facts_replay", re_extract=True, handover=0)
+    assert done.switched and done.extracted is not None and done.extracted["calls"] == 2
+    assert model_server.extractions == calls + 2
+    async with open_memory(new, session_id="ana") as mem:
+        now = await mem.facts(subject="ana")  # type: ignore[attr-defined]
+        assert sorted((f.value, f.model) for f in now) == [("Porto", "openai/model-b"), ("tea", "openai/model-b")]

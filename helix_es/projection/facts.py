@@ -35,9 +35,15 @@ class FactsRows(RowProjection[Record, Wants]):
     """A facts view kept by a row store."""
 
     def __init__(
-        self, store: RowStore, table: str, *, source: str = "facts", multi_valued: Collection[str] | None = None
+        self,
+        store: RowStore,
+        table: str,
+        *,
+        source: str = "facts",
+        model: str | None = None,
+        multi_valued: Collection[str] | None = None,
     ) -> None:
-        fold = FactsFold(table, source)
+        fold = FactsFold(table, source, model)
         super().__init__(store, fold)
         self.facts_fold = fold
         self.multi_valued = tuple(multi_valued) if multi_valued is not None else MULTI_VALUED

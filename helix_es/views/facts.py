@@ -43,7 +43,7 @@ from helix_es.model.options import whole_number
 from helix_es.model.positions import Position
 from helix_es.providers.extract import Extractor, parse_extract
 from helix_es.views.base import IndexView
-from helix_es.views.long_term import MAX_TABLE, check_table
+from helix_es.views.long_term import MAX_TABLE, check_table, target_table
 from helix_es.views.rows import Delete, Put, Row, RowChange, Scan, Table
 
 DEFAULT_TABLE = "helix_facts"
@@ -75,9 +75,13 @@ class Facts(IndexView):
     batching: Batching = field(default_factory=Batching)
     dsn: str | None = field(default=None, repr=False)
     redis_url: str | None = field(default=None, repr=False)
+    # A rebuild target kept in another table keeps its view's name: its events and consumer group are the view's.
+    source: str | None = None
 
     @property
     def name(self) -> str:
+        if self.source is not None:
+            return self.source
         return self.kind if self.table == DEFAULT_TABLE else f"{self.kind}-{self.table}"
 
 
@@ -178,6 +182,16 @@ def tables(table: str) -> tuple[Table, Table, Table]:
     return stated, corrections, pending
 
 
+def facts_target_table(table: str, view: str, target: str) -> str:
+    """The table of a rebuild target of a facts view whose rows carry no view column (PostgreSQL): the
+    view's own table for its own name, else `<table>_<tag>`, short enough for its suffixes."""
+    name = target_table(table, view, target)
+    room = MAX_TABLE - max(map(len, _SUFFIXES))
+    if len(name) > room:  # PostgreSQL would truncate it silently: keep it unique instead
+        name = f"{name[: room - 9]}_{hashlib.sha256(target.encode()).hexdigest()[:8]}"
+    return name
+
+
 def fact_id(view: str, sources: Sequence[str], index: int) -> str:
     """A fact's id: the same extraction recorded twice (a worker retried) states the same ids."""
     text = "\n".join((view, *sorted(sources), str(index)))
@@ -236,9 +250,12 @@ class FactsFold:
 
     mark = "cleared"  # unused: the facts tables have no floor
 
-    def __init__(self, table: str, source: str) -> None:
+    def __init__(self, table: str, source: str, model: str | None = None) -> None:
         self.stated, self.corrections, self.pending = tables(table)
         self.source = source  # the view whose FactsExtracted this fold keeps (a rebuild target keeps its view's)
+        # The extractor's model whose FactsExtracted it keeps (None: any): a view configured with another
+        # model folds none of the old one's, so its turns are pending and its worker asks the new model.
+        self.model = model
 
     @property
     def tables(self) -> tuple[Table, Table, Table]:
@@ -284,7 +301,7 @@ class FactsFold:
             if isinstance(payload, MessageAdded):
                 self._turn(record, payload, held, changes)
             elif isinstance(payload, FactsExtracted):
-                if payload.view == self.source:
+                if payload.view == self.source and (self.model is None or payload.model == self.model):
                     self._extracted(record, payload, held, changes)
             elif isinstance(payload, FactAsserted):
                 changes.append(Put(self.stated.name, _asserted_row(record, payload)))
