@@ -9,7 +9,6 @@ still fails after the retries it parks on `helix.dlq.<namespace>` as a JSON note
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Collection
@@ -83,8 +82,11 @@ class Extraction:
                 if worker is not None:
                     for namespace, partitions in self._assigned().items():
                         await self._round(worker, namespace, partitions)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=pause)
+                waiter = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=pause)
+                finally:
+                    waiter.cancel()
         finally:
             await self.log.close()
             await self.dead.close()

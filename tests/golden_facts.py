@@ -51,6 +51,7 @@ FACTS: dict[str, Event] = {
                     "00000000-0000-4000-8000-000000000001",
                     Position(TOPIC, 0, 41),
                     datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+                    datetime(2024, 1, 2, 3, 4, 5, 7, tzinfo=UTC),  # logged a microsecond after
                 ),
                 SourceTurn(  # a dated message: said long before its event, far into a partition (a long offset)
                     "cccccccc-dddd-4eee-8fff-000000000001",

@@ -81,11 +81,13 @@ def test_their_json_is_every_field_nested_records_too() -> None:
                 "event_id": "00000000-0000-4000-8000-000000000001",
                 "position": {"topic": "helix.memory.tenant-a.prod", "partition": 0, "offset": 41},
                 "said_at": "2024-01-02T03:04:05.000006+00:00",
+                "added_at": "2024-01-02T03:04:05.000007+00:00",
             },
             {
                 "event_id": "cccccccc-dddd-4eee-8fff-000000000001",
                 "position": {"topic": "helix.memory.tenant-a.prod", "partition": 3, "offset": 5_000_000_000},
                 "said_at": "2019-03-04T05:06:07.890123+00:00",
+                "added_at": None,
             },
         ],
         "prompt_tokens": 812,

@@ -49,6 +49,11 @@ def test_demo_json_and_history_agree(tmp_path: Path) -> None:
     # so the window of 4 holds 3 and no tool result leads it.
     assert [m["role"] for m in last_alice["get"]] == ["system", "assistant", "user", "assistant"]
     assert all(t["get"][1:2] == [] or t["get"][1]["role"] != "tool" for t in turns)
+    # It ends with what the facts view learned (the rules extractor) and one supersession.
+    facts = {(x["predicate"], x["value"]) for x in lines if x["kind"] == "fact"}
+    assert {("lives_in", "Porto"), ("job_title", "nurse"), ("likes", "hiking")} <= facts
+    (moved,) = [x for x in lines if x["kind"] == "supersession"]
+    assert [(f["value"], f["valid_to"] is None) for f in moved["history"]] == [("Lisbon", False), ("Porto", True)]
 
     cfg = tmp_path / "helix.yaml"
     cfg.write_text(f"log: {{path: {tmp_path}}}\nmemory: {{type: conversation, namespace: demo}}\n")

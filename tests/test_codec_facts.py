@@ -22,6 +22,7 @@ from helix_es.model.events import (
     SourceTurn,
 )
 
+V9 = next(v for v in load_schemas() if v.version == 9)
 AT = datetime(2026, 12, 7, 9, 30, 0, 123456, tzinfo=UTC)
 WHERE = Position("helix.memory.team.a-1", 7, (1 << 62) + 5)  # offsets are longs
 TURNS = (
@@ -57,7 +58,7 @@ def test_knowledge_events_round_trip_written_with_v9(payload: Payload) -> None:
     codec = Codec()
     event = Event("team.a-1", "session/42", payload, timestamp=AT, idempotency_key="k-1")
     data = codec.encode(event)
-    assert data[2:10] == load_schemas()[8].fingerprint  # the oldest version with the type: v9
+    assert data[2:10] == V9.fingerprint  # the oldest version with the type
     assert codec.decode(data) == event
     assert codec.decode_record(data)["payload"][0] == "helix.memory." + type(payload).__name__  # checked path
     assert AuditCodec().decode(data) == event

@@ -61,12 +61,12 @@ async def test_a_composite_reads_and_corrects_facts_through_its_facts_part(tmp_p
     cfg = {"log": {"path": str(tmp_path)}, "memory": {"type": "composite", "namespace": ns, "backends": backends}}
     async with open_memory(cfg, session_id="s") as mem:
         await mem.add(Message("user", "I live in Lisbon", name="ana"))
-        assert await mem.backend.extract(ns) == 1  # type: ignore[attr-defined]
+        assert await mem.extract_now() == 1  # type: ignore[attr-defined]
         found = await mem.facts(subject="ANA")  # type: ignore[attr-defined]
         assert [(f.subject, f.predicate, f.value, f.model) for f in found] == [
             ("ana", "lives_in", "Lisbon", "rules/v1")
         ]
-        asserted = await mem.assert_fact("ana", "works at", "Acme")  # type: ignore[attr-defined]
+        asserted = await mem.assert_fact("ana", "works at", "Acme", reason="she said so")  # type: ignore[attr-defined]
         assert mem.pending() == asserted  # every part's reads wait for it, as for an add
         now = {f.predicate: f for f in await mem.facts()}  # type: ignore[attr-defined]
         assert now["works_at"].value == "Acme" and now["works_at"].model is None

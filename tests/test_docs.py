@@ -54,6 +54,12 @@ RUN_ELSEWHERE = {
 EXPECTED = {
     "README.md": ["3", "What's the weather in Oslo?", "I moved to Porto last September s-43"],
     "docs/usage.md": ["1", "True"],
+    "docs/facts.md": [
+        "Lisbon 2024-01-05 2024-09-01",
+        "Porto 2024-09-01 None",
+        "['Lisbon']",
+        "[('lives_in', 'Lisbon'), ('works_at', 'Globex')]",
+    ],
     "docs/recall.md": ["I moved to Porto last September march 0 2024-03-02", "['keyword', 'mode', 'vector']"],
     "docs/views/conversation.md": ["['turn 2', 'turn 3', 'turn 4']", "[]"],
     "docs/views/long-term.md": [

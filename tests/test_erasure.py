@@ -37,7 +37,21 @@ from helix_es.log.codec import Codec, load_schemas
 from helix_es.log.embedded import EmbeddedLog
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, Position, Record, SessionErased, SummaryRecorded
+from helix_es.model.events import (
+    Event,
+    ExtractedFact,
+    FactAsserted,
+    FactRetracted,
+    FactsExtracted,
+    FactsMerged,
+    MemoryCleared,
+    MessageAdded,
+    Position,
+    Record,
+    SessionErased,
+    SourceTurn,
+    SummaryRecorded,
+)
 from helix_es.projection.long_term import LongTermRows
 from helix_es.projection.protocol import Projection
 from helix_es.projection.vector import VectorProjection
@@ -322,6 +336,38 @@ async def test_forget_refuses_keys_it_cannot_destroy_and_plaintext(
     assert (result.messages, result.unshreddable, len(result.erased_keys)) == (2, 1, 1)
     async with open_memory(cfg, session_id="alice") as alice:
         assert await alice.get() == []
+
+
+async def test_forget_counts_peoples_facts_as_plaintext_and_passes_over_extracted_ones(
+    tmp_path: Path, key_env: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fact a person asserted or retracted is on the log in plaintext, as a store item is: forget
+    counts it as unshreddable. Extracted facts are a model's text derived from the turns, as a
+    summary is: the turns' own check stands for them."""
+    use_file_keys(monkeypatch, tmp_path)
+    ns = unique("erase")
+    cfg = embedded(tmp_path, ns, {"type": "conversation"})
+    async with open_memory(cfg, session_id="alice") as alice, open_memory(cfg, session_id="bob") as bob:
+        said = await alice.add(ALICE[0])
+        await bob.add(BOB[0])
+    log = EmbeddedLog(tmp_path / "log")
+    try:
+        turn = SourceTurn("e-1", said, T0)
+        await log.append(
+            Event(ns, "alice", FactsExtracted("facts", "rules/v1", "", (ExtractedFact("a", "b", "c"),), (turn,)))
+        )
+        await log.append(Event(ns, "alice", FactsMerged(("f-1", "f-2"))))
+        await log.append(Event(ns, "bob", FactAsserted("bob", "likes", "green tea")))
+        await log.append(Event(ns, "bob", FactRetracted("f-3", "bob", "likes", "coffee", "wrong")))
+    finally:
+        await log.close()
+
+    result = await forget(cfg, session_id="alice")
+    assert (result.events, result.messages, result.unshreddable) == (3, 1, 0) and not result.already_erased
+    with pytest.raises(NotShreddable, match="2 of the 3 messages"):
+        await forget(cfg, session_id="bob")
+    result = await forget(cfg, session_id="bob", allow_unshreddable=True)
+    assert (result.events, result.messages, result.unshreddable) == (3, 3, 2)
 
 
 def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,7 @@ import argparse
 import json
 import tempfile
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from helix_es.client.open import open_memory
@@ -25,6 +26,14 @@ SCRIPT: list[tuple[str, Message]] = [
     ("alice", Message("user", "And what about Bergen?")),
     ("bob", Message("assistant", "Noted: book the Bergen train.")),
     ("alice", Message("assistant", "Bergen is milder but rainy; bring a raincoat.")),
+]
+
+
+# What alice tells the agent later: the facts view's rules extractor learns from it (dated, as an import would be).
+FACT_TURNS = [
+    ("I live in Lisbon and I work as a nurse.", datetime(2024, 1, 10, tzinfo=UTC)),
+    ("I love hiking and I speak Portuguese.", datetime(2024, 2, 3, tzinfo=UTC)),
+    ("Big news: I moved to Porto.", datetime(2024, 9, 14, tzinfo=UTC)),
 ]
 
 
@@ -125,6 +134,27 @@ async def run_demo(
             events=rebuilt_report.events,
             get=[json.loads(m.to_json()) for m in got],
         )
+        await _facts(config, names["alice"], runtime, out)
+
+
+async def _facts(config: dict[str, Any], alice: str, runtime: Runtime, out: Any) -> None:
+    """Knowledge: a facts view on the same log; the rules extractor in the background, one supersession."""
+    facts_config = {
+        "log": config["log"],
+        "memory": {"type": "facts", "namespace": "demo", "extract": {"provider": "rules"}},
+    }
+    async with open_memory(facts_config, session_id=alice, runtime=runtime) as knows:
+        mem: Any = knows
+        for text, said in FACT_TURNS:
+            await knows.add(Message("user", text, name="alice", occurred_at=said))
+        await mem.extract_now()  # the worker runs in the background; the demo waits for it
+        now = await mem.facts(subject="alice")
+        moves = await mem.facts(subject="alice", predicate="lives_in", history=True)
+    out("facts", "\nwhat the facts view learned (rules extractor, no model), as FactsExtracted events on the log:")
+    for f in now:
+        out("fact", f"  {f.subject} {f.predicate} {f.value} (since {f.valid_from.date()})", **f.to_json())
+    moved = " -> ".join(f"{f.value} {f.valid_from.date()}..{f.valid_to.date() if f.valid_to else 'now'}" for f in moves)
+    out("supersession", f"  alice lives_in, with its history: {moved}", history=[f.to_json() for f in moves])
 
 
 async def _run(args: argparse.Namespace) -> int:

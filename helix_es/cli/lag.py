@@ -20,6 +20,9 @@ def _print(report: LagReport) -> None:
         print(f"{p.view + ' (' + p.store + ')':<{width}}  {where:<48} {p.end:>9} {applied:>9} {p.lag:>9}")
     for view in sorted({p.view for p in report.partitions}):
         print(f"total lag of {view}: {report.total(view)}")
+    for view, counts in report.pending.items():
+        for ns, turns in counts.items():
+            print(f"turns {view} has still to extract in {ns}: {turns}")
     for ns, count in report.dead_letters.items():
         print(f"dead letters in {ns}: {count} (see helix.dlq topics; headers name the source and error)")
 
@@ -32,6 +35,7 @@ async def _run(args: argparse.Namespace) -> int:
                 {
                     "partitions": [asdict(p) for p in report.partitions],
                     "dead_letters": report.dead_letters,
+                    "pending": report.pending,
                     "total": report.total(),
                 }
             )

@@ -2,6 +2,7 @@
 
 helix-es rebuild --config F [--view V] [--into NAME] [--switch/--no-switch] [--drop-old] [--json]
     (without --view: every view of the config, one after another)
+helix-es rebuild --config F --view FACTS --re-extract [--dry-run]   (a facts view: a new model over history)
 helix-es rebuild --config F [--view V] --drop NAME
 helix-es rebuild --config F [--view V] --into NAME --group | --join
 """
@@ -17,6 +18,7 @@ from helix_es.config import MemoryConfig
 from helix_es.model.errors import ConfigError
 from helix_es.stores import registry
 from projectors.rebuild import DEFAULT_BATCH, HANDOVER_SECONDS, Display, drop, join, rebuild, select, views
+from projectors.rebuild.extract import bar
 
 
 def add_command(sub: Any) -> None:
@@ -76,6 +78,17 @@ def add_command(sub: Any) -> None:
         action="store_true",
         help="join the running `--group` rebuild into --into NAME as one more member, fold the partitions the "
         "group assigns, and exit when that rebuild has caught up; same config as the rebuild",
+    )
+    p.add_argument(
+        "--re-extract",
+        action="store_true",
+        help="a facts view: run its (new) extractor over every turn of history into the target before the switch "
+        "(a plain rebuild folds the recorded facts and calls no model)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --re-extract: print the model calls and prompt tokens it would cost, call nothing, keep nothing",
     )
     p.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines when not a terminal")
     p.add_argument("--json", action="store_true", help="print each view's final report as a line of JSON on stdout")
@@ -139,11 +152,26 @@ async def _rebuild(args: argparse.Namespace, part: MemoryConfig) -> int:
             workers=args.workers,
             group=args.group,
             members=args.members,
+            re_extract=args.re_extract,
+            dry_run=args.dry_run,
+            extract_progress=bar,
         )
     finally:
         display.finish()
     if args.json:
         print(json.dumps(report.to_json()), flush=True)
+    if report.extracted is not None:
+        x = report.extracted
+        would = "would make" if x["dry_run"] else "made"
+        print(
+            f"helix-es: re-extract with {x['model']}: {x['turns']:,} turns pending, {would} {x['calls']:,} model "
+            f"calls, {x['prompt_tokens']:,} prompt tokens"
+            + ("" if x["dry_run"] else f", {x['facts']:,} facts, {x['parked']} batches parked as dead letters"),
+            file=sys.stderr,
+        )
+        if x["dry_run"]:
+            print("helix-es: dry run: nothing was called, the target was dropped", file=sys.stderr)
+            return 0
     moved = (
         f"; readers switched from {report.old_target}"
         if report.switched

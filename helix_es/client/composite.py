@@ -1,6 +1,6 @@
 """composite: one event feeds every part's view; get and search merge the parts' answers.
 
-Facts (`facts`, `assert_fact`, `retract_fact`, `merge_facts`, `unmerge_facts`) go to the first part
+Facts (`facts`, `extract_now`, `assert_fact`, `retract_fact`, `merge_facts`, `unmerge_facts`) go to the first part
 whose view is a facts view; a write there is waited for by every part's reads, like an add.
 
 A long-term view with a recall index (`search: hybrid | vector | keyword`) is a composite of two
@@ -95,10 +95,13 @@ class CompositeMemory(EventWriter):
     ) -> list[Fact]:
         return await self._knowing().facts(subject, predicate, as_of, known_as_of, history)
 
+    async def extract_now(self) -> int:
+        return await self._knowing().extract_now()
+
     async def assert_fact(
-        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None
+        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None, *, reason: str | None = None
     ) -> Position:
-        return self._seen(await self._knowing().assert_fact(subject, predicate, value, valid_from))
+        return self._seen(await self._knowing().assert_fact(subject, predicate, value, valid_from, reason=reason))
 
     async def retract_fact(self, fact_id: str, reason: str | None = None) -> Position:
         return self._seen(await self._knowing().retract_fact(fact_id, reason))

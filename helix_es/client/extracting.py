@@ -49,6 +49,7 @@ class Extracting:
     worker: ExtractionWorker | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    _stopping: bool = False
 
     def start(self) -> None:
         rows = facts_rows_of(self.projection)
@@ -66,17 +67,16 @@ class Extracting:
 
     async def _run(self) -> None:
         assert self.worker is not None
-        while True:
-            # Idle: batches come due without a new turn. asyncio.timeout, not wait_for: on 3.11 a
-            # cancel that meets a wake-up is lost in wait_for, and stop() would wait for ever.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(self.view.batching.idle, 0.05)):
-                    await self._wake.wait()
+        while not self._stopping:
+            # asyncio.wait, not wait_for: wait_for swallows a cancel that lands as the wake-up does (3.11)
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=max(self.view.batching.idle, 0.05))
+            finally:
+                waiter.cancel()
             self._wake.clear()
             try:
                 await self.worker.step(self.namespace)
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # a store hiccup: the turns stay pending, the next round asks again
                 log.warning("facts view %s of %s: extraction round failed: %s", self.view.name, self.namespace, exc)
 
@@ -85,6 +85,7 @@ class Extracting:
         return 0 if self.worker is None else await self.worker.drain(self.namespace)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

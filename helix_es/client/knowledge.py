@@ -49,16 +49,27 @@ class Knowledge:
         found: list[Fact] = await me._read(lambda want: cast(Knower, me.projection).facts(me.namespace, ask, want))
         return found
 
+    async def extract_now(self) -> int:
+        """Run the facts view's extraction of this namespace to the end now: the turns covered. On the
+        embedded log the worker runs in this process (in the background, by `batch:`); on Kafka it runs
+        beside `helix-es project`, and this returns 0 (read `facts` after `helix-es lag` shows no pending turns)."""
+        self._knower()
+        me = cast(Any, self)
+        covered: int = await me.backend.extract(me.namespace)
+        return covered
+
     async def assert_fact(
-        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None
+        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None, *, reason: str | None = None
     ) -> Position:
         """A person states a fact (`FactAsserted`): it outranks what the model drew from earlier turns."""
         self._knower()
+        check_text(reason, "reason", optional=True, error=InvalidInput)
         event = FactAsserted(
             check_fact_text(subject, "subject"),
             check_fact_text(predicate, "predicate").casefold().replace(" ", "_"),
             check_fact_text(value, "value"),
             check_time(valid_from, "valid_from"),
+            reason,
         )
         return await self._write(event)
 

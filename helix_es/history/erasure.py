@@ -40,6 +40,8 @@ from helix_es.model.errors import HelixError
 from helix_es.model.events import (
     CheckpointSaved,
     Event,
+    FactAsserted,
+    FactRetracted,
     ItemPut,
     MessageAdded,
     Payload,
@@ -178,8 +180,10 @@ def held(payload: Payload, store_ids: set[str]) -> tuple[int, int]:
     if isinstance(payload, (CheckpointSaved, WritesSaved)):  # a LangGraph thread's values
         values = [v for v in values_of(payload) if v.type not in UNSEALED]
         return len(values), sum(key_id(v) not in store_ids for v in values)
-    if isinstance(payload, ItemPut):  # a LangGraph store's items are never sealed
+    if isinstance(payload, ItemPut | FactAsserted | FactRetracted):  # a store's items, people's facts: never sealed
         return 1, 1
+    # The rest: ids, positions, vectors, and a model's text derived from the turns (SummaryRecorded,
+    # FactsExtracted), which the turns' own check stands for.
     return 0, 0
 
 

@@ -71,11 +71,11 @@ def _fact(body: Mapping[str, Any]) -> ExtractedFact:
 
 
 def _source_record(s: SourceTurn) -> dict[str, Any]:
-    return {"event_id": s.event_id, "position": _where(s.position), "said_at": s.said_at}
+    return {"event_id": s.event_id, "position": _where(s.position), "said_at": s.said_at, "added_at": s.added_at}
 
 
 def _source(body: Mapping[str, Any]) -> SourceTurn:
-    return SourceTurn(body["event_id"], _position(body["position"]), utc(body["said_at"]))
+    return SourceTurn(body["event_id"], _position(body["position"]), utc(body["said_at"]), _when(body.get("added_at")))
 
 
 # Each payload type's record body and back (the schema's branch is the type's name).

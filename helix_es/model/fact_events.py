@@ -23,11 +23,13 @@ class ExtractedFact:
 
 @dataclass(frozen=True, slots=True)
 class SourceTurn:
-    """A turn the extractor read: its MessageAdded event, where that sits, and when it was said."""
+    """A turn the extractor read: its MessageAdded event, where that sits, when it was said, and when
+    it reached the log (`added_at`: a person's correction outranks facts of turns logged before it)."""
 
     event_id: str
     position: Position
     said_at: datetime
+    added_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ class Stated:
     predicate: str
     value: str
     valid_from: datetime
-    said_at: datetime  # when its newest source turn was said (a person: the assertion's time)
+    stated_at: datetime  # when its newest source turn reached the log (a person: the assertion's time)
     known_at: datetime  # the stating event's time
     order: tuple[str, int, int, int]  # (topic, partition, offset, index): ties broken by log place
     source: tuple[Position, ...]
@@ -187,7 +187,7 @@ class _Line:
 
 
 def _sort_key(s: Stated) -> tuple[datetime, datetime, tuple[str, int, int, int]]:
-    return (s.valid_from, s.said_at, s.order)
+    return (s.valid_from, s.stated_at, s.order)
 
 
 def timeline(
@@ -205,9 +205,8 @@ def timeline(
     )
     known, gone = _corrected(known, fixes)
     by_key: dict[tuple[str, str], list[Stated]] = {}
-    for s in known:
+    for s in _outranked(known, multi_valued):
         by_key.setdefault(key_of(s.subject, s.predicate), []).append(s)
-    _outranked(by_key)
     families: dict[tuple[str, str], list[Stated]] = {}  # a predicate and its opposite fold together
     for (subject, predicate), rows in by_key.items():
         family = min(predicate, OPPOSITES.get(predicate, predicate)) if predicate in multi_valued else predicate
@@ -237,7 +236,7 @@ def _corrected(known: list[Stated], fixes: Sequence[Correction]) -> tuple[list[S
                 s.id == c.fact_id
                 or (
                     s.model is not None
-                    and s.said_at <= c.at
+                    and s.stated_at <= c.at
                     and key_of(s.subject, s.predicate) == key_of(c.subject, c.predicate)
                     and s.value.strip().casefold() == c.value.strip().casefold()
                 )
@@ -282,17 +281,27 @@ def _root(alias: Mapping[str, str], fact_id: str) -> str:
     return fact_id
 
 
-def _outranked(by_key: dict[tuple[str, str], list[Stated]]) -> None:
-    """Drop model statements a person's assertion outranks (said before it, valid from its valid time on)."""
-    for key, rows in by_key.items():
-        people = [s for s in rows if s.model is None]
-        if not people:
-            continue
-        by_key[key] = [
-            s
-            for s in rows
-            if s.model is None or not any(s.said_at <= p.said_at and s.valid_from >= p.valid_from for p in people)
-        ]
+def _outranked(known: list[Stated], multi_valued: Collection[str]) -> list[Stated]:
+    """Drop model statements a person's assertion outranks: stated before it, valid from its valid time on,
+    and replacing it (another value of a single-valued predicate; the opposite of a multi-valued one's value)."""
+    people = [(key_of(p.subject, p.predicate), p.value.strip().casefold(), p) for p in known if p.model is None]
+    if not people:
+        return known
+
+    def beaten(s: Stated) -> bool:
+        subject, predicate = key_of(s.subject, s.predicate)
+        value = s.value.strip().casefold()
+        for (p_subject, p_predicate), p_value, p in people:
+            if p_subject != subject or s.stated_at > p.stated_at or s.valid_from < p.valid_from:
+                continue
+            if predicate in multi_valued:
+                if OPPOSITES.get(p_predicate) == predicate and p_value == value:
+                    return True
+            elif p_predicate == predicate and p_value != value:
+                return True
+        return False
+
+    return [s for s in known if s.model is None or not beaten(s)]
 
 
 def _single(rows: Sequence[Stated]) -> list[_Line]:

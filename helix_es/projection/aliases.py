@@ -46,6 +46,7 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, Applied, Change, SessionKey, Snapshot, ViewStore
 from helix_es.views.base import State, View
+from helix_es.views.facts import Facts, facts_target_table
 from helix_es.views.long_term import LongTerm, target_table
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,9 @@ def _target_memory(memory: MemoryConfig, target: str) -> MemoryConfig:
     if isinstance(view, LongTerm) and registry.kind(view.store).tables:
         # Long-term rows carry no view column: another target is another table.
         return replace(memory, view=replace(view, table=target_table(view.table, view.name, target)))
+    if isinstance(view, Facts) and registry.kind(view.store).tables:  # so do facts rows; the view keeps its name
+        table = facts_target_table(view.table, view.name, target)
+        return replace(memory, view=replace(view, table=table, source=view.name))
     return memory
 
 

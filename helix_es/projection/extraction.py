@@ -93,22 +93,38 @@ class ExtractionWorker:
     backoff: float = BACKOFF
     stats: Stats = field(default_factory=Stats)
     _parked: set[str] = field(default_factory=set)  # event ids parked by this process: not asked again
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one round at a time: no turn asked twice
+    _added: dict[str, datetime] = field(default_factory=dict)  # a pending turn's log time, by event id
+    # Turns whose FactsExtracted this worker appended but the view may not have folded yet (a projector
+    # elsewhere folds it): not asked again while they still show as pending.
+    _asked: set[str] = field(default_factory=set)
 
     async def step(self, namespace: str, *, force: bool = False, now: datetime | None = None) -> int:
         """Extract every batch due in `namespace` (`force`: every pending turn); the turns covered."""
+        async with self._lock:
+            return await self._step(namespace, force, now)
+
+    async def _step(self, namespace: str, force: bool, now: datetime | None) -> int:
         rows = await self.facts.pending(namespace) or []
+        self._asked &= {row["event_id"] for row in rows}  # folded ones are no longer pending
         mine = self.partitions()
         by_session: dict[str, list[Turn]] = {}
+        latest: dict[str, datetime] = {}  # when each session's newest pending turn was appended
         for row in rows:
-            if row["event_id"] in self._parked or (mine is not None and row["partition"] not in mine):
+            if row["event_id"] in self._parked or row["event_id"] in self._asked:
                 continue
-            by_session.setdefault(row["session_id"], []).append(turn_of(row))
+            if mine is not None and row["partition"] not in mine:
+                continue
+            session = row["session_id"]
+            self._added[row["event_id"]] = row["added_at"]
+            by_session.setdefault(session, []).append(turn_of(row))
+            latest[session] = max(latest.get(session, row["added_at"]), row["added_at"])
         now = now or datetime.now(UTC)
         size, idle = self.batching.turns, self.batching.idle
         batches: list[tuple[str, list[Turn]]] = []
         for session, turns in by_session.items():
             turns.sort(key=lambda t: t.position.offset)
-            quiet = (now - max(t.said_at for t in turns)).total_seconds() >= idle
+            quiet = (now - latest[session]).total_seconds() >= idle
             for start in range(0, len(turns), size):
                 chunk = turns[start : start + size]
                 if len(chunk) == size or force or quiet:
@@ -148,7 +164,7 @@ class ExtractionWorker:
         else:  # pragma: no cover - the loop returns or breaks
             raise AssertionError(error)
         self.stats.calls += 1
-        sources = tuple(SourceTurn(t.event_id, t.position, t.said_at) for t in turns)
+        sources = tuple(SourceTurn(t.event_id, t.position, t.said_at, self._added.pop(t.event_id, None)) for t in turns)
         payload = FactsExtracted(
             self.view,
             extraction.model,
@@ -159,6 +175,7 @@ class ExtractionWorker:
             extraction.completion_tokens,
         )
         await self.append(Event(namespace, session, payload))
+        self._asked.update(t.event_id for t in turns)
         self.stats.turns += len(turns)
         self.stats.facts += len(extraction.facts)
         self.stats.prompt_tokens += extraction.prompt_tokens or 0

@@ -137,8 +137,9 @@ def open_facts(memory: MemoryConfig) -> FactsRows:
         stores = " or ".join(registry.offering("rows"))
         raise ConfigError("memory.store", f"facts live in {stores}, not {view.store!r}")
     where = _located(memory, kind, f"a {kind.name} facts view")
-    store = kind.rows(where, view.name, facts_tables(view.table))
-    return FactsRows(store, view.table, source=view.name, multi_valued=view.multi_valued)
+    store = kind.rows(where, view.name, facts_tables(view.table), family="facts")
+    model = view.extract.model if view.extract is not None else None
+    return FactsRows(store, view.table, source=view.name, model=model, multi_valued=view.multi_valued)
 
 
 def open_items(memory: MemoryConfig) -> ItemStore:

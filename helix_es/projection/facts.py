@@ -10,23 +10,40 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, datetime
 
+from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position, Record
 from helix_es.model.facts import MULTI_VALUED, Fact, FactsAsk, answer, timeline
 from helix_es.model.message import Message
+from helix_es.model.recall import Recall, RecallHit
+from helix_es.projection.recall import choose
 from helix_es.projection.rows import RowProjection
 from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore, SessionKey
 from helix_es.views.facts import DEFAULT_TABLE, FactsFold, Wants, correction_of, stated_of, tables
+from helix_es.views.keywords import KeywordIndex
 from helix_es.views.rows import Row, Scan
+
+_NO_MESSAGE = Message(role="system", content="")  # facts have no metadata: a `where` is refused first
+
+
+def _said(fact: Fact) -> str:
+    """A fact in words, as hits and the view's `get` say it."""
+    return f"{fact.subject} {fact.predicate.replace('_', ' ')} {fact.value}"
 
 
 class FactsRows(RowProjection[Record, Wants]):
     """A facts view kept by a row store."""
 
     def __init__(
-        self, store: RowStore, table: str, *, source: str = "facts", multi_valued: Collection[str] | None = None
+        self,
+        store: RowStore,
+        table: str,
+        *,
+        source: str = "facts",
+        model: str | None = None,
+        multi_valued: Collection[str] | None = None,
     ) -> None:
-        fold = FactsFold(table, source)
+        fold = FactsFold(table, source, model)
         super().__init__(store, fold)
         self.facts_fold = fold
         self.multi_valued = tuple(multi_valued) if multi_valued is not None else MULTI_VALUED
@@ -61,7 +78,7 @@ class FactsRows(RowProjection[Record, Wants]):
             return None
         if not found:
             return []
-        lines = "\n".join(f"- {f.subject} {f.predicate.replace('_', ' ')} {f.value}" for f in found)
+        lines = "\n".join(f"- {_said(f)}" for f in found)
         return [Message(role="system", content=f"Known facts:\n{lines}")]
 
     async def search(self, key: SessionKey, query: str, limit: int, want: Position | None) -> list[Message] | None:
@@ -69,8 +86,41 @@ class FactsRows(RowProjection[Record, Wants]):
         if found is None:
             return None
         needle = query.casefold()
-        hits = [f for f in found if needle in f"{f.subject} {f.predicate.replace('_', ' ')} {f.value}".casefold()]
+        hits = [f for f in found if needle in _said(f).casefold()]
         return [Message(role="system", content=f"{f.subject} {f.predicate} {f.value}") for f in hits[:limit]]
+
+    async def recall(self, key: SessionKey, recall: Recall, want: Position | None) -> list[RecallHit] | None:
+        """The facts that best answer `recall.query` (BM25 over subject, predicate and value), best first;
+        each hit's message says the fact, its time is the fact's valid_from, its explain the whole fact.
+        Facts that no longer hold rank below those that do (a question is mostly about now)."""
+        choose(recall, "keyword", ("keyword",), self.name)
+        if recall.where:
+            raise InvalidInput("where", "facts carry no message metadata: filter by sessions, after or before")
+        found = await self.facts(key.namespace, FactsAsk(history=True), want)
+        if found is None:
+            return None
+        kept = [f for f in found if f.known_to is None and recall.admits(f.session_id, f.valid_from, _NO_MESSAGE)]
+        index = KeywordIndex()
+        index.add(range(len(kept)), [_said(f) for f in kept])
+        ids, scores = index.top(recall.query, len(kept))
+        ranked = sorted(
+            (
+                (float(score) * (1.0 if kept[i].valid_to is None else 0.5), int(i))
+                for i, score in zip(ids, scores, strict=True)
+            ),
+            key=lambda pair: (-pair[0], pair[1]),
+        )[: recall.limit]
+        return [
+            RecallHit(
+                Message(role="system", content=_said(kept[i])),
+                score,
+                kept[i].session_id,
+                kept[i].source[0] if kept[i].source else Position("", 0, 0),
+                kept[i].valid_from,
+                {"mode": "keyword", "fact": kept[i].to_json()} if recall.explain else None,
+            )
+            for score, i in ranked
+        ]
 
     async def applied(self, key: SessionKey, want: Position) -> int | None:
         return await self.store.checkpoint(want.topic, want.partition)

@@ -72,7 +72,8 @@ likes, dislikes, speaks, has_pet; another short snake_case verb phrase otherwise
 - value: short, as the turn says it ("Porto", "Acme Corp", "nurse", "hiking", "Spanish", \
 "dog named Biscuit").
 - valid_from: the date the turn says the fact became true ("since March 2024" is 2024-03-01, \
-"in 2021" is 2021-01-01, "last month" counts from the turn's date), else null.
+"in 2021" is 2021-01-01, "last month" counts from the turn's date), else the date and time of the \
+turn that states it, as listed.
 - Only facts stated in the turns: no guesses, nothing from general knowledge. No facts: {"facts": []}.
 - A changed fact is a new fact ("I moved to Lisbon" is lives_in Lisbon); something the person \
 stopped liking is dislikes.

@@ -18,7 +18,7 @@ unnamed assistant). The subject is the turn's `name`, else "user". Case does not
 
 valid_from: a date in the same sentence, "since March 2024" / "in March 2024" (2024-03-01),
 "in 2021" / "since 2021" (2021-01-01), "as of 2025-09-01" / "since 2025-09-01" (that day),
-midnight UTC; else null (since the turn). A value ends at the end of its clause: a comma for the
+midnight UTC; else the turn's own time (when it was said). A value ends at the end of its clause: a comma for the
 single-valued predicates, `;`, `:`, "but", "because", "so", "which", "and I", a date or a time
 ("last month", "two years ago"), and loses trailing punctuation and filler ("now", "these days",
 "anymore", "again", "too", "at the moment"). Not a value: a pronoun or question word ("I like
@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from helix_es.model.fact_events import ExtractedFact
@@ -234,5 +235,11 @@ class RulesExtractor:
         return 0
 
     async def extract(self, session_id: str, turns: Sequence[Turn]) -> Extraction:
-        facts = [f for t in turns if speaks_for_itself(t) for f in rule_facts(t.content, t.name or "user")]
+        # A fact with no date of its own holds since its turn (a batch's facts come from several turns).
+        facts = [
+            f if f.valid_from is not None else replace(f, valid_from=t.said_at)
+            for t in turns
+            if speaks_for_itself(t)
+            for f in rule_facts(t.content, t.name or "user")
+        ]
         return Extraction(tuple(facts), self.model, RULES_SHA256)

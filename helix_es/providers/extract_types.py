@@ -27,11 +27,6 @@ class Turn:
         if self.said_at.tzinfo is None or self.said_at.utcoffset() is None:
             raise InvalidInput("said_at", f"must be timezone-aware, got {self.said_at.isoformat()}")
 
-    @property
-    def speaker(self) -> str:
-        """Who said it, as the prompt shows: the name, else the role."""
-        return self.name or self.role
-
 
 @dataclass(frozen=True, slots=True)
 class Extraction:

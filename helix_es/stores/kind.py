@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from helix_es.stores.ports import (
     AliasStore,
@@ -18,6 +18,13 @@ from helix_es.stores.ports import (
 from helix_es.stores.ports.vector import VectorStore
 from helix_es.views.items import Items
 from helix_es.views.rows import Table
+
+
+class RowsFactory(Protocol):
+    """A kind's row store for a view: (location, view name, tables); `family` names its keys where the
+    technology has a key space (Redis: `helix:<family>:{<ns>}:<view>:...`, e.g. `facts`)."""
+
+    def __call__(self, where: str | None, name: str, tables: Sequence[Table], *, family: str = "rows") -> RowStore: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class StoreKind:
     idempotency: Callable[[str | None], IdempotencyStore] | None = None
     items: Callable[[str | None, Items], ItemStore] | None = None  # (location, view): LangGraph store items
     checkpoints: Callable[[str | None, str], CheckpointStore] | None = None  # (location, view name)
-    rows: Callable[[str | None, str, Sequence[Table]], RowStore] | None = None  # (location, view name, tables)
+    rows: RowsFactory | None = None  # (location, view name, tables)
     transient: Callable[[BaseException], bool] | None = None  # a failure of its service that waiting cures
     tables: bool = False  # its long-term memory lives in a table the config may name (`table:`)
     exported: bool = False  # its views are exported as JSON to `file_path`, the embedded log kept beside it

@@ -43,7 +43,7 @@ from helix_es.model.options import whole_number
 from helix_es.model.positions import Position
 from helix_es.providers.extract import Extractor, parse_extract
 from helix_es.views.base import IndexView
-from helix_es.views.long_term import MAX_TABLE, check_table
+from helix_es.views.long_term import MAX_TABLE, check_table, target_table
 from helix_es.views.rows import Delete, Put, Row, RowChange, Scan, Table
 
 DEFAULT_TABLE = "helix_facts"
@@ -75,9 +75,13 @@ class Facts(IndexView):
     batching: Batching = field(default_factory=Batching)
     dsn: str | None = field(default=None, repr=False)
     redis_url: str | None = field(default=None, repr=False)
+    # A rebuild target kept in another table keeps its view's name: its events and consumer group are the view's.
+    source: str | None = None
 
     @property
     def name(self) -> str:
+        if self.source is not None:
+            return self.source
         return self.kind if self.table == DEFAULT_TABLE else f"{self.kind}-{self.table}"
 
 
@@ -124,7 +128,7 @@ def tables(table: str) -> tuple[Table, Table, Table]:
             ("predicate", "text"),
             ("value", "text"),
             ("valid_from", "time"),
-            ("said_at", "time"),
+            ("stated_at", "time"),
             ("known_at", "time"),
             ("model", "text"),  # '' for a person's assertion
             ("session_id", "text"),
@@ -166,6 +170,7 @@ def tables(table: str) -> tuple[Table, Table, Table]:
             ("session_id", "text"),
             ("event_id", "text"),
             ("said_at", "time"),
+            ("added_at", "time"),  # the event's time: how long a session has been quiet
             ("role", "text"),
             ("name", "text"),
             ("content", "text"),
@@ -175,6 +180,16 @@ def tables(table: str) -> tuple[Table, Table, Table]:
         lookups=("session_id",),
     )
     return stated, corrections, pending
+
+
+def facts_target_table(table: str, view: str, target: str) -> str:
+    """The table of a rebuild target of a facts view whose rows carry no view column (PostgreSQL): the
+    view's own table for its own name, else `<table>_<tag>`, short enough for its suffixes."""
+    name = target_table(table, view, target)
+    room = MAX_TABLE - max(map(len, _SUFFIXES))
+    if len(name) > room:  # PostgreSQL would truncate it silently: keep it unique instead
+        name = f"{name[: room - 9]}_{hashlib.sha256(target.encode()).hexdigest()[:8]}"
+    return name
 
 
 def fact_id(view: str, sources: Sequence[str], index: int) -> str:
@@ -194,7 +209,7 @@ def stated_of(row: Row) -> Stated:
         predicate=row["predicate"],
         value=row["value"],
         valid_from=row["valid_from"],
-        said_at=row["said_at"],
+        stated_at=row["stated_at"],
         known_at=row["known_at"],
         order=(row["topic"], row["partition"], row["offset"], row["ordinal"]),
         source=source,
@@ -235,9 +250,12 @@ class FactsFold:
 
     mark = "cleared"  # unused: the facts tables have no floor
 
-    def __init__(self, table: str, source: str) -> None:
+    def __init__(self, table: str, source: str, model: str | None = None) -> None:
         self.stated, self.corrections, self.pending = tables(table)
         self.source = source  # the view whose FactsExtracted this fold keeps (a rebuild target keeps its view's)
+        # The extractor's model whose FactsExtracted it keeps (None: any): a view configured with another
+        # model folds none of the old one's, so its turns are pending and its worker asks the new model.
+        self.model = model
 
     @property
     def tables(self) -> tuple[Table, Table, Table]:
@@ -291,7 +309,7 @@ class FactsFold:
             if isinstance(payload, MessageAdded):
                 self._turn(record, payload, held, changes)
             elif isinstance(payload, FactsExtracted):
-                if payload.view == self.source:
+                if payload.view == self.source and (self.model is None or payload.model == self.model):
                     self._extracted(record, payload, held, changes)
             elif isinstance(payload, FactAsserted):
                 changes.append(Put(self.stated.name, _asserted_row(record, payload)))
@@ -317,6 +335,7 @@ class FactsFold:
             "session_id": event.session_id,
             "event_id": str(event.event_id),
             "said_at": message.occurred_at or event.timestamp,
+            "added_at": event.timestamp,
             "role": message.role,
             "name": message.name or "",
             "content": message.content,
@@ -330,6 +349,7 @@ class FactsFold:
         event = record.event
         ids = [s.event_id for s in extracted.sources]
         said = max((s.said_at for s in extracted.sources), default=event.timestamp)
+        logged = max((s.added_at or s.said_at for s in extracted.sources), default=event.timestamp)
         newest = max((s.position.offset for s in extracted.sources), default=-1)
         source = json.dumps([[s.position.topic, s.position.partition, s.position.offset] for s in extracted.sources])
         for i, fact in enumerate(extracted.facts):
@@ -337,7 +357,7 @@ class FactsFold:
             row.update(
                 fact_id=fact_id(extracted.view, ids, i),
                 valid_from=fact.valid_from or said,
-                said_at=said,
+                stated_at=logged,
                 model=extracted.model or "?",
                 ordinal=i,
                 source=source,
@@ -388,7 +408,7 @@ def _asserted_row(record: Record, asserted: FactAsserted) -> dict[str, Any]:
     row.update(
         fact_id=asserted_id(str(event.event_id)),
         valid_from=asserted.valid_from or event.timestamp,
-        said_at=event.timestamp,
+        stated_at=event.timestamp,
         model="",
         ordinal=0,
         source=json.dumps([[p.topic, p.partition, p.offset]]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from helix_es.client.runtime import Runtime, default_runtime
@@ -26,6 +26,8 @@ from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, IdempotencyStore, ViewStore
 from helix_es.views.base import View
 from projectors.rebuild.bulk import build_indexes, start_load
+from projectors.rebuild.extract import ExtractReport, check_re_extract, folded
+from projectors.rebuild.extract import re_extract as re_extract_turns
 from projectors.rebuild.group import check_group_log, lead
 from projectors.rebuild.progress import Display
 from projectors.rebuild.pump import always, drain, open_source
@@ -55,6 +57,9 @@ async def rebuild(
     group: bool = False,
     members: int = 1,
     runtime: Runtime | None = None,
+    re_extract: bool = False,
+    dry_run: bool = False,
+    extract_progress: Callable[[int, int], None] | None = None,
 ) -> RebuildReport:
     """Build `view` of `config` from the start of the log into a new target, then switch readers to it.
 
@@ -67,6 +72,10 @@ async def rebuild(
     running loop's).
     """
     log_config, part = select(config, view, store=store_kind)
+    if re_extract:
+        check_re_extract(part)
+    if dry_run and not re_extract:
+        raise ConfigError("--dry-run", "prints what --re-extract would cost: add --re-extract")
     if members < 1:
         raise ConfigError("--members", f"must be >= 1 (this process included), got {members}")
     if members > 1 and not group:
@@ -121,6 +130,22 @@ async def rebuild(
         source = open_source(log_config, projection.checkpoint, batch_size, namespaces=part.served)
         await source.start()
         await drain(source, sink, status, always, at_end=True, on_progress=on_progress)
+        extracted = None
+        if re_extract:  # the new extractor over history, before anyone reads the target
+            if isinstance(on_progress, Display):
+                on_progress.finish()
+            spaces = await source.namespaces()
+            extracted = await re_extract_turns(
+                part, log_config, projection, spaces, dry_run=dry_run, progress=extract_progress
+            )
+            if dry_run:  # nothing of it stays: the target goes, no call was made
+                await drop_target(part, log_config, target, spaces)
+                await aliases.forget_target(alias, target)
+                return _dry_report(name, part, old, target, status, len(spaces), extracted)
+            # What it appended, folded for sure before the switch (not left to a projector's hand-over).
+            await drain(
+                source, sink, status, folded(projection, extracted.appended), at_end=True, on_progress=on_progress
+            )
         await build_indexes(projection)
         build_seconds, build_read = status.seconds, status.read
         status.phase = "built"
@@ -144,6 +169,7 @@ async def rebuild(
             None,
             workers=len(shards),
             members=took_part,
+            extracted=None if extracted is None else extracted.to_json(),
         )
         if not switch:
             return report
@@ -188,6 +214,29 @@ async def rebuild(
         if store is not None:
             await store.close()
         await aliases.close()
+
+
+def _dry_report(
+    name: str, part: MemoryConfig, old: str, target: str, status: Status, namespaces: int, extracted: ExtractReport
+) -> RebuildReport:
+    seconds = round(status.seconds, 3)
+    rate = round(status.read / status.seconds if status.seconds else 0.0)
+    report = RebuildReport(
+        name,
+        part.store,
+        old,
+        target,
+        status.events,
+        status.read,
+        status.skipped,
+        seconds,
+        rate,
+        namespaces,
+        False,
+        None,
+    )
+    report.extracted = extracted.to_json()
+    return report
 
 
 def _refresh_seconds() -> float:

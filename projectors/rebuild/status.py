@@ -55,6 +55,7 @@ class RebuildReport:
     # --group: the most processes in the target's group at once, this one included (0: no group). `read`
     # then counts every member's records (from the target's checkpoints); `events`, `skipped` this one's.
     members: int = 0
+    extracted: dict[str, Any] | None = None  # --re-extract: calls, prompt tokens, facts (dry: what it would cost)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

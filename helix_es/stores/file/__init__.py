@@ -15,7 +15,7 @@ KIND = StoreKind(
     address=None,
     in_process=True,
     views=lambda _: MemoryStore(),
-    rows=lambda _, name, tables: MemoryRows(name, tables),
+    rows=lambda _, name, tables, *, family="rows": MemoryRows(name, tables),
     aliases=lambda _: MemoryAliases(),
     keys=lambda directory: FileKeyStore(directory or DEFAULT_DIRECTORY),
     idempotency=lambda _: MemoryIdempotency(),

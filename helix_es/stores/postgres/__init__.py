@@ -31,7 +31,7 @@ KIND = StoreKind(
     idempotency=lambda dsn: PostgresIdempotency(_dsn(dsn)),
     items=lambda dsn, view: PostgresItems(_dsn(dsn), view),
     checkpoints=lambda dsn, name: PostgresCheckpoints(_dsn(dsn), name),
-    rows=lambda dsn, name, tables: PostgresRows(_dsn(dsn), name, tables, retired=LONG_TERM),
+    rows=lambda dsn, name, tables, *, family="rows": PostgresRows(_dsn(dsn), name, tables, retired=LONG_TERM),
     transient=transient,
     tables=True,
 )

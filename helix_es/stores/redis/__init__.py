@@ -29,6 +29,8 @@ KIND = StoreKind(
     idempotency=lambda url: RedisIdempotency(_url(url)),
     items=lambda url, view: RedisItems(_url(url), view),
     checkpoints=lambda url, name: RedisCheckpoints(_url(url), name),
-    rows=lambda url, name, tables: RedisRows(_url(url), name, tables, retired=long_term),
+    rows=lambda url, name, tables, *, family="rows": RedisRows(
+        _url(url), name, tables, retired=long_term if family == "rows" else None, family=family
+    ),
     transient=transient,
 )

@@ -1,7 +1,8 @@
 r"""Redis rows (`helix_es.views.rows`): a view's tables in hashes and sorted sets, one slot per namespace.
 
 Layout, for view `<view>` (the store's name) and namespace `<ns>`; every key carries the hash tag
-`{<ns>}`, on one server as on a cluster, so a namespace's rows share one slot:
+`{<ns>}`, on one server as on a cluster, so a namespace's rows share one slot. `rows` is the key
+family; a view kind may name its own (the facts view's keys are `helix:facts:{<ns>}:<view>:...`):
 
 - `helix:rows:{<ns>}:<view>:<table>:r`: a hash, a row's order encoding -> the row: its columns but
   the json ones as compact JSON (times as µs since 1970, the namespace left out: the key holds it),
@@ -84,20 +85,23 @@ _UNENCODABLE = (KeyError, TypeError, AttributeError, OverflowError, UnicodeEncod
 Retired = Callable[[str, str, bool], tuple[str, list[str]]]
 
 
-def prefix(namespace: str, view: str) -> str:
-    """`helix:rows:{<ns>}:<view>:`: every key of the namespace in this view, one hash slot."""
-    return f"helix:rows:{{{names.check_namespace(namespace)}}}:{view}:"
+def prefix(namespace: str, view: str, family: str = "rows") -> str:
+    """`helix:<family>:{<ns>}:<view>:`: every key of the namespace in this view, one hash slot."""
+    return f"helix:{family}:{{{names.check_namespace(namespace)}}}:{view}:"
 
 
 class RedisRows(WideStore):
     kind = "redis"
     SCRIPTS = (("apply", APPLY), ("namespace", APPLY_NAMESPACE), ("move", MOVE), ("scan", SCAN))
 
-    def __init__(self, url: str, name: str, tables: Sequence[Table], *, retired: Retired | None = None) -> None:
+    def __init__(
+        self, url: str, name: str, tables: Sequence[Table], *, retired: Retired | None = None, family: str = "rows"
+    ) -> None:
         """`retired`: a layout this view's data once had (`helix_es.stores.redis.retired`), as
         (namespace, view, cluster?) -> (its key prefix, keys any of which tell a namespace holds it):
         such a namespace is refused (`RetiredLayout`), and `drop` deletes its old keys too."""
         super().__init__(url, name)
+        self.family = family  # the keys' second part: `rows`, or a view family's own (`facts`)
         self._retired = retired
         self._current: set[tuple[str, str]] = set()  # (view, namespace) known to hold no retired data
         self.tables: Mapping[str, Table] = {t.name: t for t in tables}
@@ -186,7 +190,7 @@ class RedisRows(WideStore):
         else:
             groups, parts = [], []
             for ns, (spec, ns_parts) in by_namespace.items():
-                groups.append([prefix(ns, self.name), spec])
+                groups.append([prefix(ns, self.name, self.family), spec])
                 parts += ns_parts
             reply = await self._scripts["apply"](
                 keys=[self._checkpoints.key], args=[*tail, self._spec(groups), b"".join(parts)], client=client
@@ -212,7 +216,7 @@ class RedisRows(WideStore):
         if by_namespace:
             calls = []
             for ns, (spec, parts) in by_namespace.items():
-                base = prefix(ns, self.name)
+                base = prefix(ns, self.name, self.family)
                 calls.append(([base + "marks"], [self._spec([[base, spec]]), b"".join(parts)]))
             await self._replicated(client, calls)
         moved = await self._scripts["move"](keys=[key], args=tail, client=client)
@@ -254,7 +258,7 @@ class RedisRows(WideStore):
 
     async def mark(self, namespace: str, mark: str) -> int | None:
         client = await self._open()
-        value = await client.hget(prefix(namespace, self.name) + "marks", mark)
+        value = await client.hget(prefix(namespace, self.name, self.family) + "marks", mark)
         return None if value is None else int(value)
 
     async def _refuse_retired(self, client: Client, namespaces: Collection[str]) -> None:
@@ -280,7 +284,7 @@ class RedisRows(WideStore):
         codec = self._codecs[table.name]
         client = await self._open()
         await self._refuse_retired(client, [scan.namespace])
-        head = prefix(scan.namespace, self.name) + table.name + ":"
+        head = prefix(scan.namespace, self.name, self.family) + table.name + ":"
         indexes: list[str] = []
         for column, value in scan.where.items():
             kind = table.type(column)
@@ -330,12 +334,12 @@ class RedisRows(WideStore):
 
     async def drop(self, namespaces: Collection[str], topics: Collection[str]) -> None:
         client = await self._open()
-        heads = sorted({prefix(ns, self.name) for ns in namespaces})
+        heads = sorted({prefix(ns, self.name, self.family) for ns in namespaces})
         if len(heads) == 1:
             await delete_matching(client, _glob(heads[0]) + "*", re.compile(re.escape(heads[0])))
         elif heads:  # one SCAN of the keyspace for them all, not one each
             every = re.compile("|".join(map(re.escape, heads)))
-            await delete_matching(client, "helix:rows:{*}:" + _glob(self.name) + ":*", every)
+            await delete_matching(client, f"helix:{self.family}:{{*}}:" + _glob(self.name) + ":*", every)
         if self._retired is not None:  # data a namespace still holds in the retired layout goes too
             for ns in namespaces:
                 head = self._retired(ns, self.name, self._cluster)[0]
