@@ -134,7 +134,7 @@ async def write_facts_sample(log_path: Path) -> None:
             when = at(said).replace(tzinfo=UTC)
             message = Message("user", text, name="Ana", occurred_at=when)
             added = Event(FACTS_NAMESPACE, session, MessageAdded(message), timestamp=when)
-            source = SourceTurn(str(added.event_id), await log.append(added), when)
+            source = SourceTurn(str(added.event_id), await log.append(added), when, when)  # said and logged
             facts = rule_facts(text, "Ana")
             ids.update({(f.predicate, f.value): fact_id("facts", [source.event_id], i) for i, f in enumerate(facts)})
             found = FactsExtracted("facts", VERSION, RULES_SHA256, facts, (source,))

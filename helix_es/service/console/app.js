@@ -215,8 +215,10 @@ function renderNamespaces() {
   $("ns-input").value = state.namespace || "";
 }
 
-function openNamespace(namespace) {
+function openNamespace(namespace, tab = state.tab) {
+  // The namespace's sessions or its facts (a new namespace keeps the tab that was open).
   state.namespace = namespace;
+  state.tab = tab;
   state.session = null;
   state.cut = null;
   state.compare = null;
@@ -342,15 +344,6 @@ async function recall(query) {
 }
 
 // --- the Facts tab: the namespace's facts, drawn on a timeline -------------------------------------------
-
-function openTab(tab) {
-  state.tab = tab;
-  state.session = null;
-  state.cut = null;
-  state.compare = null;
-  writeUrl(true);
-  route();
-}
 
 function renderTabs() {
   $("ns-tabs").hidden = !state.namespace;
@@ -673,7 +666,7 @@ function renderCrumbs() {
         text: state.namespace,
         onclick: (e) => {
           e.preventDefault();
-          openNamespace(state.namespace);
+          openNamespace(state.namespace, "sessions"); // its href: the sessions
         },
       }),
     );
@@ -783,7 +776,7 @@ function wire() {
     tab.addEventListener("click", (e) => {
       if (e.metaKey || e.ctrlKey || e.shiftKey || e.button !== 0) return;
       e.preventDefault();
-      openTab(tab.dataset.tab);
+      openNamespace(state.namespace, tab.dataset.tab);
     });
   }
   const askFacts = () => {
