@@ -207,24 +207,32 @@ async def _poll(read: Any, until: Any, seconds: float = 60) -> Any:
     return await read()
 
 
-async def test_on_kafka_helix_es_project_extracts_into_postgres_and_parks_failures(
-    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
-) -> None:
-    prefix = f"helix.fx-{unique('p')}."
-    ns = unique("fx")
+def on_kafka(
+    bootstrap: str, dsn: str, ns: str, base_url: str, model: str, prefix: str | None = None, **view: Any
+) -> dict[str, Any]:
+    """A facts view in PostgreSQL over a Kafka log of its own prefix, extracting with the stand-in."""
     memory = {
         "type": "facts",
         "store": "postgres",
-        "dsn": postgres_dsn,
+        "dsn": dsn,
         "namespace": ns,
         "read_timeout": 60,
-        "extract": {"provider": "openai", "base_url": model_server.base_url, "model": "stand-in"},
+        "extract": {"provider": "openai", "base_url": base_url, "model": model},
         "batch": {"turns": 2, "idle": 0.2},
+        **view,
     }
-    cfg = {
-        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2},
+    prefix = prefix or f"helix.fx-{unique('p')}."
+    return {
+        "log": {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix, "partitions": 2},
         "memory": memory,
     }
+
+
+async def test_on_kafka_helix_es_project_extracts_into_postgres_and_parks_failures(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
+) -> None:
+    ns = unique("fx")
+    cfg = on_kafka(kafka_bootstrap, postgres_dsn, ns, model_server.base_url, "stand-in")
     model_server.facts_by_text["my name is nobody"] = [{"subject": "user", "predicate": "", "value": "x"}]  # bad
     projector = start_projector(cfg, tmp_path)
     try:
@@ -290,22 +298,10 @@ async def test_recall_ranks_facts_for_a_question(tmp_path: Path) -> None:
 async def test_a_new_model_is_a_replay_rebuild_re_extract_with_a_dry_run_first(
     tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
 ) -> None:
-    prefix = f"helix.fr-{unique('p')}."
-    ns = unique("fr")
+    ns, prefix = unique("fr"), f"helix.fr-{unique('p')}."
 
     def cfg(model: str) -> dict[str, Any]:
-        memory = {
-            "type": "facts",
-            "store": "postgres",
-            "dsn": postgres_dsn,
-            "namespace": ns,
-            "read_timeout": 60,
-            "table": "facts_replay",
-            "extract": {"provider": "openai", "base_url": model_server.base_url, "model": model},
-            "batch": {"turns": 2, "idle": 0.2},
-        }
-        log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2}
-        return {"log": log, "memory": memory}
+        return on_kafka(kafka_bootstrap, postgres_dsn, ns, model_server.base_url, model, prefix, table="facts_replay")
 
     old, new = cfg("model-a"), cfg("model-b")
     projector = start_projector(old, tmp_path)
