@@ -13,6 +13,7 @@ import pytest
 
 from helix_es import InvalidInput, Message, open_memory
 from helix_es.config import load_config
+from helix_es.history.facts_diff import diff_facts
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from projectors.lag import lag
@@ -319,9 +320,14 @@ async def test_a_new_model_is_a_replay_rebuild_re_extract_with_a_dry_run_first(
     dry = await rebuild(new, view="facts-facts_replay", re_extract=True, dry_run=True, handover=0)
     assert model_server.extractions == calls and dry.extracted is not None and not dry.switched
     assert (dry.extracted["turns"], dry.extracted["calls"]) == (3, 2) and dry.extracted["prompt_tokens"] > 0
+    model_server.facts_by_text["I like tea."] = [{"subject": "ana", "predicate": "likes", "value": "green tea"}]
     done = await rebuild(new, view="facts-facts_replay", re_extract=True, handover=0)
     assert done.switched and done.extracted is not None and done.extracted["calls"] == 2
     assert model_server.extractions == calls + 2
     async with open_memory(new, session_id="ana") as mem:
         now = await mem.facts(subject="ana")  # type: ignore[attr-defined]
-        assert sorted((f.value, f.model) for f in now) == [("Porto", "openai/model-b"), ("tea", "openai/model-b")]
+        assert sorted((f.value, f.model) for f in now) == [("Porto", "openai/model-b"), ("green tea", "openai/model-b")]
+    # what the new model knows differently: helix-es facts diff OLD NEW
+    (diff,) = await diff_facts(load_config(new).memory, done.old_target, done.target, [ns])
+    assert [f.value for f in diff.added] == ["green tea"] and [f.value for f in diff.removed] == ["tea"]
+    assert diff.same == 2  # Lisbon, then Porto
