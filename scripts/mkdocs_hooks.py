@@ -17,6 +17,7 @@ SHARED = [
     "bench/latency.png",
     "bench/screenshots/console-timeline.png",
     "bench/screenshots/console-diff.png",
+    "bench/screenshots/console-facts.png",
 ]
 
 

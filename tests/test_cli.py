@@ -23,7 +23,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_help_and_version() -> None:
     out = run("--help")
     assert out.returncode == 0
-    for command in ("demo", "project", "lag", "audit", "history", "forget", "mcp", "serve"):
+    for command in ("demo", "project", "lag", "audit", "history", "facts", "forget", "mcp", "serve"):
         assert command in out.stdout
     assert run("--version").stdout.startswith("helix-es ")
     assert run("no-such-command").returncode == 2
@@ -74,6 +74,58 @@ def test_config_errors_exit_2_and_say_what_to_fix(tmp_path: Path) -> None:
     out = run("project", "--config", str(cfg))
     assert out.returncode == 2
     assert "log: kafka" in out.stderr
+
+
+def test_facts_as_a_table_and_as_json_asserted_and_retracted(tmp_path: Path) -> None:
+    from helix_es import Message
+    from helix_es.sync import open_memory
+
+    ns = unique("cli-facts")
+    facts = {"type": "facts", "extract": {"provider": "rules"}, "batch": {"turns": 100, "idle": 3600}}
+    config = {"log": {"path": str(tmp_path / "log")}, "memory": {"type": "composite", "namespace": ns}}
+    config["memory"]["backends"] = [{"type": "conversation"}, facts]
+    cfg = tmp_path / "helix.json"
+    cfg.write_text(json.dumps(config))
+    with open_memory(config, session_id="s1") as mem:
+        mem.add(Message("user", "I live in Lisbon", name="Ana"))
+        assert mem.run(lambda m: m.backend.extract(ns)) == 1  # type: ignore[attr-defined]
+
+    listed = run("facts", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
+    head, *rows = listed.stdout.splitlines()[2:]
+    assert head.split() == ["SUBJECT", "PREDICATE", "VALUE", "VALID", "(UTC)", "KNOWN", "(UTC)", "BY", "ID"]
+    assert rows[0].split()[:3] == ["Ana", "lives_in", "Lisbon"] and rows[0].split()[-2] == "rules/v1"
+    lisbon = rows[0].split()[-1]
+
+    stated = run("facts", "--config", str(cfg), "--assert", "Ana", "works at", "Acme", "--valid-from", "2024-01-01")
+    assert stated.returncode == 0, stated.stderr
+    assert stated.stdout.startswith(f'asserted Ana "works at" Acme in {ns} (session facts), at helix.memory.{ns}[0]@2')
+    gone = run("facts", "--config", str(cfg), "--retract", lisbon, "--reason", "she moved", "--json")
+    assert json.loads(gone.stdout) == {"positions": [{"topic": f"helix.memory.{ns}", "partition": 0, "offset": 3}]}
+
+    now = run("facts", "--config", str(cfg), "--subject", "ana")
+    assert [line.split()[:3] for line in now.stdout.splitlines()[3:]] == [["Ana", "works_at", "Acme"]]
+    assert "2024-01-01 00:00:00 → now" in now.stdout and " person " in now.stdout
+    every = run("facts", "--config", str(cfg), "--history", "--json")
+    with open_memory(config, session_id="s2") as mem:
+        assert json.loads(every.stdout) == {"facts": [f.to_json() for f in mem.facts(history=True)]}
+    assert [f["known_to"] is None for f in json.loads(every.stdout)["facts"]] == [True, False]
+    before = run("facts", "--config", str(cfg), "--as-of", "2023-06-01", "--json")
+    assert json.loads(before.stdout) == {"facts": []}
+
+    for flags, says in [
+        (["--retract", "no-such-id"], "--retract: no fact"),
+        (["--as-of", "yesterday"], "--as-of: cannot read"),
+        (["--assert", "Ana", "likes", " "], "--assert: "),
+        (["--reason", "why"], "--reason: goes with --retract"),
+        (["--namespace", "not a name"], "--namespace: "),
+    ]:
+        out = run("facts", "--config", str(cfg), *flags)
+        assert out.returncode == 2 and says in out.stderr, (flags, out.stderr)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**config, "memory": {"type": "conversation", "namespace": ns}}))
+    out = run("facts", "--config", str(plain))
+    assert out.returncode == 2 and "memory: view conversation holds no facts" in out.stderr
 
 
 async def test_forget_of_a_thread_takes_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helix_es import ConfigError, Message, ToolCall, load_config, open_memory
+from helix_es import ConfigError, InvalidInput, Message, ToolCall, load_config, open_memory
 from helix_es.client.composite import merge
 from helix_es.projection.factory import open_log
 from tests.conftest import unique
@@ -51,6 +51,50 @@ async def test_embedded_composite_writes_one_event_and_merges(tmp_path: Path) ->
         await mem.clear()
         assert await mem.get() == []
     assert await history(cfg, ns, "s") == ["MessageAdded"] * 3 + ["MemoryCleared"]
+
+
+async def test_a_composite_reads_and_corrects_facts_through_its_facts_part(tmp_path: Path) -> None:
+    ns = unique("comp")
+    # batches never come due by themselves: extract() alone asks (a background round beside it would ask again)
+    facts = {"type": "facts", "extract": {"provider": "rules"}, "batch": {"turns": 100, "idle": 3600}}
+    backends = [{"type": "sliding-window", "window_size": 2}, facts]
+    cfg = {"log": {"path": str(tmp_path)}, "memory": {"type": "composite", "namespace": ns, "backends": backends}}
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(Message("user", "I live in Lisbon", name="ana"))
+        assert await mem.extract_now() == 1  # type: ignore[attr-defined]
+        found = await mem.facts(subject="ANA")  # type: ignore[attr-defined]
+        assert [(f.subject, f.predicate, f.value, f.model) for f in found] == [
+            ("ana", "lives_in", "Lisbon", "rules/v1")
+        ]
+        asserted = await mem.assert_fact("ana", "works at", "Acme", reason="she said so")  # type: ignore[attr-defined]
+        assert mem.pending() == asserted  # every part's reads wait for it, as for an add
+        now = {f.predicate: f for f in await mem.facts()}  # type: ignore[attr-defined]
+        assert now["works_at"].value == "Acme" and now["works_at"].model is None
+        gone = await mem.retract_fact(now["lives_in"].id, "moved away")  # type: ignore[attr-defined]
+        assert gone.offset > asserted.offset
+        assert [f.predicate for f in await mem.facts()] == ["works_at"]  # type: ignore[attr-defined]
+        past = await mem.facts(predicate="lives_in", history=True)  # type: ignore[attr-defined]
+        assert [f.known_to is not None for f in past] == [True]
+        # the window's turn, then the facts part's answer: what holds now
+        assert [m.content for m in await mem.get()] == ["I live in Lisbon", "Known facts:\n- ana works at Acme"]
+    assert await history(cfg, ns, "s") == [
+        "MessageAdded",
+        "FactsExtracted",
+        "FactAsserted",
+        "FactRetracted",
+    ]
+
+
+async def test_a_composite_without_a_facts_part_says_so(tmp_path: Path) -> None:
+    ns = unique("comp")
+    cfg = {"log": {"path": str(tmp_path)}, "memory": {"type": "composite", "namespace": ns, "backends": PARTS}}
+    async with open_memory(cfg, session_id="s") as mem:
+        with pytest.raises(InvalidInput) as err:
+            await mem.facts()  # type: ignore[attr-defined]
+        assert err.value.field == "memory" and "(sliding-window-2-pairs, conversation)" in err.value.problem
+        with pytest.raises(InvalidInput):
+            await mem.assert_fact("ana", "likes", "tea")  # type: ignore[attr-defined]
+    assert await history(cfg, ns, "s") == []
 
 
 def test_composite_config_errors_name_the_part() -> None:

@@ -29,6 +29,7 @@ from helix_es.model.facts import FactsAsk
 from helix_es.model.message import Message
 from helix_es.projection.facts import FactsRows
 from helix_es.stores.memory.rows import MemoryRows
+from helix_es.stores.ports import SessionKey
 from helix_es.stores.postgres.rows import PostgresRows
 from helix_es.stores.redis.rows import RedisRows
 from helix_es.views.facts import tables
@@ -217,3 +218,15 @@ async def test_facts_of_another_view_are_not_this_ones(view: FactsRows, namespac
     await log.write("s", other, day(1))
     assert await view.facts(namespace, FactsAsk()) == []
     assert len(await view.pending(namespace) or []) == 1
+
+
+async def test_a_retried_write_folds_nothing_and_the_checkpoint_moves_past_it(view: FactsRows, namespace: str) -> None:
+    """A read waits for its session's last write, a retry's position too: the view must get there."""
+    log = Log(view, namespace)
+    first = await log.say("s", "I speak Dutch", day(0))
+    for payload in (first.event.payload, MemoryCleared()):  # a retried add, then a retried clear
+        retry = Record(Event(namespace, "s", payload, timestamp=day(1)), Position(log.topic, 0, log.offset), 0)
+        log.offset += 1
+        await view.apply([retry])
+        assert await view.applied(SessionKey(namespace, "s"), retry.position) == retry.position.offset
+    assert [r["content"] for r in await view.pending(namespace) or []] == ["I speak Dutch"]  # not cleared

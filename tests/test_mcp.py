@@ -36,6 +36,9 @@ TOOLS = {
     "search_memory": ["session_id", "query"],
     "clear_memory": ["session_id"],
     "audit_session": ["session_id"],
+    "get_facts": [],
+    "assert_fact": ["subject", "predicate", "value"],
+    "retract_fact": ["fact_id"],
 }
 
 
@@ -105,7 +108,7 @@ async def test_tools_are_listed_with_their_arguments_and_the_server_exits_0_when
             server.init.instructions or ""
         )
         listed = {t.name: t for t in (await server.session.list_tools()).tools}
-        assert {name: listed[name].input_schema["required"] for name in listed} == TOOLS
+        assert {name: listed[name].input_schema.get("required", []) for name in listed} == TOOLS
         add = listed["add_memory"].input_schema["properties"]
         assert add["role"]["enum"] == ["system", "user", "assistant", "tool"]
         assert {"namespace", "content", "name", "tool_calls", "tool_call_id", "metadata", "idempotency_key"} <= set(add)
@@ -173,6 +176,64 @@ async def test_add_get_search_clear_and_audit_on_the_embedded_log(tmp_path: Path
         assert (await server.call("get_memory", session_id=dated))["messages"] == [
             {"role": "user", "content": "then", "occurred_at": "2019-03-04T05:06:07+00:00"}
         ]
+    assert server.exit_code == 0, server.stderr
+
+
+async def test_get_assert_and_retract_facts_on_the_embedded_log(tmp_path: Path, namespace: str) -> None:
+    facts = {"type": "facts", "extract": {"provider": "rules"}, "batch": {"turns": 1, "idle": 0}}
+    config = embedded(tmp_path, namespace)
+    config["memory"] = {"type": "composite", "namespace": namespace, "backends": [{"type": "conversation"}, facts]}
+    async with serve(config, tmp_path) as server:
+        await server.call("add_memory", session_id="s1", role="user", content="I live in Lisbon", name="Ana")
+        for _ in range(200):  # the server's extraction worker, in its background
+            if (found := (await server.call("get_facts"))["facts"]) or await asyncio.sleep(0.05):
+                break
+        [lisbon] = found
+        assert (lisbon["subject"], lisbon["predicate"], lisbon["value"], lisbon["model"]) == (
+            "Ana",
+            "lives_in",
+            "Lisbon",
+            "rules/v1",
+        )
+        stated = await server.call(
+            "assert_fact", subject="Ana", predicate="works at", value="Acme", valid_from="2024-01-01T00:00:00Z"
+        )
+        assert stated == {
+            "namespace": namespace,
+            "session_id": "facts",
+            "topic": f"helix.memory.{namespace}",
+            "partition": 0,
+            "offset": 2,
+        }
+        jobs = (await server.call("get_facts", subject="ana", predicate="works_at", namespace=namespace))["facts"]
+        assert [(f["value"], f["valid_from"], f["model"]) for f in jobs] == [
+            ("Acme", "2024-01-01T00:00:00+00:00", None)
+        ]
+        then = await server.call("get_facts", as_of="2023-06-01T00:00:00+00:00")
+        assert then == {"namespace": namespace, "facts": []}
+        await server.call("retract_fact", fact_id=lisbon["id"], reason="she moved")
+        assert [f["value"] for f in (await server.call("get_facts"))["facts"]] == ["Acme"]
+        past = (await server.call("get_facts", predicate="lives_in", history=True))["facts"]
+        assert [(f["id"], f["known_to"] is not None) for f in past] == [(lisbon["id"], True)]
+
+        assert "tool retract_fact: fact_id: " in await server.refused(
+            "retract_fact", fact_id="0123456789abcdef01234567"
+        )
+        assert "as_of: " in await server.refused("get_facts", as_of="yesterday")
+        assert "subject: " in await server.refused("assert_fact", subject=" ", predicate="likes", value="tea")
+        late = await server.refused(
+            "assert_fact", subject="Ana", predicate="likes", value="tea", valid_from="2024-01-01"
+        )
+        assert "valid_from: " in late
+    assert server.exit_code == 0, server.stderr
+    report = await audit(config, session_id="facts", namespace=namespace)
+    assert [e.type for e in report.events] == ["FactAsserted", "FactRetracted"]
+
+
+async def test_facts_tools_on_a_memory_without_a_facts_view_name_memory(tmp_path: Path, namespace: str) -> None:
+    async with serve(embedded(tmp_path, namespace), tmp_path) as server:
+        assert "get_facts: memory: " in await server.refused("get_facts")
+        assert "memory: " in await server.refused("assert_fact", subject="Ana", predicate="likes", value="tea")
     assert server.exit_code == 0, server.stderr
 
 

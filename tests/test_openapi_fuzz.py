@@ -87,12 +87,20 @@ def _fuzz(strategy: Any, base: str) -> str | None:
 def test_no_request_the_document_generates_gets_a_5xx_or_an_answer_it_does_not_document(tmp_path: Path) -> None:
     config = {
         "log": {"type": "embedded", "path": str(tmp_path / "log"), "fsync": False},
-        "memory": {"type": "sliding-window", "window_size": 10, "namespace": unique("fz"), "read_timeout": 2},
+        "memory": {
+            "type": "composite",
+            "namespace": unique("fz"),
+            "read_timeout": 2,
+            "backends": [
+                {"type": "sliding-window", "window_size": 10},
+                {"type": "facts", "extract": {"provider": "rules"}, "batch": {"turns": 1, "idle": 0}},
+            ],
+        },
     }
     with served(config, KEYS, tmp_path) as base, httpx.Client(base_url=base, timeout=30) as http:
         doc = http.get("/openapi.json").json()
         operations = _operations(doc)
-        assert len(operations) == 19
+        assert len(operations) == 22
         failures: list[str] = []
         for operation in operations:
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

@@ -712,9 +712,9 @@ def test_without_uvicorn_serve_says_so_in_one_line_and_exits_1(tmp_path: Path) -
 
 
 def readme_blocks() -> list[str]:
-    """The REST page (docs/integrations/rest.md): its fenced blocks, in order (keys, command, curl calls, output)."""
+    """The REST page (docs/integrations/rest.md): its first four fenced blocks (keys, command, curl calls, output)."""
     section = (ROOT / "docs" / "integrations" / "rest.md").read_text()
-    return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2]][:4]
 
 
 async def test_the_readme_example_runs_as_printed(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from helix_es.model.errors import InvalidInput
 # --- text for people --------------------------------------------------------------------------------
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def table(rows: list[list[str]]) -> list[str]:
+    """Rows as aligned columns, the last one unpadded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return [
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip() for row in rows
@@ -55,15 +56,15 @@ def render(report: AuditReport) -> str:
                     e.describe(),
                 ]
             )
-        lines += ["", *_table(rows)]
+        lines += ["", *table(rows)]
     if report.skipped:
         lines += ["", f"{len(report.skipped)} record(s) skipped: the projector dead-letters them"]
-        lines += _table([["", str(b.position.partition), str(b.position.offset), b.error] for b in report.skipped])
+        lines += table([["", str(b.position.partition), str(b.position.offset), b.error] for b in report.skipped])
     for name, messages in (report.views or {}).items():
         count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
         lines += ["", f"view {name} at the cut: get() returns {count}"]
         if messages:
-            lines += _table([["", str(i), describe_message(m)] for i, m in enumerate(messages, 1)])
+            lines += table([["", str(i), describe_message(m)] for i, m in enumerate(messages, 1)])
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "helix_es.cli.project",
     "helix_es.cli.lag",
     "helix_es.cli.audit",
+    "helix_es.cli.facts",
     "helix_es.cli.forget",
     "helix_es.cli.imports",
     "helix_es.cli.rebuild",

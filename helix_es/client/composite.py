@@ -1,19 +1,24 @@
 """composite: one event feeds every part's view; get and search merge the parts' answers.
 
+Facts (`facts`, `extract_now`, `assert_fact`, `retract_fact`, `merge_facts`, `unmerge_facts`) go to the first part
+whose view is a facts view; a write there is waited for by every part's reads, like an add.
+
 A long-term view with a recall index (`search: hybrid | vector | keyword`) is a composite of two
 views fed by one event, its rows and its index, read as one memory (`IndexedMemory`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from helix_es.client.memory import EventWriter, ViewMemory, check_search
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
+from helix_es.model.facts import Fact
 from helix_es.model.message import Message
 from helix_es.model.recall import RecallHit
-from helix_es.projection.protocol import Projection, Recaller
+from helix_es.projection.protocol import Knower, Projection, Recaller
 
 
 def _identity(message: Message) -> tuple[object, ...]:
@@ -70,6 +75,47 @@ class CompositeMemory(EventWriter):
                 return await part.recall(query, limit, **filters)
         names = ", ".join(part.projection.name for part in self.parts)
         raise InvalidInput("memory", f"no part of this composite can recall ({names}): add a vector or long-term part")
+
+    # -- knowledge: the first part whose view is a facts view ------------------------------------
+
+    def _knowing(self) -> ViewMemory:
+        for part in self.parts:
+            if isinstance(part, ViewMemory) and isinstance(part.projection, Knower):
+                return part
+        names = ", ".join(part.projection.name for part in self.parts)
+        raise InvalidInput("memory", f"no part of this composite holds facts ({names}): add a facts part")
+
+    async def facts(
+        self,
+        subject: str | None = None,
+        predicate: str | None = None,
+        as_of: datetime | None = None,
+        known_as_of: datetime | None = None,
+        history: bool = False,
+    ) -> list[Fact]:
+        return await self._knowing().facts(subject, predicate, as_of, known_as_of, history)
+
+    async def extract_now(self) -> int:
+        return await self._knowing().extract_now()
+
+    async def assert_fact(
+        self, subject: str, predicate: str, value: str, valid_from: datetime | None = None, *, reason: str | None = None
+    ) -> Position:
+        return self._seen(await self._knowing().assert_fact(subject, predicate, value, valid_from, reason=reason))
+
+    async def retract_fact(self, fact_id: str, reason: str | None = None) -> Position:
+        return self._seen(await self._knowing().retract_fact(fact_id, reason))
+
+    async def merge_facts(self, fact_ids: Sequence[str]) -> Position:
+        return self._seen(await self._knowing().merge_facts(fact_ids))
+
+    async def unmerge_facts(self, position: Position) -> Position:
+        return self._seen(await self._knowing().unmerge_facts(position))
+
+    def _seen(self, position: Position) -> Position:
+        """Every part's reads wait for a write one part made (the event feeds them all)."""
+        self.wrote(position)
+        return position
 
 
 class IndexedMemory(CompositeMemory):

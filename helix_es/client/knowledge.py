@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import FactAsserted, FactRetracted, FactsMerged, FactsUnmerged, Position
-from helix_es.model.facts import Fact, FactsAsk, check_fact_text, make_facts_ask
+from helix_es.model.facts import Fact, FactsAsk, check_fact_text, check_time, make_facts_ask
 from helix_es.model.message import check_text
 from helix_es.projection.protocol import Knower
 
@@ -64,13 +64,11 @@ class Knowledge:
         """A person states a fact (`FactAsserted`): it outranks what the model drew from earlier turns."""
         self._knower()
         check_text(reason, "reason", optional=True, error=InvalidInput)
-        if valid_from is not None and (not isinstance(valid_from, datetime) or valid_from.utcoffset() is None):
-            raise InvalidInput("valid_from", f"must be a timezone-aware datetime, got {valid_from!r}")
         event = FactAsserted(
             check_fact_text(subject, "subject"),
             check_fact_text(predicate, "predicate").casefold().replace(" ", "_"),
             check_fact_text(value, "value"),
-            valid_from,
+            check_time(valid_from, "valid_from"),
             reason,
         )
         return await self._write(event)

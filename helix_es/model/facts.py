@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from helix_es.model.errors import InvalidInput
+from helix_es.model.message import check_text
 from helix_es.model.positions import Position
 
 OPPOSITES: Mapping[str, str] = {"likes": "dislikes", "dislikes": "likes"}
@@ -122,12 +123,17 @@ class FactsAsk:
     history: bool = False
 
 
-def _aware(value: object, name: str) -> datetime | None:
+def check_time(value: object, name: str) -> datetime | None:
+    """A timezone-aware datetime, in UTC (the log keeps UTC: a time outside years 1-9999 there
+    would make its event unreadable), or `InvalidInput` naming `name`; None stays None."""
     if value is None:
         return None
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(name, f"must be a timezone-aware datetime, got {value!r}")
-    return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(name, f"must fall within years 1-9999 in UTC, got {value.isoformat()}") from None
 
 
 def _name(value: object, name: str) -> str | None:
@@ -135,6 +141,7 @@ def _name(value: object, name: str) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > 1000:
         raise InvalidInput(name, f"must be a non-empty string of at most 1000 characters, got {value!r}")
+    check_text(value, name, error=InvalidInput)  # no NUL, no lone surrogate: every store holds it
     return value
 
 
@@ -151,8 +158,8 @@ def make_facts_ask(
     return FactsAsk(
         _name(subject, "subject"),
         _name(predicate, "predicate"),
-        _aware(as_of, "as_of"),
-        _aware(known_as_of, "known_as_of"),
+        check_time(as_of, "as_of"),
+        check_time(known_as_of, "known_as_of"),
         history,
     )
 

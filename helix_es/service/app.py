@@ -2,7 +2,8 @@
 
 Routes (the OpenAPI document, `openapi.py`, describes each): a session's messages (add, get, clear),
 search, recall, audit, forget; the header form of messages, search and recall (session id in
-`memory.session_id_header`, default X-Session-ID); a namespace's sessions; /healthz, /readyz,
+`memory.session_id_header`, default X-Session-ID); a namespace's sessions; its facts (read, assert,
+retract: `service.facts`); /healthz, /readyz,
 /metrics, /openapi.json; the web console under /ui/. Every /v1 request passes `requests.call`
 (key, namespace, session) before anything is read or written. Read-your-writes: each (namespace,
 session) is one memory that waits for its own writes; a write answers with a consistency token
@@ -16,7 +17,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from helix_es.history.erasure import forget
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
+from helix_es.service import facts as knowledge
 from helix_es.service import recall as recalls
 from helix_es.service import requests as rq
 from helix_es.service.access import Access, AccessLog
@@ -219,6 +221,43 @@ async def recall(request: Request) -> Response:
     return JSONResponse(recalls.hits_json(call.namespace, call.session_id, found))
 
 
+# -- facts: a namespace's facts view, its corrections on the session `knowledge.FACTS_SESSION` --------
+
+
+def _facts_call(service: Service, request: Request) -> rq.Call:
+    return replace(service.call(request), session_id=knowledge.FACTS_SESSION)
+
+
+async def facts(request: Request) -> Response:
+    service = _service(request)
+    call = _facts_call(service, request)
+    after = await _after(service, request, call)
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        if after is not None:
+            expect(memory, after)
+        found = await knowledge.read(memory, request.query_params)
+    service.metrics.reads += 1
+    return JSONResponse(knowledge.facts_json(found))
+
+
+async def assert_fact(request: Request) -> Response:
+    service = _service(request)
+    call = _facts_call(service, request)
+    body = await rq.read_json(request, service.options.max_body)
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        position = await knowledge.assert_one(memory, body)
+    return _written(service, call, [position], 201)
+
+
+async def retract_fact(request: Request) -> Response:
+    service = _service(request)
+    call = _facts_call(service, request)
+    reason = request.query_params.get("reason") or None
+    async with service.memories.using(call.namespace, _session(call)) as memory:
+        position = await knowledge.retract_one(memory, request.path_params["fact_id"], reason)
+    return _written(service, call, [position], 200)
+
+
 async def audit_session(request: Request) -> Response:
     service = _service(request)
     call = service.call(request)
@@ -326,6 +365,9 @@ def routes(console: Path) -> list[BaseRoute]:
     return [
         *map(_any_session_id, by_session),
         Route("/v1/{namespace}/sessions", sessions, methods=["GET"]),
+        Route("/v1/{namespace}/facts", facts, methods=["GET"]),
+        Route("/v1/{namespace}/facts", assert_fact, methods=["POST"]),
+        Route("/v1/{namespace}/facts/{fact_id}", retract_fact, methods=["DELETE"]),
         Route("/v1/namespaces", namespaces, methods=["GET"]),
         Route("/v1/{namespace}/messages", add, methods=["POST"]),
         Route("/v1/{namespace}/messages", get, methods=["GET"]),

@@ -1,7 +1,8 @@
 """`helix-es mcp`: the memory over the Model Context Protocol (stdio), for an LLM agent's host.
 
 Five tools, each taking `namespace` (optional: the config's `memory.namespace`) and `session_id`:
-`add_memory`, `get_memory`, `search_memory`, `clear_memory` and `audit_session`. One memory
+`add_memory`, `get_memory`, `search_memory`, `clear_memory` and `audit_session`; and three for a
+facts view, namespace-wide (`mcp_facts`): `get_facts`, `assert_fact` and `retract_fact`. One memory
 per (namespace, session), opened on first use by a `SessionMemoryManager` per namespace and
 kept until the server stops, so a read shows the server's own earlier writes
 (read-your-writes). `namespaces` (names or globs) restricts which namespaces the tools may
@@ -34,6 +35,7 @@ from helix_es.model.errors import HelixError, InvalidInput
 from helix_es.model.events import Position
 from helix_es.model.message import Message
 from helix_es.service import recall as recalls
+from helix_es.service.mcp_facts import FactTools
 from helix_es.service.messages import message_from, message_json
 from helix_es.service.pool import Memories, check_namespace
 
@@ -45,8 +47,9 @@ INSTRUCTIONS = (
     "Event-sourced conversation memory. Each (namespace, session_id) is one conversation: add_memory "
     "appends a message, get_memory returns what the memory holds now (a view: a window, a summary, ...), "
     "search_memory finds messages by text, clear_memory empties it (the history stays on the log), and "
-    "audit_session returns the session's full event history from the log. Omit namespace to use the "
-    "server's default."
+    "audit_session returns the session's full event history from the log. With a facts view, get_facts lists "
+    "what the memory learned (subject, predicate, value, when it held and when it was known), assert_fact "
+    "states a fact as a person and retract_fact takes one back. Omit namespace to use the server's default."
 )
 
 
@@ -118,7 +121,7 @@ def _messages(namespace: str, session_id: str, messages: list[Message]) -> Messa
     }
 
 
-class MemoryTools:
+class MemoryTools(FactTools):
     """The memories the tools reach (`Memories`: a `SessionMemoryManager` per namespace), restricted to
     the namespaces this server may serve."""
 
@@ -331,7 +334,7 @@ class MemoryTools:
 
 
 def build_server(tools: MemoryTools) -> MCPServer[Any]:
-    """The MCP server of `tools`: five tools with JSON schemas and descriptions for the model."""
+    """The MCP server of `tools`: eight tools with JSON schemas and descriptions for the model."""
     server: MCPServer[Any] = MCPServer(
         name="helix-es",
         title="helix-es memory",
@@ -354,6 +357,17 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
     )
     server.add_tool(tools.audit_session, name="audit_session", annotations=reads)
+    server.add_tool(tools.get_facts, name="get_facts", annotations=reads)
+    server.add_tool(
+        tools.assert_fact,
+        name="assert_fact",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    server.add_tool(
+        tools.retract_fact,
+        name="retract_fact",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+    )
     return server
 
 

@@ -15,7 +15,24 @@ from typing import Any
 from helix_es._version import __version__
 from helix_es.model.events import MAX_KEY_LENGTH
 from helix_es.model.names import MAX_SESSION_ID
-from helix_es.service.requests import MAX_BATCH, MAX_DEPTH
+from helix_es.service.openapi_facts import FACTS_SCHEMAS, facts_paths
+from helix_es.service.openapi_parts import (
+    AFTER,
+    BODY_ERRORS,
+    LIMITS,
+    NAMESPACE,
+    NS,
+    POSITION,
+    READ_ERRORS,
+    V1_ERRORS,
+    error,
+    operation,
+    positions_response,
+    ref,
+    response,
+    strings,
+)
+from helix_es.service.requests import MAX_BATCH
 
 
 @functools.cache
@@ -65,72 +82,14 @@ HEADER_SESSION_ID = {
 IDEMPOTENCY_KEY = {"type": "string", "maxLength": MAX_KEY_LENGTH, "pattern": _header_text("\\u007b\\u007d")}
 
 
-NAMESPACE = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,200}$"}
-NS = {"name": "namespace", "in": "path", "required": True, "schema": NAMESPACE}
-AFTER = {
-    "name": "X-Helix-After",
-    "in": "header",
-    "required": False,
-    "description": "The X-Helix-After of a write of this session: the read waits until the view has applied it "
-    "(504 if not in time). A token no write of the session gave is a 400.",
-    "schema": {"type": "string", "minLength": 1},
-}
-LIMITS = (
-    f"A body is at most --max-body bytes (default 1 MiB; 413) and nests arrays and objects at most {MAX_DEPTH} "
-    "deep (400)."
-)
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return _json(_ref("Error"), description)
-
-
-# What every /v1 route may answer besides its own success.
-V1_ERRORS = {
-    "401": _error("no or unknown API key"),
-    "403": _error("the key may not use this namespace (or forget, without admin)"),
-    "404": _error("no such route: a path segment left unencoded (a session id's `/`)"),
-    "422": _error("bad input; `field` names it"),
-    "503": _error("the log or a store failed; retry"),
-}
-BODY_ERRORS = {
-    "400": _error(f"the body is not JSON, or nests arrays and objects deeper than {MAX_DEPTH}"),
-    "413": _error("the body is over --max-body (default 1 MiB)"),
-}
-READ_ERRORS = {
-    "400": _error("X-Helix-After is not a token of a write of this session"),
-    "504": _error("the view did not apply the awaited write within memory.read_timeout"),
-}
-
-
-def _op(
-    summary: str, params: list[dict[str, Any]], ok: tuple[str, dict[str, Any]], *errors: dict[str, Any], **more: Any
-) -> dict[str, Any]:
-    responses = {ok[0]: ok[1], **V1_ERRORS}
-    for extra in errors:
-        responses.update(extra)
-    return {"summary": summary, "parameters": params, "security": [{"bearer": []}], "responses": responses, **more}
-
-
 def _session_ops(params: list[dict[str, Any]], *, search_only: bool = False) -> dict[str, dict[str, Any]]:
-    positions = _json(_ref("Positions"), "where the events landed on the log")
-    positions["headers"] = {
-        "X-Helix-After": {"required": True, "schema": {"type": "string"}, "description": "the consistency token"}
-    }
-    messages = _json(_ref("Messages"), "the messages")
-    search = _op(
+    positions = positions_response()
+    messages = response(ref("Messages"), "the messages")
+    search = operation(
         "messages that match q, best first",
         [
             *params,
-            {"name": "q", "in": "query", "required": True, "schema": _strings(empty=False)},
+            {"name": "q", "in": "query", "required": True, "schema": strings(empty=False)},
             {
                 "name": "limit",
                 "in": "query",
@@ -151,9 +110,9 @@ def _session_ops(params: list[dict[str, Any]], *, search_only: bool = False) -> 
         "first gets <key>#<i>.",
         "schema": IDEMPOTENCY_KEY,
     }
-    body = {"anyOf": [_ref("Message"), _ref("Batch")]}
+    body = {"anyOf": [ref("Message"), ref("Batch")]}
     return {
-        "post": _op(
+        "post": operation(
             "add one message, or several",
             [*params, idempotency],
             ("201", positions),
@@ -161,24 +120,26 @@ def _session_ops(params: list[dict[str, Any]], *, search_only: bool = False) -> 
             requestBody={"required": True, "content": {"application/json": {"schema": body}}},
             description=LIMITS,
         ),
-        "get": _op("what the view returns now (read-your-writes)", [*params, AFTER], ("200", messages), READ_ERRORS),
-        "delete": _op("clear the memory (the log keeps the history)", [*params, idempotency], ("200", positions)),
+        "get": operation(
+            "what the view returns now (read-your-writes)", [*params, AFTER], ("200", messages), READ_ERRORS
+        ),
+        "delete": operation("clear the memory (the log keeps the history)", [*params, idempotency], ("200", positions)),
     }
 
 
 def _recall_op(params: list[dict[str, Any]]) -> dict[str, Any]:
     time = {"type": "string", "format": "date-time"}
     return {
-        "get": _op(
+        "get": operation(
             "the namespace's messages that best answer q, with score, session, position and time",
             [
                 *params,
-                {"name": "q", "in": "query", "required": True, "schema": _strings(empty=False)},
+                {"name": "q", "in": "query", "required": True, "schema": strings(empty=False)},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
                 {
                     "name": "session",
                     "in": "query",
-                    "schema": {"type": "array", "items": _strings(empty=False)},
+                    "schema": {"type": "array", "items": strings(empty=False)},
                     "style": "form",
                     "explode": True,
                     "description": "only these sessions (repeat the parameter)",
@@ -186,7 +147,7 @@ def _recall_op(params: list[dict[str, Any]]) -> dict[str, Any]:
                 {
                     "name": "where",
                     "in": "query",
-                    "schema": {"type": "object", "additionalProperties": _strings()},
+                    "schema": {"type": "object", "additionalProperties": strings()},
                     "style": "deepObject",
                     "explode": True,
                     "description": "metadata equality: where[speaker]=Caroline",
@@ -197,7 +158,7 @@ def _recall_op(params: list[dict[str, Any]]) -> dict[str, Any]:
                 {"name": "mode", "in": "query", "schema": {"enum": ["hybrid", "vector", "keyword", "substring"]}},
                 AFTER,
             ],
-            ("200", _json(_ref("Hits"), "the hits, best first")),
+            ("200", response(ref("Hits"), "the hits, best first")),
             READ_ERRORS,
         )
     }
@@ -209,9 +170,9 @@ def _plain(summary: str, media: str = "application/json", more: dict[str, Any] |
 
 
 def document(session_header: str) -> dict[str, Any]:
-    sid = {"name": "session_id", "in": "path", "required": True, "schema": _ref("SessionId")}
+    sid = {"name": "session_id", "in": "path", "required": True, "schema": ref("SessionId")}
     header = {"name": session_header, "in": "header", "required": True, "schema": HEADER_SESSION_ID}
-    audit = _op(
+    audit = operation(
         "the session's history from the log; with as_of or offset, each view at that cut (helix-es audit --json)",
         [
             NS,
@@ -225,17 +186,17 @@ def document(session_header: str) -> dict[str, Any]:
             {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
             {"name": "view", "in": "query", "schema": {"type": "string"}, "description": "one view of a composite"},
         ],
-        ("200", _json(_ref("Audit"), "the audit report")),
+        ("200", response(ref("Audit"), "the audit report")),
     )
-    forget = _op(
+    forget = operation(
         "erase the session by crypto-shredding (admin keys only)",
         [NS, sid],
-        ("200", _json({"type": "object"}, "what was erased (helix-es forget --json)")),
+        ("200", response({"type": "object"}, "what was erased (helix-es forget --json)")),
         BODY_ERRORS,
-        {"409": _error("the session cannot be shredded; nothing changed")},
-        requestBody={"required": False, "content": {"application/json": {"schema": _ref("Forget")}}},
+        {"409": error("the session cannot be shredded; nothing changed")},
+        requestBody={"required": False, "content": {"application/json": {"schema": ref("Forget")}}},
     )
-    sessions = _op(
+    sessions = operation(
         "the namespace's sessions from the log, newest activity first, a page at a time",
         [
             NS,
@@ -257,12 +218,12 @@ def document(session_header: str) -> dict[str, Any]:
                 "description": "only sessions whose id holds this text (any case)",
             },
         ],
-        ("200", _json(_ref("Sessions"), "a page of sessions")),
+        ("200", response(ref("Sessions"), "a page of sessions")),
     )
     namespaces = {
         "summary": "the namespaces on the log that this key may use",
         "security": [{"bearer": []}],
-        "responses": {"200": _json(_ref("Namespaces"), "them"), "401": V1_ERRORS["401"], "503": V1_ERRORS["503"]},
+        "responses": {"200": response(ref("Namespaces"), "them"), "401": V1_ERRORS["401"], "503": V1_ERRORS["503"]},
     }
     return {
         "openapi": "3.1.0",
@@ -278,6 +239,7 @@ def document(session_header: str) -> dict[str, Any]:
             "/v1/{namespace}/messages": _session_ops([NS, header]),
             "/v1/{namespace}/search": _session_ops([NS, header], search_only=True),
             "/v1/{namespace}/recall": _recall_op([NS, header]),
+            **facts_paths(),
             "/healthz": _plain("the process is alive"),
             "/readyz": _plain(
                 "200 when the log and stores answer and the lag is under --lag-bound, else 503",
@@ -289,15 +251,9 @@ def document(session_header: str) -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {**SCHEMAS, "SessionId": _session_id()},
+            "schemas": {**SCHEMAS, **FACTS_SCHEMAS, "SessionId": _session_id()},
         },
     }
-
-
-def _strings(*, empty: bool = True, null: bool = False) -> dict[str, Any]:
-    """Text every store holds: no NUL, no lone surrogate."""
-    text = {"type": ["string", "null"] if null else "string", "pattern": "^[^\\u0000\\ud800-\\udfff]*$"}
-    return text if empty else {**text, "minLength": 1}
 
 
 _OCCURRED_AT = {
@@ -311,14 +267,14 @@ _NONE = {"type": ["array", "null"], "maxItems": 0}  # tool_calls where a message
 def _message(roles: list[str], required: list[str], **fields: dict[str, Any]) -> dict[str, Any]:
     properties = {
         "role": {"enum": roles},
-        "content": _strings(empty=False),
-        "name": _strings(empty=False, null=True),
+        "content": strings(empty=False),
+        "name": strings(empty=False, null=True),
         "tool_calls": _NONE,
         "tool_call_id": {"type": "null"},
         "metadata": {
             "type": ["object", "null"],
-            "propertyNames": _strings(empty=False),
-            "additionalProperties": _strings(),
+            "propertyNames": strings(empty=False),
+            "additionalProperties": strings(),
         },
         "occurred_at": _OCCURRED_AT,
     }
@@ -335,9 +291,9 @@ _TOOL_CALL = {
     "required": ["id", "name"],
     "additionalProperties": False,
     "properties": {
-        "id": _strings(empty=False),
-        "name": _strings(empty=False),
-        "arguments": _strings() | {"contentMediaType": "application/json", "default": "{}"},
+        "id": strings(empty=False),
+        "name": strings(empty=False),
+        "arguments": strings() | {"contentMediaType": "application/json", "default": "{}"},
     },
 }
 _TOOL_CALLS = {
@@ -347,32 +303,22 @@ _TOOL_CALLS = {
     "description": "each call with its own id",
 }
 
-_POSITION = {
-    "type": "object",
-    "required": ["topic", "partition", "offset"],
-    "additionalProperties": False,
-    "properties": {
-        "topic": {"type": "string"},
-        "partition": {"type": "integer", "minimum": 0},
-        "offset": {"type": "integer", "minimum": 0},
-    },
-}
 SCHEMAS: dict[str, Any] = {
     "Message": {
         "description": "A turn. A tool message names the call it answers; only an assistant message carries tool "
         "calls, and may then have empty content.",
         "anyOf": [
             _message(["system", "user"], ["content"]),
-            _message(["tool"], ["content", "tool_call_id"], tool_call_id=_strings(empty=False)),
+            _message(["tool"], ["content", "tool_call_id"], tool_call_id=strings(empty=False)),
             _message(["assistant"], ["content"], tool_calls={**_TOOL_CALLS, "type": ["array", "null"], "minItems": 0}),
-            _message(["assistant"], ["tool_calls"], content=_strings(), tool_calls=_TOOL_CALLS),
+            _message(["assistant"], ["tool_calls"], content=strings(), tool_calls=_TOOL_CALLS),
         ],
     },
     "Batch": {
         "type": "object",
         "required": ["messages"],
         "additionalProperties": False,
-        "properties": {"messages": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("Message")}},
+        "properties": {"messages": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": ref("Message")}},
     },
     "Stored": {
         "type": "object",
@@ -394,7 +340,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "namespace": NAMESPACE,
             "session_id": {"type": "string"},
-            "messages": {"type": "array", "items": _ref("Stored")},
+            "messages": {"type": "array", "items": ref("Stored")},
         },
     },
     "Hits": {
@@ -411,10 +357,10 @@ SCHEMAS: dict[str, Any] = {
                     "required": ["message", "score", "session_id", "position", "occurred_at"],
                     "additionalProperties": False,
                     "properties": {
-                        "message": _ref("Stored"),
+                        "message": ref("Stored"),
                         "score": {"type": "number"},
                         "session_id": {"type": "string"},
-                        "position": _POSITION,
+                        "position": POSITION,
                         "occurred_at": {"type": "string", "format": "date-time"},
                         "explain": {"type": "object", "description": "what each ranker gave the hit"},
                     },
@@ -430,7 +376,7 @@ SCHEMAS: dict[str, Any] = {
             "positions": {
                 "type": "array",
                 "minItems": 1,
-                "items": _POSITION,
+                "items": POSITION,
             }
         },
     },
@@ -473,7 +419,7 @@ SCHEMAS: dict[str, Any] = {
             "topic": {"type": "string"},
             "cut": {"type": ["object", "null"]},
             "events": {"type": "array", "items": {"type": "object"}},
-            "views": {"type": ["object", "null"], "additionalProperties": {"type": "array", "items": _ref("Stored")}},
+            "views": {"type": ["object", "null"], "additionalProperties": {"type": "array", "items": ref("Stored")}},
         },
     },
     "Forget": {

@@ -266,7 +266,9 @@ class FactsFold:
         for r in records:
             if (r.position.topic, r.position.partition) != (topic, partition):
                 raise ValueError(f"a batch holds one topic-partition: {topic}[{partition}], then {r.position}")
-        return topic, partition, [r for r in records if r.duplicate_of is None]
+        # A retried write (`duplicate_of`) stays an op that folds nothing: the checkpoint moves past it, so
+        # a read waiting for the retry's position is not left waiting for ever.
+        return topic, partition, list(records)
 
     def offset(self, op: Record) -> int:
         return op.position.offset
@@ -276,12 +278,16 @@ class FactsFold:
             {
                 (r.event.namespace, r.event.session_id)
                 for r in ops
-                if isinstance(r.event.payload, (MemoryCleared, SessionErased))
+                if r.duplicate_of is None and isinstance(r.event.payload, (MemoryCleared, SessionErased))
             }
         )
         scans = [Scan(self.pending.name, ns, where={"session_id": sid}) for ns, sid in named]
         erased = sorted(
-            {(r.event.namespace, r.event.session_id) for r in ops if isinstance(r.event.payload, SessionErased)}
+            {
+                (r.event.namespace, r.event.session_id)
+                for r in ops
+                if r.duplicate_of is None and isinstance(r.event.payload, SessionErased)
+            }
         )
         scans += [Scan(self.stated.name, ns, where={"session_id": sid}) for ns, sid in erased]
         scans += [Scan(self.corrections.name, ns, where={"session_id": sid}) for ns, sid in erased]
@@ -298,6 +304,8 @@ class FactsFold:
         changes: list[RowChange] = []
         for record in ops:
             payload = record.event.payload
+            if record.duplicate_of is not None:
+                continue
             if isinstance(payload, MessageAdded):
                 self._turn(record, payload, held, changes)
             elif isinstance(payload, FactsExtracted):

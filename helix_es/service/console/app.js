@@ -1,11 +1,13 @@
 // The helix-es web console: a session's events read back from the log, and what each view's
-// get() returned at any point (the cut), side by side, with the difference between two points.
+// get() returned at any point (the cut), side by side, with the difference between two points;
+// and a namespace's facts (the Facts tab), when and how long each held, drawn on a timeline.
 // Plain DOM, no build step, nothing fetched from elsewhere; data only ever reaches the page as
 // text nodes (the server sends Content-Security-Policy: default-src 'self').
 
 import { ApiError, api, enc, sessionPath } from "./api.js";
 import { $, clear, el, plural } from "./dom.js";
 import { ago, badge, clock, eventText, kindOf } from "./events.js";
+import { factsChart, factsLegend, factsSummary } from "./facts.js";
 import { hitsList } from "./recall.js";
 import { diffColumns, nowColumn, viewColumns } from "./views.js";
 
@@ -26,6 +28,9 @@ const state = {
   reports: new Map(), // namespace, session and offset -> Promise of the audit at that cut
   now: null, // Promise of GET .../messages while the "get() now" column is on, else null
   served: null, // the namespaces on the log this key may use (GET /v1/namespaces), once asked
+  tab: "sessions", // or "facts": the namespace's facts instead of a session
+  facts: { subject: null, predicate: null, history: false }, // the Facts tab's filters
+  factsShown: null, // the facts last read, drawn again when the window changes width
   ticket: 0, // the newest render wins; older answers are dropped
 };
 
@@ -127,7 +132,9 @@ function takeKeyFromUrl() {
 function readUrl() {
   const p = new URL(location.href).searchParams;
   state.namespace = p.get("namespace") || null;
-  state.session = state.namespace ? p.get("session") || null : null;
+  state.tab = state.namespace && p.get("tab") === "facts" ? "facts" : "sessions";
+  state.session = state.namespace && state.tab === "sessions" ? p.get("session") || null : null;
+  state.facts = { subject: p.get("subject") || null, predicate: p.get("predicate") || null, history: p.get("history") === "1" };
   const offset = p.get("offset");
   const asOf = p.get("as_of");
   state.cut = offset !== null && /^\d+$/.test(offset) ? { offset: Number(offset) } : asOf ? { as_of: asOf } : null;
@@ -144,6 +151,12 @@ function writeUrl(push = false) {
   if (state.session && state.cut?.offset !== undefined) p.set("offset", state.cut.offset);
   if (state.session && state.cut?.as_of !== undefined) p.set("as_of", state.cut.as_of);
   if (state.session && state.compare) p.set("compare", state.compare.offset);
+  if (state.namespace && state.tab === "facts") {
+    p.set("tab", "facts");
+    if (state.facts.subject) p.set("subject", state.facts.subject);
+    if (state.facts.predicate) p.set("predicate", state.facts.predicate);
+    if (state.facts.history) p.set("history", "1");
+  }
   if (url.href === location.href) return;
   if (push) history.pushState(null, "", url);
   else history.replaceState(null, "", url);
@@ -297,6 +310,7 @@ function renderSessions() {
 }
 
 function openSession(sid, offset = null) {
+  state.tab = "sessions";
   state.session = sid;
   state.cut = offset === null ? null : { offset };
   state.compare = null;
@@ -325,6 +339,85 @@ async function recall(query) {
       explain(err, "the search");
     }
   }
+}
+
+// --- the Facts tab: the namespace's facts, drawn on a timeline -------------------------------------------
+
+function openTab(tab) {
+  state.tab = tab;
+  state.session = null;
+  state.cut = null;
+  state.compare = null;
+  writeUrl(true);
+  route();
+}
+
+function renderTabs() {
+  $("ns-tabs").hidden = !state.namespace;
+  if (!state.namespace) return;
+  for (const tab of $("ns-tabs").querySelectorAll("a.tab")) {
+    const facts = tab.dataset.tab === "facts";
+    tab.href = `?namespace=${enc(state.namespace)}${facts ? "&tab=facts" : ""}`;
+    tab.classList.toggle("active", facts === (state.tab === "facts"));
+    tab.setAttribute("aria-current", facts === (state.tab === "facts") ? "page" : "false");
+  }
+}
+
+async function loadFacts() {
+  const ns = state.namespace;
+  const ticket = ++state.ticket;
+  const asked = state.facts;
+  $("facts-subject").value = asked.subject || "";
+  $("facts-predicate").value = asked.predicate || "";
+  $("facts-history").checked = asked.history;
+  clear($("facts-legend"), factsLegend());
+  $("facts-pane").classList.add("loading");
+  if (state.factsShown === null) clear($("facts-chart"), el("p", { class: "muted pad", text: "Reading the facts view…" }));
+  let body;
+  try {
+    const query = { subject: asked.subject, predicate: asked.predicate, history: asked.history ? "true" : null };
+    body = await api(state.key, `${enc(ns)}/facts`, query);
+  } catch (err) {
+    if (ticket !== state.ticket) return;
+    $("facts-pane").classList.remove("loading");
+    state.factsShown = null;
+    renderFactsHead(null);
+    clear($("facts-chart"), el("p", { class: "empty", text: "No facts shown." }));
+    if (err instanceof ApiError && err.status === 422 && err.field === "memory") {
+      notice("This memory holds no facts", `${err.message}. Add a facts view (type: facts) to the server's config.`, "info");
+    } else {
+      explain(err, `the facts of ${ns}`);
+    }
+    return;
+  }
+  if (ticket !== state.ticket) return;
+  $("facts-pane").classList.remove("loading");
+  state.factsShown = body.facts;
+  renderFacts();
+}
+
+function renderFactsHead(count) {
+  clear(
+    $("facts-head"),
+    el("h2", {}, "Facts of ", el("span", { class: "cut-name", text: state.namespace })),
+    el("p", {
+      class: "muted small",
+      text: count === null ? "What the memory learned from the namespace's conversations." : factsSummary(count, state.facts),
+    }),
+  );
+}
+
+function renderFacts() {
+  const facts = state.factsShown || [];
+  renderFactsHead(facts.length);
+  if (!facts.length) {
+    const filtered = state.facts.subject || state.facts.predicate;
+    const none = filtered ? "No fact matches these filters." : `No facts in ${state.namespace}${state.facts.history ? "" : " hold now"}.`;
+    clear($("facts-chart"), el("p", { class: "empty", text: none }));
+    return;
+  }
+  const width = Math.max(640, $("facts-chart").clientWidth - 2);
+  clear($("facts-chart"), factsChart(facts, Date.now(), width));
 }
 
 // --- the session: timeline and cut ---------------------------------------------------------------
@@ -586,6 +679,7 @@ function renderCrumbs() {
     );
   }
   if (state.session) parts.push(el("span", { class: "sep", text: "/" }), el("span", { text: state.session }));
+  if (state.tab === "facts") parts.push(el("span", { class: "sep", text: "/" }), el("span", { text: "facts" }));
   clear($("crumbs"), parts);
 }
 
@@ -605,6 +699,9 @@ function route() {
   $("sidebar-toggle").hidden = !state.session;
   renderCrumbs();
   renderNamespaces();
+  renderTabs();
+  document.body.classList.toggle("facts-mode", state.tab === "facts");
+  $("facts-pane").hidden = state.tab !== "facts";
   $("recall-form").hidden = !state.namespace;
   if (!state.namespace) {
     shownNamespace = null;
@@ -616,6 +713,7 @@ function route() {
     $("recall-input").value = ""; // and so do a question and its hits
     clear($("recall-hits"));
     $("recall-hits").hidden = true;
+    state.factsShown = null;
     loadSessions();
   } else {
     renderSessions();
@@ -644,6 +742,7 @@ function route() {
       ),
     );
   }
+  if (state.tab === "facts") loadFacts();
 }
 
 // --- wiring ----------------------------------------------------------------------------------------
@@ -680,6 +779,29 @@ function wire() {
     if (ns) openNamespace(ns);
   });
   $("session-filter").addEventListener("input", filterSessions);
+  for (const tab of $("ns-tabs").querySelectorAll("a.tab")) {
+    tab.addEventListener("click", (e) => {
+      if (e.metaKey || e.ctrlKey || e.shiftKey || e.button !== 0) return;
+      e.preventDefault();
+      openTab(tab.dataset.tab);
+    });
+  }
+  const askFacts = () => {
+    const text = (id) => $(id).value.trim() || null;
+    state.facts = { subject: text("facts-subject"), predicate: text("facts-predicate"), history: $("facts-history").checked };
+    writeUrl(true);
+    loadFacts();
+  };
+  $("facts-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    askFacts();
+  });
+  $("facts-history").addEventListener("change", askFacts);
+  let resized = 0;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => state.tab === "facts" && state.factsShown?.length && renderFacts(), 150);
+  });
   $("recall-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const query = $("recall-input").value.trim();
