@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -331,3 +333,10 @@ async def test_a_new_model_is_a_replay_rebuild_re_extract_with_a_dry_run_first(
     (diff,) = await diff_facts(load_config(new).memory, done.old_target, done.target, [ns])
     assert [f.value for f in diff.added] == ["green tea"] and [f.value for f in diff.removed] == ["tea"]
     assert diff.same == 2  # Lisbon, then Porto
+    path = tmp_path / "new.yaml"
+    path.write_text(json.dumps(new))
+    cli = [sys.executable, "-m", "helix_es.cli", "facts", "diff", "--config", str(path), "--json"]
+    shown = subprocess.run([*cli, done.old_target, done.target], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (told,) = json.loads(shown.stdout)
+    assert [f["value"] for f in told["added"]] == ["green tea"] and told["same"] == 2
