@@ -52,7 +52,12 @@ RUN_ELSEWHERE = {
 }
 # What a page's python blocks print, in order, where the page states it.
 EXPECTED = {
-    "README.md": ["3", "What's the weather in Oslo?", "I moved to Porto last September s-43"],
+    "README.md": [
+        "3",
+        "What's the weather in Oslo?",
+        "I moved to Porto last September s-43",
+        "[('Lisbon', False), ('Porto', True)]",
+    ],
     "docs/usage.md": ["1", "True"],
     "docs/facts.md": [
         "Lisbon 2024-01-05 2024-09-01",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 
 from helix_es import InvalidInput, Message, open_memory
 from helix_es.config import load_config
+from helix_es.history.facts_diff import diff_facts
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
 from projectors.lag import lag
@@ -207,24 +210,32 @@ async def _poll(read: Any, until: Any, seconds: float = 60) -> Any:
     return await read()
 
 
-async def test_on_kafka_helix_es_project_extracts_into_postgres_and_parks_failures(
-    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
-) -> None:
-    prefix = f"helix.fx-{unique('p')}."
-    ns = unique("fx")
+def on_kafka(
+    bootstrap: str, dsn: str, ns: str, base_url: str, model: str, prefix: str | None = None, **view: Any
+) -> dict[str, Any]:
+    """A facts view in PostgreSQL over a Kafka log of its own prefix, extracting with the stand-in."""
     memory = {
         "type": "facts",
         "store": "postgres",
-        "dsn": postgres_dsn,
+        "dsn": dsn,
         "namespace": ns,
         "read_timeout": 60,
-        "extract": {"provider": "openai", "base_url": model_server.base_url, "model": "stand-in"},
+        "extract": {"provider": "openai", "base_url": base_url, "model": model},
         "batch": {"turns": 2, "idle": 0.2},
+        **view,
     }
-    cfg = {
-        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2},
+    prefix = prefix or f"helix.fx-{unique('p')}."
+    return {
+        "log": {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix, "partitions": 2},
         "memory": memory,
     }
+
+
+async def test_on_kafka_helix_es_project_extracts_into_postgres_and_parks_failures(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
+) -> None:
+    ns = unique("fx")
+    cfg = on_kafka(kafka_bootstrap, postgres_dsn, ns, model_server.base_url, "stand-in")
     model_server.facts_by_text["my name is nobody"] = [{"subject": "user", "predicate": "", "value": "x"}]  # bad
     projector = start_projector(cfg, tmp_path)
     try:
@@ -290,22 +301,10 @@ async def test_recall_ranks_facts_for_a_question(tmp_path: Path) -> None:
 async def test_a_new_model_is_a_replay_rebuild_re_extract_with_a_dry_run_first(
     tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str, model_server: ModelServer
 ) -> None:
-    prefix = f"helix.fr-{unique('p')}."
-    ns = unique("fr")
+    ns, prefix = unique("fr"), f"helix.fr-{unique('p')}."
 
     def cfg(model: str) -> dict[str, Any]:
-        memory = {
-            "type": "facts",
-            "store": "postgres",
-            "dsn": postgres_dsn,
-            "namespace": ns,
-            "read_timeout": 60,
-            "table": "facts_replay",
-            "extract": {"provider": "openai", "base_url": model_server.base_url, "model": model},
-            "batch": {"turns": 2, "idle": 0.2},
-        }
-        log = {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "topic_prefix": prefix, "partitions": 2}
-        return {"log": log, "memory": memory}
+        return on_kafka(kafka_bootstrap, postgres_dsn, ns, model_server.base_url, model, prefix, table="facts_replay")
 
     old, new = cfg("model-a"), cfg("model-b")
     projector = start_projector(old, tmp_path)
@@ -323,9 +322,21 @@ async def test_a_new_model_is_a_replay_rebuild_re_extract_with_a_dry_run_first(
     dry = await rebuild(new, view="facts-facts_replay", re_extract=True, dry_run=True, handover=0)
     assert model_server.extractions == calls and dry.extracted is not None and not dry.switched
     assert (dry.extracted["turns"], dry.extracted["calls"]) == (3, 2) and dry.extracted["prompt_tokens"] > 0
+    model_server.facts_by_text["I like tea."] = [{"subject": "ana", "predicate": "likes", "value": "green tea"}]
     done = await rebuild(new, view="facts-facts_replay", re_extract=True, handover=0)
     assert done.switched and done.extracted is not None and done.extracted["calls"] == 2
     assert model_server.extractions == calls + 2
     async with open_memory(new, session_id="ana") as mem:
         now = await mem.facts(subject="ana")  # type: ignore[attr-defined]
-        assert sorted((f.value, f.model) for f in now) == [("Porto", "openai/model-b"), ("tea", "openai/model-b")]
+        assert sorted((f.value, f.model) for f in now) == [("Porto", "openai/model-b"), ("green tea", "openai/model-b")]
+    # what the new model knows differently: helix-es facts diff OLD NEW
+    (diff,) = await diff_facts(load_config(new).memory, done.old_target, done.target, [ns])
+    assert [f.value for f in diff.added] == ["green tea"] and [f.value for f in diff.removed] == ["tea"]
+    assert diff.same == 2  # Lisbon, then Porto
+    path = tmp_path / "new.yaml"
+    path.write_text(json.dumps(new))
+    cli = [sys.executable, "-m", "helix_es.cli", "facts", "diff", "--config", str(path), "--json"]
+    shown = subprocess.run([*cli, done.old_target, done.target], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (told,) = json.loads(shown.stdout)
+    assert [f["value"] for f in told["added"]] == ["green tea"] and told["same"] == 2

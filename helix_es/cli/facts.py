@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from helix_es.cli.audit import table
+from helix_es.cli.facts_diff import add_diff
+from helix_es.cli.facts_table import render
 from helix_es.client.open import open_memory
 from helix_es.client.runtime import Runtime
 from helix_es.config import load_config
-from helix_es.history.describe import quote, word
+from helix_es.history.describe import word
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
@@ -38,40 +38,6 @@ FLAGS = {
     "reason": "--reason",
     "namespace": "--namespace",
 }
-
-
-# --- text for people --------------------------------------------------------------------------------
-
-
-def _cell(text: str) -> str:
-    """Text as it is when it prints as one line, else JSON-quoted: control characters stay inert."""
-    return text if text.isprintable() else quote(text)
-
-
-def _moment(at: datetime | None) -> str:
-    return "now" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def render(namespace: str, facts: Sequence[Fact], *, history: bool) -> str:
-    """The facts as an aligned table: what, when it held (valid), when the memory held it (known), by whom."""
-    what = "every fact, superseded and retracted ones too" if history else "the facts holding"
-    if not facts:
-        return f"no facts in {namespace} ({what})"
-    rows = [["SUBJECT", "PREDICATE", "VALUE", "VALID (UTC)", "KNOWN (UTC)", "BY", "ID"]]
-    for f in facts:
-        rows.append(
-            [
-                _cell(f.subject),
-                _cell(f.predicate),
-                _cell(f.value),
-                f"{_moment(f.valid_from)} → {_moment(f.valid_to)}",
-                f"{_moment(f.known_from)} → {_moment(f.known_to)}",
-                _cell(f.model) if f.model is not None else "person",
-                f.id,
-            ]
-        )
-    count = f"{len(facts)} fact{'s' if len(facts) != 1 else ''}"
-    return "\n".join([f"{count} in {namespace} ({what})", "", *table(rows)])
 
 
 def _written(args: argparse.Namespace, namespace: str, what: str, position: Position) -> None:
@@ -114,6 +80,8 @@ async def _act(args: argparse.Namespace, memory: Any, namespace: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.config is None:
+        raise InvalidInput("--config", "is required: the YAML file naming the log and a facts view")
     if args.assert_ is None and args.valid_from is not None:
         raise InvalidInput("--valid-from", "goes with --assert")
     if args.retract is None and args.reason is not None:
@@ -143,7 +111,7 @@ def add_command(subparsers: Any) -> None:
         "extractor's model, or person) and its id. --assert states a fact as a person, --retract takes one back; "
         "each is one event on the log, in the namespace's session 'facts'.",
     )
-    p.add_argument("--config", required=True, help="YAML file naming the log, the namespace and a facts view")
+    p.add_argument("--config", help="YAML file naming the log, the namespace and a facts view (required)")
     p.add_argument("--agent", metavar="ID", help="in an agents: document, this agent's memory (default: the first)")
     p.add_argument("--namespace", help="override memory.namespace (an agent's id)")
     ask = p.add_argument_group("which facts")
@@ -171,3 +139,4 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--reason", metavar="R", help="with --retract: why, kept on the log (no personal data)")
     p.add_argument("--json", action="store_true", help="the facts as GET /v1/{namespace}/facts answers them")
     p.set_defaults(run=_run)
+    add_diff(p)  # `helix-es facts diff ...` sets its own run

@@ -26,7 +26,7 @@ from helix_es.stores import registry
 from helix_es.stores.ports import AliasStore, IdempotencyStore, ViewStore
 from helix_es.views.base import View
 from projectors.rebuild.bulk import build_indexes, start_load
-from projectors.rebuild.extract import ExtractReport, check_re_extract, folded
+from projectors.rebuild.extract import check_re_extract, folded
 from projectors.rebuild.extract import re_extract as re_extract_turns
 from projectors.rebuild.group import check_group_log, lead
 from projectors.rebuild.progress import Display
@@ -141,36 +141,23 @@ async def rebuild(
             if dry_run:  # nothing of it stays: the target goes, no call was made
                 await drop_target(part, log_config, target, spaces)
                 await aliases.forget_target(alias, target)
-                return _dry_report(name, part, old, target, status, len(spaces), extracted)
+                report = _built(name, part, old, target, status, len(spaces))
+                report.extracted = extracted.to_json()
+                return report
             # What it appended, folded for sure before the switch (not left to a projector's hand-over).
             await drain(
                 source, sink, status, folded(projection, extracted.appended), at_end=True, on_progress=on_progress
             )
         await build_indexes(projection)
-        build_seconds, build_read = status.seconds, status.read
         status.phase = "built"
         if on_progress is not None:
             on_progress(status)
         if isinstance(on_progress, Display):
             on_progress.finish()  # log lines that follow start on a line of their own
         namespaces = await source.namespaces()
-        report = RebuildReport(
-            name,
-            part.store,
-            old,
-            target,
-            status.events,
-            build_read,
-            status.skipped,
-            round(build_seconds, 3),
-            round(build_read / build_seconds if build_seconds else 0.0),
-            len(namespaces),
-            False,
-            None,
-            workers=len(shards),
-            members=took_part,
-            extracted=None if extracted is None else extracted.to_json(),
-        )
+        report = _built(name, part, old, target, status, len(namespaces))
+        report.workers, report.members = len(shards), took_part
+        report.extracted = None if extracted is None else extracted.to_json()
         if not switch:
             return report
         status.phase = "switching"
@@ -216,27 +203,23 @@ async def rebuild(
         await aliases.close()
 
 
-def _dry_report(
-    name: str, part: MemoryConfig, old: str, target: str, status: Status, namespaces: int, extracted: ExtractReport
-) -> RebuildReport:
-    seconds = round(status.seconds, 3)
-    rate = round(status.read / status.seconds if status.seconds else 0.0)
-    report = RebuildReport(
+def _built(name: str, part: MemoryConfig, old: str, target: str, status: Status, namespaces: int) -> RebuildReport:
+    """The report of a target built (not switched yet), from the status at the end of the build."""
+    seconds, read = status.seconds, status.read
+    return RebuildReport(
         name,
         part.store,
         old,
         target,
         status.events,
-        status.read,
+        read,
         status.skipped,
-        seconds,
-        rate,
+        round(seconds, 3),
+        round(read / seconds if seconds else 0.0),
         namespaces,
         False,
         None,
     )
-    report.extracted = extracted.to_json()
-    return report
 
 
 def _refresh_seconds() -> float:
