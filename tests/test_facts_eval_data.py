@@ -132,5 +132,7 @@ async def test_the_stand_in_answers_each_session_as_scripted(model_server: Model
                 for i, t in turns
             ]
             got = await extractor.extract(session_id, batch)
-            scripted = parse_facts(json.dumps({"facts": [f for _, t in turns for f in t["facts"]]}))
+            # With no date of its own, a fact holds since its turn: the stand-in answers the turn's time, as asked.
+            dated = [{**f, "valid_from": f["valid_from"] or t["said_at"]} for _, t in turns for f in t["facts"]]
+            scripted = parse_facts(json.dumps({"facts": dated}))
             assert got.facts == scripted, session_id
