@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.dead_letters import DeadLetters
@@ -65,8 +65,8 @@ class Extraction:
             self._workers = {id(projection): worker}
         return worker
 
-    async def _append(self, event: Event) -> Position:
-        return await self.log.append(event)
+    async def _append(self, events: Sequence[Event]) -> Sequence[Position]:
+        return await self.log.append_many(events)
 
     async def _park(self, note: dict[str, object]) -> None:
         topic = names.topic(str(note["namespace"]), self.prefix)

@@ -31,3 +31,29 @@ async def test_a_memory_closes_right_after_a_turn_woke_its_extraction(tmp_path: 
         assert time.monotonic() - started < 10  # the pytest timeout ends a close that never returns
     async with open_memory(cfg, session_id="s") as mem:
         assert sorted(f.value for f in await mem.facts()) == ["Lisbon", "Portuguese"]  # type: ignore[attr-defined]
+
+
+async def test_an_add_does_not_fold_the_facts_view_its_reads_catch_it_up(tmp_path: Path) -> None:
+    """The facts view lags by design: an add writes the log and folds the conversation only; a read of
+    facts (or the worker's next round) folds what the log holds, asserted facts included."""
+    from helix_es.projection.facts import facts_rows_of
+
+    ns = unique("ex")
+    cfg = {
+        "log": {"path": str(tmp_path), "fsync": False},
+        "memory": {"type": "composite", "namespace": ns, "backends": [{"type": "conversation"}, {"type": "facts"}]},
+    }
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(Message("user", "I live in Lisbon", name="ana"))
+        await mem.add(Message("user", "I speak Dutch", name="ana"))
+        backend = mem.backend  # type: ignore[attr-defined]
+        facts_view = next(p for p in backend._projections.values() if facts_rows_of(p) is not None)
+        rows = facts_rows_of(facts_view)
+        assert rows is not None and await rows.pending(ns) == []  # not folded by the adds
+        conversation = next(p for p in backend._projections.values() if p is not facts_view)
+        topic = f"helix.memory.{ns}"
+        assert await conversation.checkpoint(topic, 0) == 1  # the conversation is: both adds
+        await mem.assert_fact("ana", "lives_in", "Porto", reason="she moved")  # type: ignore[attr-defined]
+        assert [f.value for f in await mem.facts("ana")] == ["Porto"]  # type: ignore[attr-defined]
+        pending = await rows.pending(ns) or []
+        assert [r["content"] for r in pending] == ["I live in Lisbon", "I speak Dutch"]  # the read caught it up

@@ -3,20 +3,23 @@
 
 With the embedded log, the backend is also the projector: each append is folded into
 every view attached to its namespace before `append` returns, and views are caught up
-from the log (from their checkpoint on) when they are attached.
+from the log (from their checkpoint on) when they are attached. A facts view is the exception:
+it lags by design (a model answers later), so an add does not fold it; its reads and its
+extraction worker catch it up from the log first (`current`), off the hot path as on Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from helix_es.client.extracting import Extracting
 from helix_es.config import MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
+from helix_es.model import names
 from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.driver import Append, Driver
@@ -44,6 +47,8 @@ class Backend:
     _attached: dict[str, dict[Ident, Projection]] = field(default_factory=dict)  # namespace -> projections
     _behind: set[tuple[Ident, str]] = field(default_factory=set)  # inline folds that failed, per namespace
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _deferred: set[tuple[Ident, str]] = field(default_factory=set)  # folded on read, not by an add (facts views)
+    _deferred_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one such catch-up at a time
     _extracting: dict[tuple[str, str], Extracting] = field(default_factory=dict)  # (view, namespace): workers
     _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
 
@@ -85,6 +90,8 @@ class Backend:
                 if self.inline and ident not in attached:
                     await self._catch_up(projection, namespace)
                 attached[ident] = projection
+                if self.inline and isinstance(memory.view, Facts):
+                    self._deferred.add((ident, namespace))
         self._extract(memory, projection, namespace)
         return projection
 
@@ -95,7 +102,14 @@ class Backend:
             return
         if (view.name, namespace) not in self._extracting:
             path = getattr(self.log, "path", None)
-            job = Extracting(view, projection, namespace, self.append, dead_letters=path)
+            job = Extracting(
+                view,
+                projection,
+                namespace,
+                self.append_many,
+                dead_letters=path,
+                current=lambda: self.current(projection, namespace),
+            )
             self._extracting[(view.name, namespace)] = job
             job.start()
 
@@ -109,10 +123,13 @@ class Backend:
         if isinstance(projection, AliasedProjection):
             await projection.ready()  # a store unreachable when it was attached: now it must answer
             await projection.refresh()
-        if not self._behind:
+        if not self._behind and not self._deferred:
             return
         behind = next(((i, namespace) for i, p in self._projections.items() if p is projection), None)
-        if behind in self._behind:
+        if behind in self._deferred:
+            async with self._deferred_lock:  # not the append lock: adds go on meanwhile
+                await self._catch_up(projection, namespace, locked=False)
+        elif behind in self._behind:
             async with self._lock:
                 if behind in self._behind:
                     await self._catch_up(projection, namespace)
@@ -135,30 +152,43 @@ class Backend:
                             log.warning("view %s of %s is behind the log: %s", target, namespace, exc)
                             self._behind.add((ident, namespace))
 
-    async def _catch_up(self, projection: Projection, namespace: str) -> None:
+    async def _catch_up(self, projection: Projection, namespace: str, *, locked: bool = True) -> None:
         """Fold what the log holds past the checkpoint; only the last batch is live.
 
         What the live batch derives (a summary a crash left unasked) lands past where the read ended,
         and `_append_locked` folds it into the attached views only, not into this one (not attached
-        yet, or behind): so read on from there until a round derives nothing.
+        yet, or behind): so read on from there until a round derives nothing. Not `locked` (a deferred
+        view, while adds go on), it folds in small batches and lets the loop run adds between them.
         """
         derived: list[Event] = []
 
         async def append(event: Event) -> Position:
             derived.append(event)
-            return await self._append_locked(event)
+            return await (self._append_locked(event) if locked else self.append(event))
 
         driver = Driver(projection, append=append)
-        start: dict[int, int] | None = None
+        start = await self._checkpoints(projection, namespace)
         while True:
             derived.clear()
             ends: dict[int, int] = {}
             # The same rules as the projector's: a record it would dead-letter is passed over, not folded.
             records = self.log.read(namespace, on_bad=self._passed_over, start=start, on_end=ends.__setitem__)
-            await driver.replay(records, live_tail=True, from_checkpoint=True)
+            if locked:
+                await driver.replay(records, live_tail=True, from_checkpoint=True)
+            else:
+                await driver.replay(_yielding(records, SLICE), batch=SLICE, live_tail=True, from_checkpoint=True)
             if not derived:
                 return
             start = ends
+
+    async def _checkpoints(self, projection: Projection, namespace: str) -> dict[int, int] | None:
+        """Where to start reading: past each partition's checkpoint, not from the log's start."""
+        topic = names.topic(namespace, self.log.topic_prefix)
+        start: dict[int, int] = {}
+        for partition in await self.log.ends(namespace):
+            done = await projection.checkpoint(topic, partition)
+            start[partition] = 0 if done is None else done + 1
+        return start or None
 
     def _passed_over(self, bad: Skipped) -> None:
         self.skipped += 1
@@ -195,7 +225,7 @@ class Backend:
         records = [Record(e, p) for e, p in zip(events, positions, strict=True)]
         derived: list[Event] = []  # appended once every view has these events: the log order is the fold order
         for ident, projection in self._attached.get(namespace, {}).items():
-            if (ident, namespace) in self._behind:
+            if (ident, namespace) in self._behind or (ident, namespace) in self._deferred:
                 continue  # folded in order by the next catch-up
             try:
                 await Driver(projection, append=_collect(derived)).apply(records, live=True)
@@ -236,6 +266,18 @@ async def _append_all(log: EventLog, events: Sequence[Event]) -> list[Position]:
     if many is not None:
         return list(await many(events))
     return [await log.append(e) for e in events]
+
+
+SLICE = 8  # records a deferred catch-up folds before it lets the loop run an add
+
+
+async def _yielding(records: AsyncIterator[Record], every: int) -> AsyncIterator[Record]:
+    n = 0
+    async for record in records:
+        yield record
+        n += 1
+        if n % every == 0:
+            await asyncio.sleep(0)
 
 
 def _collect(into: list[Event]) -> Append:

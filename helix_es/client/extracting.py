@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from helix_es.model.events import Event
-from helix_es.projection.extraction import Append, DeadLetter, ExtractionWorker
+from helix_es.projection.extraction import AppendMany, DeadLetter, ExtractionWorker
 from helix_es.projection.facts import facts_rows_of
 from helix_es.projection.protocol import Projection
 from helix_es.views.facts import Facts
@@ -37,6 +37,9 @@ def file_dead_letter(directory: Path) -> DeadLetter:
     return park
 
 
+SETTLE = 0.05  # seconds a woken worker waits for the rest of a burst of turns
+
+
 @dataclass
 class Extracting:
     """The background extraction of one facts view in one namespace."""
@@ -44,8 +47,9 @@ class Extracting:
     view: Facts
     projection: Projection
     namespace: str
-    append: Append
+    append: AppendMany
     dead_letters: Path | None = None
+    current: Callable[[], Awaitable[None]] | None = None  # catches the view up from the log: adds do not fold it
     worker: ExtractionWorker | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
@@ -75,14 +79,29 @@ class Extracting:
             finally:
                 waiter.cancel()
             self._wake.clear()
+            if waiter.done() and not self._stopping:
+                # A burst of adds is one round, not one scan of the pending turns per add: the adds stay fast.
+                await asyncio.sleep(SETTLE)
             try:
+                await self._current()
                 await self.worker.step(self.namespace)
             except Exception as exc:  # a store hiccup: the turns stay pending, the next round asks again
                 log.warning("facts view %s of %s: extraction round failed: %s", self.view.name, self.namespace, exc)
 
     async def drain(self) -> int:
         """Extract every pending turn now (tests, the demo, a CLI command that waits)."""
-        return 0 if self.worker is None else await self.worker.drain(self.namespace)
+        if self.worker is None:
+            return 0
+        await self._current()
+        total = 0
+        while covered := await self.worker.step(self.namespace, force=True):
+            total += covered
+            await self._current()  # what it appended, folded: those turns are no longer pending
+        return total
+
+    async def _current(self) -> None:
+        if self.current is not None:
+            await self.current()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -25,7 +25,8 @@ from helix_es.views.rows import Row
 
 log = logging.getLogger(__name__)
 
-Append = Callable[[Event], Awaitable[Position]]
+# Appends events of one namespace together: a round's finished batches share one write (and one fold inline).
+AppendMany = Callable[[Sequence[Event]], Awaitable[Sequence[Position]]]
 DeadLetter = Callable[[dict[str, object]], Awaitable[None]]  # parks a `note_of` document
 RETRIES = 4
 BACKOFF = 0.5
@@ -81,12 +82,12 @@ def turn_of(row: Row) -> Turn:
 
 @dataclass
 class ExtractionWorker:
-    """One facts view's worker; `step` does what is due now, `drain` everything pending."""
+    """One facts view's worker; `step` does what is due now (`force`: everything pending)."""
 
     view: str
     facts: FactsRows
     extractor: Extractor
-    append: Append
+    append: AppendMany
     batching: Batching = field(default_factory=Batching)
     dead_letter: DeadLetter | None = None
     partitions: Callable[[], Collection[int] | None] = lambda: None  # None: every partition
@@ -98,6 +99,8 @@ class ExtractionWorker:
     # Turns whose FactsExtracted this worker appended but the view may not have folded yet (a projector
     # elsewhere folds it): not asked again while they still show as pending.
     _asked: set[str] = field(default_factory=set)
+    _ready: list[tuple[Event, int]] = field(default_factory=list)  # asked, not appended yet: (event, facts)
+    _appending: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def step(self, namespace: str, *, force: bool = False, now: datetime | None = None) -> int:
         """Extract every batch due in `namespace` (`force`: every pending turn); the turns covered."""
@@ -140,13 +143,6 @@ class ExtractionWorker:
         done = await asyncio.gather(*(run(s, t) for s, t in batches))
         return sum(done)
 
-    async def drain(self, namespace: str) -> int:
-        """Extract until nothing is pending (parked turns aside); the turns covered."""
-        total = 0
-        while covered := await self.step(namespace, force=True):
-            total += covered
-        return total
-
     async def _batch(self, namespace: str, session: str, turns: list[Turn]) -> int:
         error: ExtractionError | None = None
         for attempt in range(RETRIES + 1):
@@ -164,6 +160,7 @@ class ExtractionWorker:
         else:  # pragma: no cover - the loop returns or breaks
             raise AssertionError(error)
         self.stats.calls += 1
+        self.stats.prompt_tokens += extraction.prompt_tokens or 0
         sources = tuple(SourceTurn(t.event_id, t.position, t.said_at, self._added.pop(t.event_id, None)) for t in turns)
         payload = FactsExtracted(
             self.view,
@@ -174,12 +171,23 @@ class ExtractionWorker:
             extraction.prompt_tokens,
             extraction.completion_tokens,
         )
-        await self.append(Event(namespace, session, payload))
-        self._asked.update(t.event_id for t in turns)
-        self.stats.turns += len(turns)
-        self.stats.facts += len(extraction.facts)
-        self.stats.prompt_tokens += extraction.prompt_tokens or 0
+        self._ready.append((Event(namespace, session, payload), len(extraction.facts)))
+        await self._flush()
         return len(turns)
+
+    async def _flush(self) -> None:
+        """Append what is asked: batches finished while an append was under way go together in the next."""
+        async with self._appending:
+            ready, self._ready = self._ready, []
+            if not ready:
+                return
+            await self.append([event for event, _ in ready])  # failing, its turns stay pending: asked again
+        for event, facts in ready:
+            payload = event.payload
+            assert isinstance(payload, FactsExtracted)
+            self._asked.update(s.event_id for s in payload.sources)
+            self.stats.turns += len(payload.sources)
+            self.stats.facts += facts
 
     async def _park(self, namespace: str, session: str, turns: Sequence[Turn], error: ExtractionError) -> None:
         self._parked.update(t.event_id for t in turns)

@@ -276,8 +276,12 @@ class OpenAIExtractor:
     async def extract(self, session_id: str, turns: Sequence[Turn]) -> Extraction:
         if not turns:
             return Extraction((), self.model, "")
+        # The prompt, the call and the answer's checks all in a thread: the loop serves adds meanwhile.
+        return await asyncio.to_thread(self._extract, list(turns))
+
+    def _extract(self, turns: list[Turn]) -> Extraction:
         sent = messages(turns)
-        answer = await asyncio.to_thread(self._ask, sent)
+        answer = self._ask(sent)
         try:
             choice = answer["choices"][0]
             content = choice["message"]["content"]

@@ -88,10 +88,10 @@ async def re_extract(
         return report
     target_log = open_log(log_config)
 
-    async def append(event: Event) -> Position:
-        position = await target_log.append(event)
-        report.appended.append(position)
-        return position
+    async def append(events: Sequence[Event]) -> Sequence[Position]:
+        positions = await target_log.append_many(events)
+        report.appended += positions
+        return positions
 
     worker = ExtractionWorker(view.name, rows, view.extract, append, view.batching)
     done = 0
