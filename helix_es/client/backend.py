@@ -22,7 +22,7 @@ from helix_es.log.port import EventLog
 from helix_es.model import names
 from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.aliases import AliasedProjection
-from helix_es.projection.driver import Append, Driver
+from helix_es.projection.driver import Append, Driver, rare_collections
 from helix_es.projection.factory import open_aliases, open_store, store_key
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, ViewStore
@@ -49,6 +49,7 @@ class Backend:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _deferred: set[tuple[Ident, str]] = field(default_factory=set)  # folded on read, not by an add (facts views)
     _deferred_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one such catch-up at a time
+    _riders: dict[str, list[tuple[Event, asyncio.Future[Position]]]] = field(default_factory=dict)  # see append_derived
     _extracting: dict[tuple[str, str], Extracting] = field(default_factory=dict)  # (view, namespace): workers
     _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
 
@@ -106,7 +107,7 @@ class Backend:
                 view,
                 projection,
                 namespace,
-                self.append_many,
+                self.append_derived,
                 dead_letters=path,
                 current=lambda: self.current(projection, namespace),
             )
@@ -174,7 +175,8 @@ class Backend:
             # The same rules as the projector's: a record it would dead-letter is passed over, not folded.
             records = self.log.read(namespace, on_bad=self._passed_over, start=start, on_end=ends.__setitem__)
             if locked:
-                await driver.replay(records, live_tail=True, from_checkpoint=True)
+                with rare_collections():
+                    await driver.replay(records, live_tail=True, from_checkpoint=True)
             else:
                 await driver.replay(_yielding(records, SLICE), batch=SLICE, live_tail=True, from_checkpoint=True)
             if not derived:
@@ -211,18 +213,58 @@ class Backend:
         async with self._lock:
             return await self._append_locked_many(events)
 
+    async def append_derived(self, events: Sequence[Event]) -> list[Position]:
+        """Append what a background worker derived (facts extracted). Inline, the events ride on the next
+        add's write, one sync for both: an add never waits behind a sync of theirs on the one log file.
+        With no add for `RIDE` seconds they are written on their own. Their positions, in order."""
+        if not events:
+            return []
+        if not self.inline:
+            return await _append_all(self.log, events)
+        namespace = events[0].namespace
+        loop = asyncio.get_running_loop()
+        riding = [(event, loop.create_future()) for event in events]
+        self._riders.setdefault(namespace, []).extend(riding)
+        waits = [w for _, w in riding]
+        try:
+            await asyncio.wait(waits, timeout=RIDE)
+            if not all(w.done() for w in waits):
+                async with self._lock:
+                    if not all(w.done() for w in waits):  # no add took them meanwhile
+                        await self._append_locked_many([], namespace)
+            return [await w for w in waits]
+        finally:
+            mine = {id(w) for w in waits}  # a cancelled worker's events stay off the log
+            queued = self._riders.get(namespace, [])
+            queued[:] = [r for r in queued if id(r[1]) not in mine]
+
     async def _append_locked(self, event: Event) -> Position:
         return (await self._append_locked_many([event]))[0]
 
-    async def _append_locked_many(self, events: Sequence[Event]) -> list[Position]:
-        namespace = events[0].namespace
+    async def _append_locked_many(self, events: Sequence[Event], namespace: str | None = None) -> list[Position]:
+        namespace = events[0].namespace if events else namespace
+        assert namespace is not None
+        riders = self._riders.pop(namespace, [])
+        written = [e for e, _ in riders] + list(events)
         try:
-            positions = await _append_all(self.log, events)
+            try:
+                positions = await _append_all(self.log, written)
+            except Exception as exc:
+                if not riders:
+                    raise
+                for _, w in riders:  # the worker asks again; the add must not fail for a rider's sake
+                    w.set_exception(exc)
+                riders, written = [], list(events)
+                positions = await _append_all(self.log, written)
         except asyncio.CancelledError:
             # The write may land yet (the log finishes it): the next read folds it in from the log.
             self._behind.update((ident, namespace) for ident in self._attached.get(namespace, {}))
+            for _, w in riders:  # an error, not a cancel: the worker goes on (it asks again)
+                w.set_exception(ConnectionError("the add that carried them was cancelled"))
             raise
-        records = [Record(e, p) for e, p in zip(events, positions, strict=True)]
+        for (_, w), p in zip(riders, positions, strict=False):
+            w.set_result(p)
+        records = [Record(e, p) for e, p in zip(written, positions, strict=True)]
         derived: list[Event] = []  # appended once every view has these events: the log order is the fold order
         for ident, projection in self._attached.get(namespace, {}).items():
             if (ident, namespace) in self._behind or (ident, namespace) in self._deferred:
@@ -244,7 +286,7 @@ class Backend:
                 end += 1
             await self._append_locked_many(derived[start:end])
             start = end
-        return positions
+        return positions[len(riders) :]
 
     async def close(self) -> None:
         for job in self._extracting.values():
@@ -268,6 +310,7 @@ async def _append_all(log: EventLog, events: Sequence[Event]) -> list[Position]:
     return [await log.append(e) for e in events]
 
 
+RIDE = 0.2  # seconds a worker's derived events wait for an add to carry them
 SLICE = 8  # records a deferred catch-up folds before it lets the loop run an add
 
 

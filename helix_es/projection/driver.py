@@ -8,7 +8,9 @@ what was derived from it already, so a replay is never live until its last batch
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+import gc
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -17,6 +19,19 @@ from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import Applied
 
 T = TypeVar("T")
+
+
+@contextmanager
+def rare_collections() -> Iterator[None]:
+    """Fewer garbage collections while folding much: a replay keeps many objects alive, and Python's
+    default (a collection every 700 allocations, walking more of them each time) costs a quarter of it."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], 100_000), max(before[1], 50), max(before[2], 100))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
 
 Append = Callable[[Event], Awaitable[object]]
 Retry = Callable[[str, Callable[[], Awaitable[T]]], Awaitable[T]]

@@ -302,15 +302,23 @@ class FactsFold:
             bucket = held.setdefault((scan.table, scan.namespace, scan.where["session_id"]), {})
             bucket.update({table.key_of(r): r for r in rows})
         changes: list[RowChange] = []
+        # Turns this batch both queues and extracts (a rebuild, mostly): they never become pending rows.
+        covered = {
+            (s.position.topic, s.position.partition, s.position.offset)
+            for r in ops
+            if isinstance(r.event.payload, FactsExtracted) and r.duplicate_of is None and self._keeps(r.event.payload)
+            for s in r.event.payload.sources
+        }
+        fresh: set[tuple[Any, ...]] = set()  # those of them seen here
         for record in ops:
             payload = record.event.payload
             if record.duplicate_of is not None:
                 continue
             if isinstance(payload, MessageAdded):
-                self._turn(record, payload, held, changes)
+                self._turn(record, payload, held, changes, covered, fresh)
             elif isinstance(payload, FactsExtracted):
-                if payload.view == self.source and (self.model is None or payload.model == self.model):
-                    self._extracted(record, payload, held, changes)
+                if self._keeps(payload):
+                    self._extracted(record, payload, held, changes, fresh)
             elif isinstance(payload, FactAsserted):
                 changes.append(Put(self.stated.name, _asserted_row(record, payload)))
             elif isinstance(payload, (FactRetracted, FactsMerged, FactsUnmerged, MemoryCleared)):
@@ -322,11 +330,25 @@ class FactsFold:
                     self._drop(table, record, held, changes)
         return changes
 
-    def _turn(self, record: Record, added: MessageAdded, held: dict[Any, Any], changes: list[RowChange]) -> None:
+    def _keeps(self, extracted: FactsExtracted) -> bool:
+        return extracted.view == self.source and (self.model is None or extracted.model == self.model)
+
+    def _turn(
+        self,
+        record: Record,
+        added: MessageAdded,
+        held: dict[Any, Any],
+        changes: list[RowChange],
+        covered: set[tuple[Any, ...]],
+        fresh: set[tuple[Any, ...]],
+    ) -> None:
         message = added.message
         if message.role not in EXTRACTED_ROLES or not message.content.strip():
             return
         event, p = record.event, record.position
+        if (p.topic, p.partition, p.offset) in covered:
+            fresh.add((p.topic, p.partition, p.offset))
+            return
         row = {
             "namespace": event.namespace,
             "topic": p.topic,
@@ -344,7 +366,12 @@ class FactsFold:
         changes.append(Put(self.pending.name, row))
 
     def _extracted(
-        self, record: Record, extracted: FactsExtracted, held: dict[Any, Any], changes: list[RowChange]
+        self,
+        record: Record,
+        extracted: FactsExtracted,
+        held: dict[Any, Any],
+        changes: list[RowChange],
+        fresh: set[tuple[Any, ...]],
     ) -> None:
         event = record.event
         ids = [s.event_id for s in extracted.sources]
@@ -367,6 +394,8 @@ class FactsFold:
         mine = held.get((self.pending.name, event.namespace, event.session_id), {})
         for s in extracted.sources:
             key = (s.position.topic, s.position.partition, s.position.offset)
+            if key in fresh:
+                continue  # queued and extracted in this batch: never a pending row
             row = mine.pop(key, None) or {
                 "namespace": event.namespace,
                 "topic": key[0],

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import gc
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 
 from helix_es.config import LogConfig
 from helix_es.log.check import Checker
 from helix_es.log.replay import Checkpoint, EmbeddedSource, KafkaSource, Source
+from helix_es.projection.driver import rare_collections
 from projectors.rebuild.sinks import Sink
 from projectors.rebuild.status import ProgressCallback, Status
-
-
-@contextmanager
-def _rare_collections() -> Iterator[None]:
-    """Fewer garbage collections while folding: a rebuild keeps millions of objects alive, and Python's
-    default (a collection every 700 allocations, walking more of them each time) costs a quarter of it."""
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], 100_000), max(before[1], 50), max(before[2], 100))
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 async def drain(
@@ -36,7 +23,7 @@ async def drain(
     on_progress: ProgressCallback | None,
 ) -> None:
     """Fold what `source` yields into `sink`, one write in flight while the next batch is decoded."""
-    with _rare_collections():
+    with rare_collections():
         await _fold_all(source, sink, status, finished, at_end=at_end, on_progress=on_progress)
 
 
