@@ -1,18 +1,20 @@
 """What a facts view costs: on the hot path, per model call, and on a rebuild.
 
-    python bench/facts.py [--part add,rebuild] [--sessions 20] [--turns 40] [--rounds 3] [--delay 0.5]
-                          [--pause 0.005] [--no-fsync]
+    python bench/facts.py [--part add,rebuild] [--log embedded,kafka] [--sessions 20] [--turns 40]
+                          [--rounds 3] [--delay 0.5] [--pause 0.005] [--no-fsync]
                           [--events 100000] [--stores memory,redis,postgres] [--json]
 
 (a) `add` latency with a facts view beside the conversation, next to the conversation alone, on
-    the embedded log (the default install): `--sessions` sessions of `--turns` turns each (a user
-    saying where they live, work, what they like; the assistant answering), in `--rounds` rounds that
-    alternate the two configs, as the machine's speed drifts; `--pause` seconds (untimed) after each
-    add stand for the agent's own work between turns. The extractor is the OpenAI-compatible
-    stand-in (tests/model_server.py) in a process of its own, answering each extraction after
-    `--delay` seconds, so the worker has calls in flight while `add` is timed. After each facts round
-    the worker's batches are read back off the log: model calls per batch (the stand-in counts calls;
-    a batch is one `FactsExtracted`) and prompt tokens per turn (the stand-in counts a prompt's words).
+    the embedded log (the default install: views fold in the process) and on Kafka (views in Redis;
+    `helix-es project`, which runs the extraction worker, in a process beside it each round):
+    `--sessions` sessions of `--turns` turns each (a user saying where they live, work, what they
+    like; the assistant answering), in `--rounds` rounds that alternate the two configs, as the
+    machine's speed drifts; `--pause` seconds (untimed) after each add stand for the agent's own
+    work between turns. The extractor is the OpenAI-compatible stand-in (tests/model_server.py) in
+    a process of its own, answering each extraction after `--delay` seconds, so the worker has
+    calls in flight while `add` is timed. After each embedded facts round the worker's batches are
+    read back off the log: model calls per batch (the stand-in counts calls; a batch is one
+    `FactsExtracted`) and prompt tokens per turn (the stand-in counts a prompt's words).
     Targets: add p99 <= 1.1x the conversation alone's; <= 1 model call per batch.
 (b) A rebuild of the facts view from a log of `--events` events (chat turns, and one `FactsExtracted`
     per 8 turns of a session, landing after the next 8 turns, as the worker writes them) with 0
@@ -22,8 +24,8 @@
     apart). The extractor is the stand-in; it must see no call. The anchor, in the same run on the
     same bytes, is `fastavro.schemaless_reader` alone. Target: >= 10,000 events/s.
 
-Needs HELIX_REDIS_URL and HELIX_POSTGRES_DSN for the Redis and PostgreSQL rebuilds
-(eval "$(scripts/services up)"). A miss is a `MISSED:` line on stderr and exit status 3.
+Needs HELIX_KAFKA_BOOTSTRAP, HELIX_REDIS_URL and HELIX_POSTGRES_DSN for the Kafka rounds and the
+Redis and PostgreSQL rebuilds (eval "$(scripts/services up)"). A miss is a `MISSED:` line on stderr and exit status 3.
 """
 
 from __future__ import annotations
@@ -116,11 +118,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def add_round(
-    path: str, ns: str, memory: dict[str, Any], sessions: int, turns: int, pause: float = 0.0, fsync: bool = True
+    log_cfg: dict[str, Any], ns: str, memory: dict[str, Any], sessions: int, turns: int, pause: float = 0.0
 ) -> list[float]:
     """Every session's turns, one `add` at a time (sessions interleaved), each timed and followed by
     `pause` seconds untimed (an agent calls its model between turns); then the worker's tail."""
-    cfg = {"log": {"type": "embedded", "path": path, "fsync": fsync}, "memory": {**memory, "namespace": ns}}
+    cfg = {"log": log_cfg, "memory": {**memory, "namespace": ns}}
     took: list[float] = []
     async with AsyncExitStack() as stack:
         mems = [await stack.enter_async_context(open_memory(cfg, session_id=f"s{i}")) for i in range(sessions)]
@@ -132,7 +134,7 @@ async def add_round(
                 took.append(time.perf_counter() - started)
                 await asyncio.sleep(pause)
         if memory["type"] == "composite":
-            await mems[0].extract_now()  # type: ignore[attr-defined]
+            await mems[0].extract_now()  # type: ignore[attr-defined]  # embedded: the rest; Kafka: nothing
     return took
 
 
@@ -144,45 +146,101 @@ async def batches(path: str, ns: str) -> list[FactsExtracted]:
         await log.close()
 
 
-async def part_add(args: Any) -> dict[str, Any]:
+class Projector:
+    """`helix-es project` for one round's config, as a deployment on Kafka runs it (facts worker included)."""
+
+    def __init__(self, cfg: dict[str, Any], folder: str) -> None:
+        path = Path(folder) / f"{uuid.uuid4().hex[:8]}.json"
+        path.write_text(json.dumps(cfg))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        command = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)]
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
     stand_in = StandIn(args.delay)
     alone: list[float] = []
     facts: list[float] = []
     found: list[FactsExtracted] = []
-    conversation = {"type": "conversation"}
+    redis_url = os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0")
+    store = {} if log_kind == "embedded" else {"store": "redis", "redis_url": redis_url}
+    conversation = {"type": "conversation", **store}
     with_facts = {
         "type": "composite",
-        "backends": [conversation, {"type": "facts", "extract": extract_config(stand_in.base_url)}],
+        "backends": [conversation, {"type": "facts", **store, "extract": extract_config(stand_in.base_url)}],
     }
+    prefix = f"bench-facts-{uuid.uuid4().hex[:8]}"
+    bootstrap = os.environ.get("HELIX_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     try:
         with tempfile.TemporaryDirectory(prefix="helix-bench-facts-") as tmp:
+            if log_kind == "embedded":
+                log_cfg: dict[str, Any] = {"type": "embedded", "path": tmp, "fsync": not args.no_fsync}
+            else:
+                log_cfg = {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix}
             for r in range(args.rounds):
                 for name, memory, into in (("alone", conversation, alone), ("facts", with_facts, facts)):
                     ns = f"bench-facts-{name}-{r}-{uuid.uuid4().hex[:6]}"
-                    into += await add_round(tmp, ns, memory, args.sessions, args.turns, args.pause, not args.no_fsync)
-                    if name == "facts":
+                    projector = None
+                    if log_kind == "kafka":  # its projector (and worker) share the machine, as they would
+                        projector = Projector({"log": log_cfg, "memory": {**memory, "namespace": ns}}, tmp)
+                        await asyncio.sleep(3)
+                    try:
+                        into += await add_round(log_cfg, ns, memory, args.sessions, args.turns, args.pause)
+                    finally:
+                        if projector is not None:
+                            projector.stop()
+                    if name == "facts" and log_kind == "embedded":
                         found += await batches(tmp, ns)
-                    print(f"round {r + 1}/{args.rounds} {name}: {args.sessions * args.turns} adds", file=sys.stderr)
+                    print(
+                        f"{log_kind} round {r + 1}/{args.rounds} {name}: {args.sessions * args.turns} adds",
+                        file=sys.stderr,
+                    )
     finally:
         calls = stand_in.stop()
+        if log_kind == "kafka":
+            await drop_topics(bootstrap, prefix)
     turns = sum(len(b.sources) for b in found)
-    return {
+    out: dict[str, Any] = {
         "adds": len(alone),
         "alone_p50_ms": round(statistics.median(alone) * 1000, 3),
         "alone_p99_ms": round(percentile(alone, 0.99) * 1000, 3),
         "facts_p50_ms": round(statistics.median(facts) * 1000, 3),
         "facts_p99_ms": round(percentile(facts, 0.99) * 1000, 3),
         "p99_ratio": round(percentile(facts, 0.99) / percentile(alone, 0.99), 3),
-        "batches": len(found),
-        "model_calls": calls,
-        "calls_per_batch": round(calls / max(1, len(found)), 3),
-        "turns_per_batch": round(turns / max(1, len(found)), 2),
-        "facts": sum(len(b.facts) for b in found),
-        "prompt_tokens_per_turn": round(sum(b.prompt_tokens or 0 for b in found) / max(1, turns), 1),
         "delay_s": args.delay,
         "pause_s": args.pause,
-        "fsync": not args.no_fsync,
+        "fsync": not args.no_fsync if log_kind == "embedded" else None,
     }
+    if log_kind == "embedded":  # the worker's own log, read back
+        out.update(
+            batches=len(found),
+            model_calls=calls,
+            calls_per_batch=round(calls / max(1, len(found)), 3),
+            turns_per_batch=round(turns / max(1, len(found)), 2),
+            facts=sum(len(b.facts) for b in found),
+            prompt_tokens_per_turn=round(sum(b.prompt_tokens or 0 for b in found) / max(1, turns), 1),
+        )
+    return out
+
+
+async def drop_topics(bootstrap: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        topics = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if topics:
+            await admin.delete_topics(topics)
+    finally:
+        await admin.close()
 
 
 def history(ns: str, events: int) -> tuple[list[Event], list[list[int]]]:
@@ -277,7 +335,7 @@ async def part_rebuild(args: Any) -> dict[str, Any]:
                 else:
                     report = await rebuild(cfg, switch=False, batch_size=args.batch_size, workers=1)
                     built.append((cfg, report.target))
-                    rate = report.events_per_second
+                    rate = round(report.events_per_second)
                 result["anchor_per_s"][store] = round((before + anchor(data)) / 2)
                 result["rebuild_per_s"][store] = rate
                 print(f"facts rebuild into {store}: {rate:,} events/s", file=sys.stderr)
@@ -314,7 +372,7 @@ async def main(args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     parts = args.part.split(",")
     if "add" in parts:
-        out["add"] = await part_add(args)
+        out["add"] = {log: await part_add(args, log) for log in args.log.split(",")}
     if "rebuild" in parts:
         out["rebuild"] = await part_rebuild(args)
     return out
@@ -323,22 +381,22 @@ async def main(args: Any) -> dict[str, Any]:
 def report(out: dict[str, Any], say: Any = print) -> list[str]:
     """Prints the figures with `say`; the targets missed."""
     misses = []
-    if "add" in out:
-        a = out["add"]
+    for log_kind, a in out.get("add", {}).items():
         say(
-            f"add, {a['adds']:,} per config: conversation alone p50 {a['alone_p50_ms']} ms, p99 {a['alone_p99_ms']} ms;"
-            f" with a facts view p50 {a['facts_p50_ms']} ms, p99 {a['facts_p99_ms']} ms"
+            f"add on the {log_kind} log, {a['adds']:,} per config: conversation alone p50 {a['alone_p50_ms']} ms,"
+            f" p99 {a['alone_p99_ms']} ms; with a facts view p50 {a['facts_p50_ms']} ms, p99 {a['facts_p99_ms']} ms"
             f" ({a['p99_ratio']}x; target <= {P99_RATIO_TARGET}x)"
         )
-        say(
-            f"extraction ({a['delay_s']} s stand-in): {a['batches']} batches of {a['turns_per_batch']} turns,"
-            f" {a['model_calls']} model calls ({a['calls_per_batch']} per batch; target <= 1),"
-            f" {a['facts']} facts, {a['prompt_tokens_per_turn']} prompt tokens per turn"
-        )
         if a["p99_ratio"] > P99_RATIO_TARGET:
-            misses.append(f"add p99 with a facts view {a['p99_ratio']}x the conversation alone's")
-        if a["calls_per_batch"] > CALLS_PER_BATCH_TARGET:
-            misses.append(f"{a['calls_per_batch']} model calls per batch")
+            misses.append(f"add p99 on {log_kind} with a facts view {a['p99_ratio']}x the conversation alone's")
+        if "batches" in a:
+            say(
+                f"extraction ({a['delay_s']} s stand-in): {a['batches']} batches of {a['turns_per_batch']} turns,"
+                f" {a['model_calls']} model calls ({a['calls_per_batch']} per batch; target <= 1),"
+                f" {a['facts']} facts, {a['prompt_tokens_per_turn']} prompt tokens per turn"
+            )
+            if a["calls_per_batch"] > CALLS_PER_BATCH_TARGET:
+                misses.append(f"{a['calls_per_batch']} model calls per batch")
     if "rebuild" in out:
         r = out["rebuild"]
         say(
@@ -365,6 +423,7 @@ if __name__ == "__main__":
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--delay", type=float, default=0.5)
     p.add_argument("--pause", type=float, default=0.005, help="seconds between two adds, untimed")
+    p.add_argument("--log", default="embedded,kafka", help="the logs the add part runs on")
     p.add_argument("--no-fsync", action="store_true", help="the embedded log without fsync (the disk's noise out)")
     p.add_argument("--events", type=int, default=100_000)
     p.add_argument("--stores", default="memory,redis,postgres")

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helix_es import Message, open_memory
+from helix_es.model.errors import EventTooLarge
+from helix_es.model.events import Event, ExtractedFact, FactsExtracted
 from tests.conftest import unique
+
+
+def facts_config(tmp_path: Path, ns: str) -> dict[str, Any]:
+    return {
+        "log": {"path": str(tmp_path), "fsync": False},
+        "memory": {"type": "composite", "namespace": ns, "backends": [{"type": "conversation"}, {"type": "facts"}]},
+    }
+
+
+def extracted(ns: str, value: str) -> Event:
+    return Event(ns, "s", FactsExtracted("facts", "rules/v1", "", (ExtractedFact("ana", "likes", value),), ()))
 
 
 @pytest.mark.timeout(30)
@@ -39,11 +54,7 @@ async def test_an_add_does_not_fold_the_facts_view_its_reads_catch_it_up(tmp_pat
     from helix_es.projection.facts import facts_rows_of
 
     ns = unique("ex")
-    cfg = {
-        "log": {"path": str(tmp_path), "fsync": False},
-        "memory": {"type": "composite", "namespace": ns, "backends": [{"type": "conversation"}, {"type": "facts"}]},
-    }
-    async with open_memory(cfg, session_id="s") as mem:
+    async with open_memory(facts_config(tmp_path, ns), session_id="s") as mem:
         await mem.add(Message("user", "I live in Lisbon", name="ana"))
         await mem.add(Message("user", "I speak Dutch", name="ana"))
         backend = mem.backend  # type: ignore[attr-defined]
@@ -57,3 +68,28 @@ async def test_an_add_does_not_fold_the_facts_view_its_reads_catch_it_up(tmp_pat
         assert [f.value for f in await mem.facts("ana")] == ["Porto"]  # type: ignore[attr-defined]
         pending = await rows.pending(ns) or []
         assert [r["content"] for r in pending] == ["I live in Lisbon", "I speak Dutch"]  # the read caught it up
+
+
+async def test_the_workers_events_ride_on_the_next_add_and_a_bad_one_fails_alone(tmp_path: Path) -> None:
+    """What the worker derived is written with the next add (one write, one sync), not in a sync of its own
+    that an add would wait behind; an event that cannot be written fails the worker's call, never the add."""
+    ns = unique("ex")
+    async with open_memory(facts_config(tmp_path, ns), session_id="s") as mem:
+        backend = mem.backend  # type: ignore[attr-defined]
+        riding = asyncio.ensure_future(backend.append_derived([extracted(ns, "tea")]))
+        await asyncio.sleep(0)  # queued, waiting for an add
+        added = await mem.add(Message("user", "hello"))
+        (position,) = await asyncio.wait_for(riding, 0.1)  # with the add, before its 0.2 s wait for one ran out
+        assert position.offset == added.offset - 1  # written just before the add, in the same write
+
+        huge = asyncio.ensure_future(backend.append_derived([extracted(ns, "x" * 1_000_000)]))
+        await asyncio.sleep(0)
+        again = await mem.add(Message("user", "still here"))
+        with pytest.raises(EventTooLarge):
+            await huge
+        assert again.offset == added.offset + 1  # the add landed alone, nothing of the rider
+        # the conversation, then what the facts view knows: the rider that landed, not the one refused
+        assert [m.content for m in await mem.get()] == ["hello", "still here", "Known facts:\n- ana likes tea"]
+
+        alone = await backend.append_derived([extracted(ns, "jazz")])  # no add comes: written on its own
+        assert alone[0].offset == again.offset + 1
