@@ -1,7 +1,7 @@
 """What a facts view costs: on the hot path, per model call, and on a rebuild.
 
     python bench/facts.py [--part add,rebuild] [--log embedded,kafka] [--sessions 20] [--turns 40]
-                          [--rounds 3] [--delay 0.5] [--pause 0.005] [--no-fsync]
+                          [--rounds 5] [--delay 0.5] [--pause 0.005] [--no-fsync]
                           [--events 100000] [--stores memory,redis,postgres] [--json]
 
 (a) `add` latency with a facts view beside the conversation, next to the conversation alone, on
@@ -15,7 +15,8 @@
     calls in flight while `add` is timed. After each embedded facts round the worker's batches are
     read back off the log: model calls per batch (the stand-in counts calls; a batch is one
     `FactsExtracted`) and prompt tokens per turn (the stand-in counts a prompt's words).
-    Targets: add p99 <= 1.1x the conversation alone's; <= 1 model call per batch.
+    Targets: add p99 <= 1.1x the conversation alone's (the median of the rounds' ratios: one round's
+    disk hiccup moves a pooled p99 by more than that); <= 1 model call per batch.
 (b) A rebuild of the facts view from a log of `--events` events (chat turns, and one `FactsExtracted`
     per 8 turns of a session, landing after the next 8 turns, as the worker writes them) with 0
     model calls: into Redis and PostgreSQL with `projectors.rebuild.rebuild` (what `helix-es
@@ -168,6 +169,7 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
     stand_in = StandIn(args.delay)
     alone: list[float] = []
     facts: list[float] = []
+    ratios: list[float] = []  # each round's p99 with facts / alone: the disk's and the machine's drift cancel
     found: list[FactsExtracted] = []
     redis_url = os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0")
     store = {} if log_kind == "embedded" else {"store": "redis", "redis_url": redis_url}
@@ -196,8 +198,11 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
                     finally:
                         if projector is not None:
                             projector.stop()
-                    if name == "facts" and log_kind == "embedded":
-                        found += await batches(tmp, ns)
+                    if name == "facts":
+                        n = args.sessions * args.turns
+                        ratios.append(percentile(facts[-n:], 0.99) / percentile(alone[-n:], 0.99))
+                        if log_kind == "embedded":
+                            found += await batches(tmp, ns)
                     print(
                         f"{log_kind} round {r + 1}/{args.rounds} {name}: {args.sessions * args.turns} adds",
                         file=sys.stderr,
@@ -213,7 +218,9 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
         "alone_p99_ms": round(percentile(alone, 0.99) * 1000, 3),
         "facts_p50_ms": round(statistics.median(facts) * 1000, 3),
         "facts_p99_ms": round(percentile(facts, 0.99) * 1000, 3),
-        "p99_ratio": round(percentile(facts, 0.99) / percentile(alone, 0.99), 3),
+        "p99_ratio_pooled": round(percentile(facts, 0.99) / percentile(alone, 0.99), 3),
+        "p99_ratio": round(statistics.median(ratios), 3),
+        "p99_ratio_rounds": [round(r, 3) for r in ratios],
         "delay_s": args.delay,
         "pause_s": args.pause,
         "fsync": not args.no_fsync if log_kind == "embedded" else None,
@@ -385,7 +392,11 @@ def report(out: dict[str, Any], say: Any = print) -> list[str]:
         say(
             f"add on the {log_kind} log, {a['adds']:,} per config: conversation alone p50 {a['alone_p50_ms']} ms,"
             f" p99 {a['alone_p99_ms']} ms; with a facts view p50 {a['facts_p50_ms']} ms, p99 {a['facts_p99_ms']} ms"
-            f" ({a['p99_ratio']}x; target <= {P99_RATIO_TARGET}x)"
+            f" ({a['p99_ratio_pooled']}x pooled)"
+        )
+        say(
+            f"  p99 with / without, round by round: {', '.join(f'{r}x' for r in a['p99_ratio_rounds'])};"
+            f" median {a['p99_ratio']}x (target <= {P99_RATIO_TARGET}x)"
         )
         if a["p99_ratio"] > P99_RATIO_TARGET:
             misses.append(f"add p99 on {log_kind} with a facts view {a['p99_ratio']}x the conversation alone's")
@@ -420,7 +431,7 @@ if __name__ == "__main__":
     p.add_argument("--part", default="add,rebuild")
     p.add_argument("--sessions", type=int, default=20)
     p.add_argument("--turns", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--delay", type=float, default=0.5)
     p.add_argument("--pause", type=float, default=0.005, help="seconds between two adds, untimed")
     p.add_argument("--log", default="embedded,kafka", help="the logs the add part runs on")
