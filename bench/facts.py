@@ -15,6 +15,8 @@
     calls in flight while `add` is timed. After each embedded facts round the worker's batches are
     read back off the log: model calls per batch (the stand-in counts calls; a batch is one
     `FactsExtracted`) and prompt tokens per turn (the stand-in counts a prompt's words).
+    Each round also runs the conversation alone a second time (the control): its ratio to the first
+    is what two identical configs give on this machine, the noise the facts ratio must be read against.
     Targets: add p99 <= 1.1x the conversation alone's (the median of the rounds' ratios: one round's
     disk hiccup moves a pooled p99 by more than that); <= 1 model call per batch.
 (b) A rebuild of the facts view from a log of `--events` events (chat turns, and one `FactsExtracted`
@@ -170,6 +172,8 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
     alone: list[float] = []
     facts: list[float] = []
     ratios: list[float] = []  # each round's p99 with facts / alone: the disk's and the machine's drift cancel
+    control: list[float] = []  # the conversation alone once more: how far two identical configs land apart
+    controls: list[float] = []
     found: list[FactsExtracted] = []
     redis_url = os.environ.get("HELIX_REDIS_URL", "redis://127.0.0.1:6379/0")
     store = {} if log_kind == "embedded" else {"store": "redis", "redis_url": redis_url}
@@ -187,7 +191,13 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
             else:
                 log_cfg = {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix}
             for r in range(args.rounds):
-                for name, memory, into in (("alone", conversation, alone), ("facts", with_facts, facts)):
+                configs = [
+                    ("alone", conversation, alone),
+                    ("facts", with_facts, facts),
+                    ("control", conversation, control),
+                ]
+                configs = configs[r % 3 :] + configs[: r % 3]  # each takes each place in turn
+                for name, memory, into in configs:
                     ns = f"bench-facts-{name}-{r}-{uuid.uuid4().hex[:6]}"
                     projector = None
                     if log_kind == "kafka":  # its projector (and worker) share the machine, as they would
@@ -198,15 +208,15 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
                     finally:
                         if projector is not None:
                             projector.stop()
-                    if name == "facts":
-                        n = args.sessions * args.turns
-                        ratios.append(percentile(facts[-n:], 0.99) / percentile(alone[-n:], 0.99))
-                        if log_kind == "embedded":
-                            found += await batches(tmp, ns)
+                    if name == "facts" and log_kind == "embedded":
+                        found += await batches(tmp, ns)
                     print(
                         f"{log_kind} round {r + 1}/{args.rounds} {name}: {args.sessions * args.turns} adds",
                         file=sys.stderr,
                     )
+                n = args.sessions * args.turns
+                ratios.append(percentile(facts[-n:], 0.99) / percentile(alone[-n:], 0.99))
+                controls.append(percentile(control[-n:], 0.99) / percentile(alone[-n:], 0.99))
     finally:
         calls = stand_in.stop()
         if log_kind == "kafka":
@@ -221,6 +231,9 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
         "p99_ratio_pooled": round(percentile(facts, 0.99) / percentile(alone, 0.99), 3),
         "p99_ratio": round(statistics.median(ratios), 3),
         "p99_ratio_rounds": [round(r, 3) for r in ratios],
+        "control_p99_ms": round(percentile(control, 0.99) * 1000, 3),
+        "control_ratio": round(statistics.median(controls), 3),
+        "control_ratio_rounds": [round(r, 3) for r in controls],
         "delay_s": args.delay,
         "pause_s": args.pause,
         "fsync": not args.no_fsync if log_kind == "embedded" else None,
@@ -397,6 +410,11 @@ def report(out: dict[str, Any], say: Any = print) -> list[str]:
         say(
             f"  p99 with / without, round by round: {', '.join(f'{r}x' for r in a['p99_ratio_rounds'])};"
             f" median {a['p99_ratio']}x (target <= {P99_RATIO_TARGET}x)"
+        )
+        say(
+            f"  control, the conversation alone again (p99 {a['control_p99_ms']} ms) / alone: "
+            f"{', '.join(f'{r}x' for r in a['control_ratio_rounds'])}; median {a['control_ratio']}x"
+            " (what the machine's noise alone gives)"
         )
         if a["p99_ratio"] > P99_RATIO_TARGET:
             misses.append(f"add p99 on {log_kind} with a facts view {a['p99_ratio']}x the conversation alone's")

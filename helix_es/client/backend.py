@@ -222,6 +222,11 @@ class Backend:
         if not self.inline:
             return await _append_all(self.log, events)
         namespace = events[0].namespace
+        prepare = getattr(self.log, "prepare", None)
+        if prepare is not None:
+            for event in events:  # encoded now, one at a time, not in the add that carries them
+                prepare(event)
+                await asyncio.sleep(0)
         loop = asyncio.get_running_loop()
         riding = [(event, loop.create_future()) for event in events]
         self._riders.setdefault(namespace, []).extend(riding)
@@ -236,6 +241,8 @@ class Backend:
         finally:
             mine = {id(w) for w in waits}  # a cancelled worker's events stay off the log
             queued = self._riders.get(namespace, [])
+            for event, _ in (r for r in queued if id(r[1]) in mine):
+                getattr(self.log, "unprepare", lambda _: None)(event)
             queued[:] = [r for r in queued if id(r[1]) not in mine]
 
     async def _append_locked(self, event: Event) -> Position:
@@ -311,7 +318,7 @@ async def _append_all(log: EventLog, events: Sequence[Event]) -> list[Position]:
 
 
 RIDE = 0.2  # seconds a worker's derived events wait for an add to carry them
-SLICE = 8  # records a deferred catch-up folds before it lets the loop run an add
+SLICE = 4  # records a deferred catch-up folds before it lets the loop run an add
 
 
 async def _yielding(records: AsyncIterator[Record], every: int) -> AsyncIterator[Record]:

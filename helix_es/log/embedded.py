@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,7 @@ class EmbeddedLog:
         self._files: dict[str, LogFile] = {}
         self._closed = False
         self._unclaimed = Unclaimed()
+        self._prepared: dict[uuid.UUID, bytes] = {}  # encoded ahead of their write (`prepare`)
 
     def _file(self, namespace: str) -> LogFile:
         f = self._files.get(namespace)
@@ -210,7 +212,17 @@ class EmbeddedLog:
         offsets = await asyncio.gather(*waits)
         return [Position(topic, 0, offset) for offset in offsets]
 
+    def prepare(self, event: Event) -> None:
+        """Encode and check `event` now, not in the write that carries it (which another caller waits for)."""
+        self._prepared[event.event_id] = self._encoded(event)
+
+    def unprepare(self, event: Event) -> None:
+        self._prepared.pop(event.event_id, None)
+
     def _encoded(self, event: Event, what: str = "event") -> bytes:
+        ready = self._prepared.pop(event.event_id, None)
+        if ready is not None:
+            return ready
         data = self.codec.encode(event)
         if len(data) > MAX_EVENT_BYTES:
             raise EventTooLarge(what, f"encodes to {len(data)} bytes, over the {MAX_EVENT_BYTES} limit")

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 AppendMany = Callable[[Sequence[Event]], Awaitable[Sequence[Position]]]
 DeadLetter = Callable[[dict[str, object]], Awaitable[None]]  # parks a `note_of` document
 RETRIES = 4
+YIELD_EVERY = 32  # pending turns looked at between two chances for the loop to run something else
 BACKOFF = 0.5
 
 
@@ -113,7 +114,9 @@ class ExtractionWorker:
         mine = self.partitions()
         by_session: dict[str, list[Turn]] = {}
         latest: dict[str, datetime] = {}  # when each session's newest pending turn was appended
-        for row in rows:
+        for n, row in enumerate(rows, 1):
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # an embedded worker shares the loop with adds: let one run
             if row["event_id"] in self._parked or row["event_id"] in self._asked:
                 continue
             if mine is not None and row["partition"] not in mine:
