@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MISSED_EXIT = 3  # the run itself went well, and a target it prints was missed
 
@@ -37,3 +41,23 @@ def run(
         print(json.dumps(result))
         return None
     return args, result
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a helix-es process a bench starts: this tree first on PYTHONPATH."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+async def delete_topics(bootstrap: str, prefix: str) -> None:
+    """Delete every Kafka topic whose name starts with `prefix` (a bench's own)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()

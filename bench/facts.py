@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cli import missed, parser  # bench/, this script's directory
+from cli import child_env, delete_topics, missed, parser  # bench/, this script's directory
 from rebuild import anchor
 
 from helix_es import Message, open_memory
@@ -80,7 +80,7 @@ class StandIn:
     """The stand-in model in a process of its own: its thread must not share the timed loop's GIL."""
 
     def __init__(self, delay: float) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = child_env()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", STAND_IN, str(delay)],
             stdin=subprocess.PIPE,
@@ -155,7 +155,7 @@ class Projector:
     def __init__(self, cfg: dict[str, Any], folder: str) -> None:
         path = Path(folder) / f"{uuid.uuid4().hex[:8]}.json"
         path.write_text(json.dumps(cfg))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = child_env()
         command = [sys.executable, "-m", "helix_es.cli", "project", "--config", str(path)]
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -220,7 +220,7 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
     finally:
         calls = stand_in.stop()
         if log_kind == "kafka":
-            await drop_topics(bootstrap, prefix)
+            await delete_topics(bootstrap, prefix)
     turns = sum(len(b.sources) for b in found)
     out: dict[str, Any] = {
         "adds": len(alone),
@@ -248,19 +248,6 @@ async def part_add(args: Any, log_kind: str) -> dict[str, Any]:
             prompt_tokens_per_turn=round(sum(b.prompt_tokens or 0 for b in found) / max(1, turns), 1),
         )
     return out
-
-
-async def drop_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        topics = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if topics:
-            await admin.delete_topics(topics)
-    finally:
-        await admin.close()
 
 
 def history(ns: str, events: int) -> tuple[list[Event], list[list[int]]]:

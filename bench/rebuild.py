@@ -49,7 +49,7 @@ from helix_es.model.message import Message, ToolCall  # noqa: E402
 from projectors.rebuild import rebuild  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from cli import missed  # noqa: E402
+from cli import child_env, missed  # noqa: E402
 
 TARGET_PER_S = 50_000
 ANCHOR_EVENTS = 100_000  # events each view's own anchor decodes
@@ -208,7 +208,7 @@ async def shared(cfg: dict[str, Any], tmp: Path, into: str, args: argparse.Names
     """The rebuild led by this process, with `--members` - 1 member processes joining its consumer group."""
     path = tmp / f"{uuid.uuid4().hex[:8]}.json"
     path.write_text(json.dumps(cfg))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = child_env()
     join = ["-m", "helix_es.cli", "rebuild", "--config", str(path), "--into", into, "--join"]
     members = [
         await asyncio.create_subprocess_exec(

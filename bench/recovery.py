@@ -30,6 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cli import delete_topics  # noqa: E402  # bench/, this script's directory
+
 from helix_es import Message, open_memory  # noqa: E402
 
 
@@ -82,20 +84,7 @@ async def _one(tree: Path, work: Path, session_timeout: float) -> float:
     finally:
         proc.kill()
         proc.wait()
-        await _delete_topics(prefix)
-
-
-async def _delete_topics(prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=os.environ["HELIX_KAFKA_BOOTSTRAP"])
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
+        await delete_topics(os.environ["HELIX_KAFKA_BOOTSTRAP"], prefix)
 
 
 async def main() -> None:

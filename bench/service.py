@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import spine  # noqa: E402
+from cli import child_env  # noqa: E402
 
 from helix_es import Message, SessionMemoryManager  # noqa: E402
 from helix_es.config import load_config  # noqa: E402
@@ -358,7 +359,7 @@ def free_port() -> int:
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    env = child_env()
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 

@@ -108,8 +108,8 @@ class Backend:
                 projection,
                 namespace,
                 self.append_derived,
+                lambda: self.current(projection, namespace),
                 dead_letters=path,
-                current=lambda: self.current(projection, namespace),
             )
             self._extracting[(view.name, namespace)] = job
             job.start()

@@ -48,8 +48,8 @@ class Extracting:
     projection: Projection
     namespace: str
     append: AppendMany
+    current: Callable[[], Awaitable[None]]  # catches the view up from the log: adds do not fold it
     dead_letters: Path | None = None
-    current: Callable[[], Awaitable[None]] | None = None  # catches the view up from the log: adds do not fold it
     worker: ExtractionWorker | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
@@ -83,7 +83,7 @@ class Extracting:
                 # A burst of adds is one round, not one scan of the pending turns per add: the adds stay fast.
                 await asyncio.sleep(SETTLE)
             try:
-                await self._current()
+                await self.current()
                 await self.worker.step(self.namespace)
             except Exception as exc:  # a store hiccup: the turns stay pending, the next round asks again
                 log.warning("facts view %s of %s: extraction round failed: %s", self.view.name, self.namespace, exc)
@@ -92,16 +92,12 @@ class Extracting:
         """Extract every pending turn now (tests, the demo, a CLI command that waits)."""
         if self.worker is None:
             return 0
-        await self._current()
+        await self.current()
         total = 0
         while covered := await self.worker.step(self.namespace, force=True):
             total += covered
-            await self._current()  # what it appended, folded: those turns are no longer pending
+            await self.current()  # what it appended, folded: those turns are no longer pending
         return total
-
-    async def _current(self) -> None:
-        if self.current is not None:
-            await self.current()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -100,7 +100,7 @@ class ExtractionWorker:
     # Turns whose FactsExtracted this worker appended but the view may not have folded yet (a projector
     # elsewhere folds it): not asked again while they still show as pending.
     _asked: set[str] = field(default_factory=set)
-    _ready: list[tuple[Event, int]] = field(default_factory=list)  # asked, not appended yet: (event, facts)
+    _ready: list[Event] = field(default_factory=list)  # FactsExtracted asked, not appended yet
     _appending: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def step(self, namespace: str, *, force: bool = False, now: datetime | None = None) -> int:
@@ -174,7 +174,7 @@ class ExtractionWorker:
             extraction.prompt_tokens,
             extraction.completion_tokens,
         )
-        self._ready.append((Event(namespace, session, payload), len(extraction.facts)))
+        self._ready.append(Event(namespace, session, payload))
         await self._flush()
         return len(turns)
 
@@ -184,13 +184,13 @@ class ExtractionWorker:
             ready, self._ready = self._ready, []
             if not ready:
                 return
-            await self.append([event for event, _ in ready])  # failing, its turns stay pending: asked again
-        for event, facts in ready:
+            await self.append(ready)  # failing, its turns stay pending: asked again
+        for event in ready:
             payload = event.payload
             assert isinstance(payload, FactsExtracted)
             self._asked.update(s.event_id for s in payload.sources)
             self.stats.turns += len(payload.sources)
-            self.stats.facts += facts
+            self.stats.facts += len(payload.facts)
 
     async def _park(self, namespace: str, session: str, turns: Sequence[Turn], error: ExtractionError) -> None:
         self._parked.update(t.event_id for t in turns)

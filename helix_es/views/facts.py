@@ -302,23 +302,16 @@ class FactsFold:
             bucket = held.setdefault((scan.table, scan.namespace, scan.where["session_id"]), {})
             bucket.update({table.key_of(r): r for r in rows})
         changes: list[RowChange] = []
-        # Turns this batch both queues and extracts (a rebuild, mostly): they never become pending rows.
-        covered = {
-            (s.position.topic, s.position.partition, s.position.offset)
-            for r in ops
-            if isinstance(r.event.payload, FactsExtracted) and r.duplicate_of is None and self._keeps(r.event.payload)
-            for s in r.event.payload.sources
-        }
-        fresh: set[tuple[Any, ...]] = set()  # those of them seen here
+        settled = self._settled(ops)
         for record in ops:
             payload = record.event.payload
             if record.duplicate_of is not None:
                 continue
             if isinstance(payload, MessageAdded):
-                self._turn(record, payload, held, changes, covered, fresh)
+                self._turn(record, payload, held, changes, settled)
             elif isinstance(payload, FactsExtracted):
                 if self._keeps(payload):
-                    self._extracted(record, payload, held, changes, fresh)
+                    self._extracted(record, payload, held, changes, settled)
             elif isinstance(payload, FactAsserted):
                 changes.append(Put(self.stated.name, _asserted_row(record, payload)))
             elif isinstance(payload, (FactRetracted, FactsMerged, FactsUnmerged, MemoryCleared)):
@@ -330,6 +323,22 @@ class FactsFold:
                     self._drop(table, record, held, changes)
         return changes
 
+    def _settled(self, ops: Sequence[Record]) -> set[tuple[str, int, int]]:
+        """Turns this batch both queues and extracts (a rebuild, mostly): they never become pending rows."""
+        live = [r for r in ops if r.duplicate_of is None]
+        turns = {
+            (r.position.topic, r.position.partition, r.position.offset)
+            for r in live
+            if isinstance(r.event.payload, MessageAdded)
+        }
+        sources = {
+            (s.position.topic, s.position.partition, s.position.offset)
+            for r in live
+            if isinstance(r.event.payload, FactsExtracted) and self._keeps(r.event.payload)
+            for s in r.event.payload.sources
+        }
+        return turns & sources
+
     def _keeps(self, extracted: FactsExtracted) -> bool:
         return extracted.view == self.source and (self.model is None or extracted.model == self.model)
 
@@ -339,15 +348,13 @@ class FactsFold:
         added: MessageAdded,
         held: dict[Any, Any],
         changes: list[RowChange],
-        covered: set[tuple[Any, ...]],
-        fresh: set[tuple[Any, ...]],
+        settled: set[tuple[str, int, int]],
     ) -> None:
         message = added.message
         if message.role not in EXTRACTED_ROLES or not message.content.strip():
             return
         event, p = record.event, record.position
-        if (p.topic, p.partition, p.offset) in covered:
-            fresh.add((p.topic, p.partition, p.offset))
+        if (p.topic, p.partition, p.offset) in settled:
             return
         row = {
             "namespace": event.namespace,
@@ -371,7 +378,7 @@ class FactsFold:
         extracted: FactsExtracted,
         held: dict[Any, Any],
         changes: list[RowChange],
-        fresh: set[tuple[Any, ...]],
+        settled: set[tuple[str, int, int]],
     ) -> None:
         event = record.event
         ids = [s.event_id for s in extracted.sources]
@@ -394,7 +401,7 @@ class FactsFold:
         mine = held.get((self.pending.name, event.namespace, event.session_id), {})
         for s in extracted.sources:
             key = (s.position.topic, s.position.partition, s.position.offset)
-            if key in fresh:
+            if key in settled:
                 continue  # queued and extracted in this batch: never a pending row
             row = mine.pop(key, None) or {
                 "namespace": event.namespace,
