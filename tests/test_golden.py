@@ -3,8 +3,9 @@
 tests/golden/fingerprints.json holds the CRC-64-AVRO fingerprint (wire byte order) of every
 envelope version, and tests/golden/records.json the Avro single-object encoding (C3 01,
 fingerprint, body) of every event type each version has. Both were computed once, from
-schemas/envelope.v1-3.avsc (v4-v9: envelope.v4.avsc to envelope.v9.avsc) as first released, with
-fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally.
+schemas/envelope.v1-3.avsc (v4-v10: envelope.v4.avsc to envelope.v10.avsc) as first released, with
+fastavro alone (`schemaless_writer` on each schema file; no helix-es code), and written down literally
+(v10's record dicts came from helix-es's `event_to_record`, its bytes from fastavro alone).
 
 GOLDEN FILES ARE NEVER REGENERATED. A change that makes this module fail changed the wire:
 bytes already on a log would no longer read, or readers that predate it would no longer read
@@ -47,6 +48,7 @@ from helix_es.model.events import (
 )
 from helix_es.model.message import Message, ToolCall
 from tests.golden_facts import FACT_TYPES, FACTS
+from tests.golden_forget import FORGET, FORGET_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -295,6 +297,7 @@ EXPECTED["MessageAdded.dated.keyed"] = Event(
     "import-1/ü",
 )
 EXPECTED.update(FACTS)  # the knowledge events (v9)
+EXPECTED.update(FORGET)  # forgetting, compaction, erasure (v10)
 KEYED = {k for k, e in EXPECTED.items() if e.idempotency_key is not None}  # need v4 on
 
 # Which payload types each version has (its union's branches, in order), and so the version an
@@ -322,7 +325,8 @@ TYPES["v6"] = TYPES["v5"]  # v6 adds fields to CheckpointsDeleted, no event type
 TYPES["v7"] = [*TYPES["v6"], "ItemTouched"]
 TYPES["v8"] = TYPES["v7"]  # v8 adds the message's occurred_at, no event type
 TYPES["v9"] = [*TYPES["v8"], *FACT_TYPES]
-HAS_KEYS = {"v4", "v5", "v6", "v7", "v8", "v9"}  # versions with the envelope's idempotency_key
+TYPES["v10"] = [*TYPES["v9"], *FORGET_TYPES]
+HAS_KEYS = {"v4", "v5", "v6", "v7", "v8", "v9", "v10"}  # versions with the envelope's idempotency_key
 LISTED = {"CheckpointsDeleted.listed"}  # deletions that list checkpoints and blobs: v6 on
 DATED = {"MessageAdded.dated", "MessageAdded.dated.keyed"}  # messages with occurred_at: v8 on
 OLDEST = {
@@ -335,6 +339,7 @@ OLDEST = {
     **dict.fromkeys(("ItemPut", "ItemDeleted"), "v5"),
     "ItemTouched": "v7",
     **dict.fromkeys(FACT_TYPES, "v9"),
+    **dict.fromkeys(FORGET_TYPES, "v10"),
 }
 GOLDEN_CASES = [(version, key) for version, records in RECORDS.items() for key in records]
 
@@ -348,7 +353,7 @@ def oldest(key: str) -> str:
     if key in DATED:
         return "v8"
     if key in KEYED:  # v4, unless its type came later
-        return max(min(HAS_KEYS), OLDEST[kind(key)], key=number)
+        return max(min(HAS_KEYS, key=number), OLDEST[kind(key)], key=number)
     if key in LISTED:
         return "v6"
     return OLDEST[kind(key)]
@@ -362,24 +367,25 @@ def writable(key: str, version: str) -> bool:
     return (
         kind(key) in TYPES[version]
         and (key not in KEYED or version in HAS_KEYS)
-        and (key not in LISTED or version >= "v6")
-        and (key not in DATED or version >= "v8")
+        and (key not in LISTED or number(version) >= 6)
+        and (key not in DATED or number(version) >= 8)
     )
 
 
 def test_the_golden_data_covers_every_event_type_of_every_version() -> None:
-    assert sorted(FINGERPRINTS) == sorted(RECORDS) == sorted(TYPES) == [f"v{n}" for n in range(1, 10)]
+    assert sorted(FINGERPRINTS, key=number) == sorted(RECORDS, key=number) == sorted(TYPES, key=number)
+    assert sorted(TYPES, key=number) == [f"v{n}" for n in range(1, 11)]
     for version, records in RECORDS.items():
         assert sorted({kind(k) for k in records}) == sorted(TYPES[version]), version
         assert sorted(records) == sorted(k for k in EXPECTED if writable(k, version)), version
     assert all(len(bytes.fromhex(fp)) == 8 for fp in FINGERPRINTS.values())
-    assert len(set(FINGERPRINTS.values())) == 9
+    assert len(set(FINGERPRINTS.values())) == 10
 
 
 def test_schema_files_have_the_golden_fingerprints() -> None:
     """An in-place edit of a released schema (even a field's order or a union branch) fails here."""
     files = {f.name.split(".")[1]: f for f in (ROOT / "schemas").glob("envelope.v*.avsc")}
-    assert sorted(files) == sorted(FINGERPRINTS), (
+    assert sorted(files, key=number) == sorted(FINGERPRINTS, key=number), (
         "every schema version needs golden data (and every golden version its file): add, never change"
     )
     for version, file in files.items():
@@ -391,7 +397,8 @@ def test_schema_files_have_the_golden_fingerprints() -> None:
         payload = next(f for f in raw["fields"] if f["name"] == "payload")
         assert [b["name"] for b in payload["type"]] == TYPES[version], file.name
     # And the codec (its own loading of the same files) agrees.
-    assert [(f"v{v.version}", v.fingerprint.hex()) for v in load_schemas()] == sorted(FINGERPRINTS.items())
+    by_number = sorted(FINGERPRINTS.items(), key=lambda kv: number(kv[0]))
+    assert [(f"v{v.version}", v.fingerprint.hex()) for v in load_schemas()] == by_number
 
 
 @pytest.mark.parametrize(("version", "key"), GOLDEN_CASES)
@@ -403,7 +410,7 @@ def test_golden_records_decode_to_the_expected_events(version: str, key: str) ->
     assert Codec().decode_record(data)["payload"][0] == "helix.memory." + kind(key)  # the checked path too
     # A codec pinned to any version that has the type reads it too (Avro resolution between versions);
     # one that predates keys reads a keyed event without its key.
-    for reader in range(1, 10):
+    for reader in range(1, 11):
         if kind(key) in TYPES[f"v{reader}"]:
             want = EXPECTED[key] if f"v{reader}" in HAS_KEYS else replace(EXPECTED[key], idempotency_key=None)
             if key in LISTED and reader < 6:  # a reader that predates the lists reads the deletion without them

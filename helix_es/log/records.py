@@ -23,14 +23,17 @@ from helix_es.model.events import (
     ItemPut,
     ItemTouched,
     MemoryCleared,
+    MemoryForgotten,
     MessageAdded,
     MessageRetracted,
     Payload,
     PendingWrite,
     Position,
     Serialized,
+    SessionCompacted,
     SessionErased,
     SourceTurn,
+    SubjectErased,
     SummaryRecorded,
     WritesSaved,
 )
@@ -148,6 +151,24 @@ _BODIES: dict[type, Callable[[Any], dict[str, Any]]] = {
     },
     FactsMerged: lambda p: {"fact_ids": list(p.fact_ids)},
     FactsUnmerged: lambda p: {"merged": _where(p.merged)},
+    MemoryForgotten: lambda p: {
+        "views": list(p.views),
+        "policy": p.policy,
+        "reason": p.reason,
+        "session": p.session,
+        "offsets": list(p.offsets),
+        "ids": list(p.ids),
+    },
+    SessionCompacted: lambda p: {
+        "view": p.view,
+        "summary": p.summary,
+        "first": p.first,
+        "last": p.last,
+        "covers": p.covers,
+        "model": p.model,
+        "reason": p.reason,
+    },
+    SubjectErased: lambda p: {"subject": p.subject, "request": p.request, "receipt": p.receipt},
 }
 
 _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
@@ -205,6 +226,18 @@ _PAYLOADS: dict[str, Callable[[Mapping[str, Any]], Payload]] = {
     ),
     _NS + "FactsMerged": lambda b: FactsMerged(tuple(b["fact_ids"])),
     _NS + "FactsUnmerged": lambda b: FactsUnmerged(_position(b["merged"])),
+    _NS + "MemoryForgotten": lambda b: MemoryForgotten(
+        tuple(b["views"]),
+        b["policy"],
+        b.get("reason"),
+        bool(b.get("session")),
+        tuple(b.get("offsets") or ()),
+        tuple(b.get("ids") or ()),
+    ),
+    _NS + "SessionCompacted": lambda b: SessionCompacted(
+        b["view"], b["summary"], b["first"], b["last"], b["covers"], b.get("model"), b.get("reason")
+    ),
+    _NS + "SubjectErased": lambda b: SubjectErased(b["subject"], b["request"], b["receipt"]),
 }
 
 

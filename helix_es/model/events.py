@@ -16,6 +16,7 @@ from helix_es.model.fact_events import (
     FactsUnmerged,
     SourceTurn,
 )
+from helix_es.model.forget_events import MemoryForgotten, SessionCompacted, SubjectErased
 from helix_es.model.message import Message
 from helix_es.model.positions import Position
 
@@ -26,8 +27,11 @@ __all__ = [
     "FactsExtracted",
     "FactsMerged",
     "FactsUnmerged",
+    "MemoryForgotten",
     "Position",
+    "SessionCompacted",
     "SourceTurn",
+    "SubjectErased",
 ]
 
 
@@ -203,6 +207,9 @@ Payload = (
     | FactRetracted
     | FactsMerged
     | FactsUnmerged
+    | MemoryForgotten
+    | SessionCompacted
+    | SubjectErased
 )
 
 
