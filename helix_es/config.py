@@ -23,13 +23,15 @@ from helix_es.providers.summarise import Summariser
 from helix_es.providers.summarise import parse_summariser as parse_summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
+from helix_es.views.forgetting import Forget, parse_forget
 from helix_es.views.long_term import LongTerm, check_table
 from helix_es.views.options import DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
+from helix_es.views.vector import Vector
 
 STORES = tuple(registry.KINDS)
 COMMON_KEYS = {
     "type", "store", "namespace", "redis_url", "dsn", "postgres_dsn", "consistency",
-    "read_timeout", "session_id", "session_id_header", "ttl", "file_path", "max_content_bytes",
+    "read_timeout", "session_id", "session_id_header", "ttl", "file_path", "max_content_bytes", "forget",
 }  # fmt: skip
 COMPOSITE_KEYS = {
     "type",
@@ -82,6 +84,7 @@ class MemoryConfig:
     file_path: str | None = None  # store: file: the JSON export; the log lives beside it
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES  # largest content (and tool arguments) an add may write
     namespaces: tuple[str, ...] = ()  # projectors: all the namespaces (or globs) of agents sharing this view
+    forget: Forget | None = None  # the view's forgetting policy (`helix_es.views.forgetting`)
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -101,7 +104,7 @@ class MemoryConfig:
         """A long-term view's recall index (`search: hybrid | vector | keyword`), a vector view in its store."""
         view = self.view
         if isinstance(view, LongTerm) and view.index is not None:
-            return replace(self, type="vector", view=view.index)
+            return replace(self, type="vector", view=view.index, forget=None)  # the owner's policy covers it
         return None
 
 
@@ -455,4 +458,16 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         summariser=parse_summariser(raw.get("summariser"), f"{where}.summariser") if kind == "summary" else None,
         file_path=file_path,
         max_content_bytes=max_content,
+        forget=_forget_of(view, raw.get("forget"), f"{where}.forget"),
     )
+
+
+def _forget_of(view: View | IndexView, raw: object, where: str) -> Forget | None:
+    """The view's `forget:` policy; views whose items it cannot name yet refuse it, naming the key."""
+    policy = parse_forget(raw, where)
+    if policy is not None and not isinstance(view, View | LongTerm | Vector):
+        raise ConfigError(
+            where,
+            f"a {view.kind} view has no forgetting policy: forget: applies to session, long-term and vector views",
+        )
+    return policy

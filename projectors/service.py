@@ -12,6 +12,7 @@ from helix_es.views.base import View
 from projectors import heap, instance
 from projectors.extract import extractions
 from projectors.follow import TargetFollower
+from projectors.forget import forgetters
 from projectors.supervise import run_projectors
 
 log = logging.getLogger("helix_es.project")
@@ -90,6 +91,15 @@ async def _serve(
     extracting = [asyncio.create_task(w.run(stop)) for w in workers]
     for w in workers:
         say("extracting facts for view %s with %s", w.view.name, w.view.extract.model if w.view.extract else "?")
+    policies = forgetters(list(zip(parts, projectors, strict=True)), log_config)
+    extracting += [asyncio.create_task(f.run(stop)) for f in policies]
+    for f in policies:
+        say(
+            "forgetting in view %s: %s, every %gs",
+            f.part.view.name,
+            ", ".join(f.policy.settings().values()),
+            f.policy.every,
+        )
 
     async def report() -> None:
         while not stop.is_set():
@@ -118,6 +128,8 @@ async def _serve(
                     s.prompt_tokens,
                     s.parked,
                 )
+            for f in policies:
+                say("%s forgetting: %d items forgotten", f.part.view.name, f.forgotten)
 
     reporter = asyncio.create_task(report())
     collector = asyncio.create_task(heap.keep_short(stop))

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from helix_es.client.extracting import Extracting
+from helix_es.client.forgetting import Forgetting
 from helix_es.config import MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
@@ -24,6 +25,7 @@ from helix_es.model.events import Event, MessageAdded, Position, Record
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.driver import Append, Driver, rare_collections
 from helix_es.projection.factory import open_aliases, open_store, store_key
+from helix_es.projection.forgetting import Key, PolicyIndex
 from helix_es.projection.protocol import Projection
 from helix_es.stores.ports import AliasStore, ViewStore
 from helix_es.views.base import View
@@ -51,6 +53,7 @@ class Backend:
     _deferred_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one such catch-up at a time
     _riders: dict[str, list[tuple[Event, asyncio.Future[Position]]]] = field(default_factory=dict)  # see append_derived
     _extracting: dict[tuple[str, str], Extracting] = field(default_factory=dict)  # (view, namespace): workers
+    _forgetting: dict[tuple[str, str], Forgetting] = field(default_factory=dict)  # (view, namespace): policies
     _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
 
     def aliases(self, memory: MemoryConfig) -> AliasStore:
@@ -94,7 +97,31 @@ class Backend:
                 if self.inline and isinstance(memory.view, Facts):
                     self._deferred.add((ident, namespace))
         self._extract(memory, projection, namespace)
+        self._forget(memory, namespace)
         return projection
+
+    def _forget(self, memory: MemoryConfig, namespace: str) -> None:
+        """An inline backend runs the view's forgetting policy in the background (`forget:`)."""
+        policy = memory.forget
+        if not self.inline or policy is None or (memory.view.name, namespace) in self._forgetting:
+            return
+        views = tuple(part.view.name for part in memory.parts)  # a long-term view's recall index forgets with it
+        index = PolicyIndex(namespace, views, policy, whole_sessions=isinstance(memory.view, View))
+        job = Forgetting(index, lambda: self.log.read(namespace, on_bad=self._passed_over), self.append_derived)
+        self._forgetting[(memory.view.name, namespace)] = job
+        job.start()
+
+    async def forget(self, namespace: str) -> int:
+        """Apply every forgetting policy of `namespace` now; the items forgotten."""
+        return sum([await job.step() for (_, ns), job in self._forgetting.items() if ns == namespace])
+
+    def used(
+        self, view: str, namespace: str, session_id: str, *, messages: Sequence[Key] = (), whole: bool = False
+    ) -> None:
+        """A read of `view` returned items (see `PolicyIndex.used`): its policy counts them as used."""
+        job = self._forgetting.get((view.partition("@")[0], namespace))
+        if job is not None:
+            job.used(session_id, messages=messages, whole=whole)
 
     def _extract(self, memory: MemoryConfig, projection: Projection, namespace: str) -> None:
         """An inline backend runs the facts view's extraction worker in the background."""
@@ -282,6 +309,9 @@ class Backend:
                 # The events are on the log, so the write succeeded; the view catches up on the next read.
                 log.warning("view %s of %s is behind the log: %s", projection.name, namespace, exc)
                 self._behind.add((ident, namespace))
+        for (_, ns), forgetting in self._forgetting.items():
+            if ns == namespace:
+                forgetting.note(records)
         if any(isinstance(e.payload, MessageAdded) for e in events):
             for (_, ns), job in self._extracting.items():
                 if ns == namespace:
@@ -298,6 +328,8 @@ class Backend:
     async def close(self) -> None:
         for job in self._extracting.values():
             await job.stop()
+        for forgetting in self._forgetting.values():
+            await forgetting.stop()
         for projection in self._projections.values():
             await projection.close()
         for store in self._stores.values():

@@ -219,11 +219,20 @@ class ViewMemory(Knowledge, EventWriter):
         return None if self._seen_last_write else self.last_write
 
     async def get(self) -> list[Message]:
-        return await self._read(lambda want: self.projection.get(self.key, want))
+        found = await self._read(lambda want: self.projection.get(self.key, want))
+        self.backend.used(self.source.name, self.namespace, self.session_id, whole=True)
+        return found
 
     async def search(self, query: str, limit: int = 10) -> list[Message]:
         check_search(query, limit)
-        return await self._read(lambda want: self.projection.search(self.key, query, limit, want))
+        found = await self._read(lambda want: self.projection.search(self.key, query, limit, want))
+        self.backend.used(self.source.name, self.namespace, self.session_id)
+        return found
+
+    async def forget_now(self) -> int:
+        """Apply the forgetting policies (`forget:`) of this namespace's views now: the items forgotten. On
+        the embedded log they also run in the background every `every`; on Kafka beside `helix-es project`."""
+        return await self.backend.forget(self.namespace)
 
     async def recall(
         self,
@@ -256,7 +265,10 @@ class ViewMemory(Knowledge, EventWriter):
             explain=explain,
             mode=mode,
         )
-        return await self._read(lambda want: cast(Recaller, self.projection).recall(self.key, ask, want))
+        hits = await self._read(lambda want: cast(Recaller, self.projection).recall(self.key, ask, want))
+        found = [(h.session_id, h.position.partition, h.position.offset) for h in hits]
+        self.backend.used(self.source.name, self.namespace, self.session_id, messages=found)
+        return hits
 
     async def _read(self, op: Callable[[Position | None], Awaitable[T | None]]) -> T:
         await self.backend.current(self.source, self.namespace)

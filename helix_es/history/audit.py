@@ -36,6 +36,7 @@ from helix_es.history.audit_checkpoints import describe as describe_checkpoint
 from helix_es.history.audit_checkpoints import payload_json as checkpoint_json
 from helix_es.history.audit_facts import FACT_EVENTS
 from helix_es.history.audit_facts import describe as describe_fact
+from helix_es.history.audit_forget import FORGET_EVENTS, describe_forget
 from helix_es.history.describe import describe_message, quote
 from helix_es.history.erasure import Erasure, erased_by, erasure_of
 from helix_es.history.log_records import RecordReader, read_records
@@ -217,6 +218,8 @@ class AuditedEvent:
             return describe_checkpoint(p)
         if isinstance(p, FACT_EVENTS):
             return describe_fact(p)
+        if isinstance(p, FORGET_EVENTS):
+            return describe_forget(p)
         if not isinstance(p, UnknownPayload):
             return json.dumps(_fields(p), ensure_ascii=False)
         if p.schema is not None:

@@ -11,6 +11,11 @@ message fewer, and once retractions reach past what it holds they change nothing
 takes back its pinned system message, since messages added after that one may be the evicted
 ones); later adds refill it. A tool result added again after its call was evicted is not kept
 (`units.orphan`). A retraction depends on the state, so it is never one of `restarts`.
+
+A `MemoryForgotten` naming the view with `session` set empties it, as a clear does, in that view
+alone: a session view's items are its sessions (a forgetting policy forgets a session whole; its
+messages carry no log positions to forget one by one). It is not one of `restarts` either: it
+restarts only the views it names.
 """
 
 from __future__ import annotations
@@ -18,7 +23,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, SessionErased
+from helix_es.model.events import (
+    Event,
+    MemoryCleared,
+    MemoryForgotten,
+    MessageAdded,
+    MessageRetracted,
+    SessionErased,
+)
 from helix_es.model.message import Message
 
 State = tuple[Message, ...]
@@ -56,6 +68,8 @@ class View(ABC):
             return self.added(state, payload.message)
         if isinstance(payload, MessageRetracted):
             return self.retracted(state)
+        if isinstance(payload, MemoryForgotten) and payload.session and payload.names(self.name):
+            return ()  # a policy forgot the session in this view: cleared here, kept on the log
         return state  # event types this view does not use
 
     @abstractmethod

@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from helix_es.model.errors import ConfigError
-from helix_es.model.events import Event, MemoryCleared, MessageAdded, MessageRetracted, SessionErased, SummaryRecorded
+from helix_es.model.events import (
+    Event,
+    MemoryCleared,
+    MemoryForgotten,
+    MessageAdded,
+    MessageRetracted,
+    SessionErased,
+    SummaryRecorded,
+)
 from helix_es.model.message import Message
 from helix_es.views.base import State, View
 from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, orphan, pairs_suffix
@@ -66,8 +74,10 @@ class Summary(View):
     def fold(self, state: State, event: Event) -> State:
         header, recent = split(state)
         payload = event.payload
-        if isinstance(payload, (MemoryCleared, SessionErased)):
-            # An erasure opens a new epoch as a clear does: summaries asked for before it are void.
+        if isinstance(payload, (MemoryCleared, SessionErased)) or (
+            isinstance(payload, MemoryForgotten) and payload.session and payload.names(self.name)
+        ):
+            # An erasure or a forgetting opens a new epoch as a clear does: summaries asked for before it are void.
             return (Header(epoch=str(event.event_id)).message(),)
         if isinstance(payload, MessageAdded):
             if self.tool_pairs == WHOLE and orphan(recent, payload.message):

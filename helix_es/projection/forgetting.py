@@ -1,0 +1,174 @@
+"""What a forgetting policy sees of a view, and what it decides: `MemoryForgotten` events.
+
+`PolicyIndex` keeps, for one view of one namespace, every item the view holds with when it was
+said and when it was last used. It is a fold of the log (adds, clears, erasures, retractions and
+earlier forgettings, with the same rules as the views) plus the reads it is told of (`used`), so
+it needs no store of its own: a worker rebuilds it by reading the log on start. Reads are not on
+the log, so a restarted worker counts an item's last write as its last use until it is read again.
+
+`due` applies the policy at one moment and returns the events that record its decision, one per
+session and rule (a session's events share its partition, so the offsets an event names are
+always on its own partition, before it). The views fold those events (`MemoryForgotten`), and a
+rebuild folds the same ones: it never asks the policy again.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from datetime import datetime
+
+from helix_es.model.events import (
+    Event,
+    MemoryCleared,
+    MemoryForgotten,
+    MessageAdded,
+    MessageRetracted,
+    Record,
+    SessionErased,
+    micros,
+)
+from helix_es.views.forgetting import Forget
+
+Key = tuple[str, int, int]  # (session id, partition, offset): a message; (session id, -1, -1): a whole session
+MAX_OFFSETS = 2_000  # offsets one event names: a session with more is forgotten in several events
+
+
+class PolicyIndex:
+    """The items of `views` (one view and the views that fold with it) in one namespace.
+
+    `whole_sessions`: the view's items are sessions (session views), else messages (long-term, vector).
+    """
+
+    def __init__(self, namespace: str, views: tuple[str, ...], policy: Forget, *, whole_sessions: bool) -> None:
+        self.namespace = namespace
+        self.views = views
+        self.policy = policy
+        self.whole_sessions = whole_sessions
+        self._items: dict[Key, list[int]] = {}  # -> [said µs, used µs, written µs]
+        self._sessions: dict[str, set[Key]] = {}  # messages of each session (messages only)
+        self._seen: dict[int, int] = {}  # partition -> the last offset noted: a record noted twice counts once
+        self._everything_used = 0  # µs of the last read that returned every item (a long-term `get`)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def note(self, record: Record) -> None:
+        """Fold one record of the namespace's log into the index (records of a partition in order)."""
+        p = record.position
+        if p.offset <= self._seen.get(p.partition, -1):
+            return
+        self._seen[p.partition] = p.offset
+        event = record.event
+        if record.duplicate_of is not None or event.namespace != self.namespace:
+            return
+        payload, sid = event.payload, event.session_id
+        if isinstance(payload, MessageAdded):
+            at = micros(event.timestamp)
+            said = at if payload.message.occurred_at is None else micros(payload.message.occurred_at)
+            if self.whole_sessions:
+                found = self._items.get((sid, -1, -1))
+                if found is None:
+                    self._items[(sid, -1, -1)] = [said, at, at]
+                else:  # a session is as old as its newest message
+                    found[0], found[1], found[2] = max(found[0], said), max(found[1], at), at
+            else:
+                key = (sid, p.partition, p.offset)
+                self._items[key] = [said, at, at]
+                self._sessions.setdefault(sid, set()).add(key)
+        elif isinstance(payload, MemoryCleared):
+            if self.whole_sessions:
+                self._drop([(sid, -1, -1)])
+            else:  # a long-term or vector view's clear empties the namespace up to its time
+                at = micros(event.timestamp)
+                self._drop([k for k, v in self._items.items() if v[2] <= at])
+        elif isinstance(payload, SessionErased):
+            self._forget_session(sid, p.partition, p.offset)
+        elif isinstance(payload, MessageRetracted) and not self.whole_sessions:
+            mine = [k for k in self._sessions.get(sid, ()) if k[1] == p.partition and k[2] < p.offset]
+            if mine:
+                self._drop([max(mine, key=lambda k: k[2])])
+        elif isinstance(payload, MemoryForgotten) and any(payload.names(v) for v in self.views):
+            if payload.session:
+                self._forget_session(sid, p.partition, p.offset)
+            self._drop([(sid, p.partition, o) for o in payload.offsets])
+
+    def used(self, at: datetime, session_id: str, *, messages: Iterable[Key] = (), whole: bool = False) -> None:
+        """A read by `session_id` at `at` returned items: of a session view, that session; of a namespace
+        view, `messages` (session id, partition, offset: recall hits), or every item when the read
+        returned the `whole` view (a long-term `get`). A substring search names no positions: not counted."""
+        now = micros(at)
+        if self.whole_sessions:
+            keys: Iterable[Key] = [(session_id, -1, -1)]
+        elif whole:
+            self._everything_used = max(self._everything_used, now)
+            return
+        else:
+            keys = messages
+        for key in keys:
+            found = self._items.get(key)
+            if found is not None and found[1] < now:
+                found[1] = now
+
+    def due(self, now: datetime) -> list[Event]:
+        """The events recording what the policy forgets at `now`. The index drops those items when it
+        folds the events, as the views do: an append that fails leaves them for the next round."""
+        policy, clock = self.policy, micros(now)
+        everything = self._everything_used
+        age = None if policy.max_age is None else clock - int(policy.max_age * 1e6)
+        idle = None if policy.inactive_for is None else clock - int(policy.inactive_for * 1e6)
+        gone: dict[Key, str] = {}
+        if age is not None or idle is not None:
+            for key, (said, used, _) in self._items.items():
+                if age is not None and said < age:
+                    gone[key] = "max_age"
+                elif idle is not None and max(used, everything) < idle:
+                    gone[key] = "inactive_for"
+        if policy.budget is not None and len(self._items) - len(gone) > policy.budget:
+            over = len(self._items) - len(gone) - policy.budget
+            kept = ((max(v[1], everything), k) for k, v in self._items.items() if k not in gone)
+            for _, key in heapq.nsmallest(over, kept):  # the least recently used; ties by session and position
+                gone[key] = "budget"
+        return self._events(gone)
+
+    def _events(self, gone: dict[Key, str]) -> list[Event]:
+        reasons = self.policy.settings()
+        grouped: dict[tuple[str, str], list[int]] = {}
+        for (sid, _, offset), rule in sorted(gone.items()):
+            grouped.setdefault((sid, rule), []).append(offset)
+        events = []
+        for (sid, rule), offsets in grouped.items():
+            if self.whole_sessions:
+                payload = MemoryForgotten(self.views, rule, reasons[rule], session=True)
+                events.append(Event(self.namespace, sid, payload))
+                continue
+            for i in range(0, len(offsets), MAX_OFFSETS):
+                chunk = tuple(offsets[i : i + MAX_OFFSETS])
+                events.append(
+                    Event(self.namespace, sid, MemoryForgotten(self.views, rule, reasons[rule], offsets=chunk))
+                )
+        self._drop(list(gone))
+        return events
+
+    def _forget_session(self, sid: str, partition: int, offset: int) -> None:
+        if self.whole_sessions:
+            self._drop([(sid, -1, -1)])
+        else:
+            self._drop([k for k in self._sessions.get(sid, ()) if k[1] != partition or k[2] < offset])
+
+    def _drop(self, keys: Iterable[Key]) -> None:
+        for key in keys:
+            if self._items.pop(key, None) is not None and not self.whole_sessions:
+                held = self._sessions.get(key[0])
+                if held is not None:
+                    held.discard(key)
+                    if not held:
+                        del self._sessions[key[0]]
+
+
+def forgotten_items(event: Event) -> int:
+    """How many items a `MemoryForgotten` names (a whole session counts as one)."""
+    p = event.payload
+    if not isinstance(p, MemoryForgotten):
+        return 0
+    return max(len(p.offsets) + len(p.ids), 1 if p.session else 0)

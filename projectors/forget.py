@@ -1,0 +1,91 @@
+"""The forgetting policy worker on Kafka: `helix-es project` runs it beside each view with `forget:`.
+
+A namespace's policy is applied by one process: the one whose projector holds the namespace's
+partition 0 in the view's consumer group, so a budget counts every partition and no two processes
+record the same forgetting. It reads the namespace's log into a `PolicyIndex` (from where it read
+last), and every `every` seconds appends the `MemoryForgotten` events the policy decides; the
+projectors fold them like any event. Reads by clients in other processes are not on the log, so
+here an item's last use is its last write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+from datetime import UTC, datetime
+
+from helix_es.config import LogConfig, MemoryConfig
+from helix_es.log.check import Skipped
+from helix_es.log.kafka import KafkaLog
+from helix_es.model import names
+from helix_es.projection.forgetting import PolicyIndex, forgotten_items
+from helix_es.views.base import View
+from projectors.follow import TargetFollower
+
+log = logging.getLogger("helix_es.project")
+
+
+class Forgetter:
+    """The policy worker of one view, for the namespaces whose partition 0 its projector holds."""
+
+    def __init__(self, part: MemoryConfig, follower: TargetFollower, log_config: LogConfig) -> None:
+        assert part.forget is not None
+        self.part, self.policy, self.follower = part, part.forget, follower
+        self.prefix = log_config.topic_prefix
+        self.log = KafkaLog(log_config.bootstrap_servers, topic_prefix=self.prefix)
+        self.views = tuple(p.view.name for p in part.parts)
+        self.forgotten = 0  # items this process's rounds forgot
+        self._indexes: dict[str, PolicyIndex] = {}
+        self._ends: dict[str, dict[int, int]] = {}
+
+    def _leading(self) -> list[str]:
+        projector = self.follower.projector
+        held = projector.progress.assigned if projector is not None else ()
+        return sorted({names.namespace_of(tp.topic, self.prefix) for tp in held if tp.partition == 0})
+
+    async def round(self, now: datetime | None = None) -> int:
+        """Apply the policy in every namespace this process leads; the items forgotten."""
+        count = 0
+        for namespace in self._leading():
+            index = self._indexes.get(namespace)
+            if index is None:
+                whole = isinstance(self.part.view, View)
+                index = self._indexes[namespace] = PolicyIndex(namespace, self.views, self.policy, whole_sessions=whole)
+            ends = self._ends.setdefault(namespace, {})
+            async for record in self.log.read(
+                namespace, on_bad=_passed_over, start=dict(ends), on_end=ends.__setitem__
+            ):
+                index.note(record)
+            events = index.due(now or datetime.now(UTC))
+            if events:
+                await self.log.append_many(events)
+                count += sum(forgotten_items(e) for e in events)
+        self.forgotten += count
+        return count
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                waiter = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=self.policy.every)
+                finally:
+                    waiter.cancel()
+                if stop.is_set():
+                    break
+                try:
+                    await self.round()
+                except Exception as exc:  # a broker hiccup: the next round reads on and decides again
+                    log.warning("forgetting for view %s failed: %s", self.part.view.name, exc)
+        finally:
+            await self.log.close()
+
+
+def _passed_over(bad: Skipped) -> None:
+    """A record the projectors dead-letter holds no item: the policy passes over it too."""
+
+
+def forgetters(parts: Collection[tuple[MemoryConfig, TargetFollower]], log_config: LogConfig) -> list[Forgetter]:
+    """A `Forgetter` for every served view with a forgetting policy."""
+    return [Forgetter(part, follower, log_config) for part, follower in parts if part.forget is not None]

@@ -1,0 +1,162 @@
+"""Forgetting policies (`forget:`) end to end on the embedded log: the worker records `MemoryForgotten`,
+the views fold it, a reopen (a rebuild from the log file) forgets the same, and the log keeps the content."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helix_es import Message, open_memory
+from helix_es.config import load_config
+from helix_es.model.errors import ConfigError
+from helix_es.model.events import MemoryForgotten, MessageAdded
+from tests.conftest import unique, wait_for
+
+LONG_AGO = datetime.now(UTC) - timedelta(days=60)
+
+
+def config(tmp_path: Path, ns: str, memory: dict[str, Any]) -> dict[str, Any]:
+    return {"log": {"path": str(tmp_path), "fsync": False}, "memory": {"namespace": ns, **memory}}
+
+
+async def events_of(tmp_path: Path, ns: str) -> list[Any]:
+    from helix_es.log.embedded import EmbeddedLog
+
+    log = EmbeddedLog(tmp_path)
+    try:
+        return [r async for r in log.read(ns)]
+    finally:
+        await log.close()
+
+
+async def test_max_age_forgets_old_sessions_of_a_conversation_and_a_reopen_forgets_the_same(tmp_path: Path) -> None:
+    ns = unique("fg")
+    cfg = config(tmp_path, ns, {"type": "conversation", "forget": {"max_age": "720h"}})
+    async with open_memory(cfg, session_id="old") as old:
+        await old.add(Message("user", "I moved to Porto", occurred_at=LONG_AGO))
+        await old.add(Message("assistant", "Noted", occurred_at=LONG_AGO + timedelta(minutes=1)))
+    async with open_memory(cfg, session_id="new") as new:
+        await new.add(Message("user", "hello"))
+        assert await new.forget_now() == 1  # type: ignore[attr-defined]
+        assert await new.forget_now() == 0  # type: ignore[attr-defined]
+        assert [m.content for m in await new.get()] == ["hello"]
+    async with open_memory(cfg, session_id="old") as old:
+        assert await old.get() == []  # folded again from the log: forgotten again, no policy asked
+        await old.add(Message("user", "back again"))  # forgetting is not a tombstone
+        assert [m.content for m in await old.get()] == ["back again"]
+    records = await events_of(tmp_path, ns)
+    forgotten = [r.event.payload for r in records if isinstance(r.event.payload, MemoryForgotten)]
+    assert forgotten == [MemoryForgotten(("conversation",), "max_age", "max_age=720h", session=True)]
+    said = [r.event.payload.message.content for r in records if isinstance(r.event.payload, MessageAdded)]
+    assert "I moved to Porto" in said  # the log keeps what was forgotten
+
+
+async def test_budget_keeps_the_most_recently_used_sessions_reads_count(tmp_path: Path) -> None:
+    ns = unique("fg")
+    cfg = config(tmp_path, ns, {"type": "sliding-window", "window_size": 5, "forget": {"budget": 2}})
+    for sid in ("a", "b", "c"):
+        async with open_memory(cfg, session_id=sid) as mem:
+            await mem.add(Message("user", f"I am {sid}"))
+    async with open_memory(cfg, session_id="a") as a:
+        assert [m.content for m in await a.get()] == ["I am a"]  # a read: "a" is now the most recently used
+        assert await a.forget_now() == 1  # type: ignore[attr-defined]
+    kept = {}
+    for sid in ("a", "b", "c"):
+        async with open_memory(cfg, session_id=sid) as mem:
+            kept[sid] = [m.content for m in await mem.get()]
+    assert kept == {"a": ["I am a"], "b": [], "c": ["I am c"]}
+
+
+async def test_inactive_for_forgets_sessions_nobody_used(tmp_path: Path) -> None:
+    ns = unique("fg")
+    cfg = config(tmp_path, ns, {"type": "conversation", "forget": {"inactive_for": "1s", "every": "1h"}})
+    async with open_memory(cfg, session_id="idle") as idle, open_memory(cfg, session_id="busy") as busy:
+        await idle.add(Message("user", "once"))
+        await busy.add(Message("user", "often"))
+        await __import__("asyncio").sleep(1.2)
+        await busy.get()  # used just now
+        assert await busy.forget_now() == 1  # type: ignore[attr-defined]
+        assert await idle.get() == []
+        assert [m.content for m in await busy.get()] == ["often"]
+    forgotten = [r.event for r in await events_of(tmp_path, ns) if isinstance(r.event.payload, MemoryForgotten)]
+    assert [(e.session_id, e.payload.policy) for e in forgotten] == [("idle", "inactive_for")]
+
+
+@pytest.mark.parametrize(
+    ("forget", "key"),
+    [
+        ({"max_age": "soon"}, "memory.forget.max_age"),
+        ({"budget": -1}, "memory.forget.budget"),
+        ({"budget": True}, "memory.forget.budget"),
+        ({"every": 0}, "memory.forget.every"),
+        ({"maxage": "1h"}, "memory.forget.maxage"),
+        ({}, "memory.forget"),
+        ("1h", "memory.forget"),
+    ],
+)
+def test_a_bad_policy_is_refused_naming_the_key(forget: object, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({"memory": {"type": "conversation", "forget": forget}})
+    assert caught.value.field == key
+
+
+def test_views_that_cannot_forget_yet_refuse_a_policy() -> None:
+    with pytest.raises(ConfigError, match="forget: applies to"):
+        load_config({"memory": {"type": "facts", "forget": {"budget": 3}}})
+
+
+async def test_on_kafka_the_projector_forgets_and_a_rebuild_forgets_the_same(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """`helix-es project` runs the policy beside the view's projector; `helix-es rebuild` folds the
+    recorded forgetting into a new target without asking the policy, and both targets agree."""
+    from helix_es.stores.ports import SessionKey
+    from helix_es.views.base import View
+    from tests.conftest import cli, start_projector, stop
+    from tests.test_rebuild import snapshots, write_config
+
+    ns, prefix = unique("kfg"), unique("kfg")
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 3, "topic_prefix": prefix},
+        "memory": {
+            "type": "conversation",
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+            "read_timeout": 30,
+            "forget": {"max_age": "720h", "every": "0.5s"},
+        },
+    }
+    path = write_config(tmp_path, cfg)
+    view = load_config(cfg).memory.view
+    assert isinstance(view, View)
+    sessions = [f"s{i}" for i in range(6)]
+    projector = start_projector(cfg, tmp_path)
+    try:
+        async with open_memory(cfg, session_id="s0") as first:
+            mems = [first.__class__(first.backend, first.source, ns, s) for s in sessions]  # type: ignore[call-arg]
+            for i, m in enumerate(mems):
+                said = LONG_AGO if i % 2 == 0 else datetime.now(UTC)
+                await m.add(Message("user", f"{m.session_id} says hi", occurred_at=said))
+
+            async def forgotten() -> bool:
+                return all([await m.get() == [] for m in mems[::2]])
+
+            await wait_for(forgotten, 30, "the projector's policy to forget the old sessions")
+            assert [[x.content for x in await m.get()] for m in mems[1::2]] == [
+                ["s1 says hi"],
+                ["s3 says hi"],
+                ["s5 says hi"],
+            ]
+        code, _, err = await cli("rebuild", "--config", str(path), "--json")
+        assert code == 0, err
+        keys = [SessionKey(ns, s) for s in sessions]
+        old = await snapshots(redis_url, view, "conversation", keys)
+        new = await snapshots(redis_url, view, "conversation@v2", keys)
+        assert [s.state for s in new.values()] == [s.state for s in old.values()]
+        assert [len(s.state) for s in new.values()] == [0, 1, 0, 1, 0, 1]
+    finally:
+        stop(projector)
