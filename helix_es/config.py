@@ -25,7 +25,7 @@ from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
 from helix_es.views.forgetting import Forget, parse_forget
 from helix_es.views.long_term import LongTerm, check_table
-from helix_es.views.options import DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
+from helix_es.views.options import COMPACTING, DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
 from helix_es.views.vector import Vector
 
 STORES = tuple(registry.KINDS)
@@ -85,6 +85,7 @@ class MemoryConfig:
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES  # largest content (and tool arguments) an add may write
     namespaces: tuple[str, ...] = ()  # projectors: all the namespaces (or globs) of agents sharing this view
     forget: Forget | None = None  # the view's forgetting policy (`helix_es.views.forgetting`)
+    compact_at_tokens: int | None = None  # conversation and windows: compact once the view holds more tokens
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -455,11 +456,23 @@ def parse_memory(raw: Mapping[str, Any], where: str, log: LogConfig | None = Non
         read_timeout=timeout,
         session_id=session_id,
         session_id_header=raw.get("session_id_header"),
-        summariser=parse_summariser(raw.get("summariser"), f"{where}.summariser") if kind == "summary" else None,
+        summariser=parse_summariser(raw.get("summariser"), f"{where}.summariser")
+        if kind == "summary" or kind in COMPACTING
+        else None,
+        compact_at_tokens=_compact_at(raw, where),
         file_path=file_path,
         max_content_bytes=max_content,
         forget=_forget_of(view, raw.get("forget"), f"{where}.forget"),
     )
+
+
+def _compact_at(raw: Mapping[str, Any], where: str) -> int | None:
+    if raw.get("compact_at_tokens") is None:
+        return None
+    tokens = check.whole_number(raw, "compact_at_tokens", where, 0)
+    if tokens < 1:
+        raise ConfigError(f"{where}.compact_at_tokens", f"must be a whole number >= 1, got {tokens}")
+    return tokens
 
 
 def _forget_of(view: View | IndexView, raw: object, where: str) -> Forget | None:

@@ -160,3 +160,32 @@ async def test_on_kafka_the_projector_forgets_and_a_rebuild_forgets_the_same(
         assert [len(s.state) for s in new.values()] == [0, 1, 0, 1, 0, 1]
     finally:
         stop(projector)
+
+
+async def test_a_long_term_budget_forgets_the_least_recently_used_messages_from_rows_and_index(
+    tmp_path: Path,
+) -> None:
+    """Messages are the items of a long-term view: the policy names their offsets, and its recall index
+    (a part of the same memory) forgets them too. A recall hit counts as a use."""
+    ns = unique("fg")
+    cfg = config(tmp_path, ns, {"type": "long-term", "search": "keyword", "forget": {"budget": 3, "every": "1h"}})
+    texts = ["alpha lives in Porto", "beta likes jazz", "gamma plays chess", "delta reads poems", "epsilon runs"]
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        for i, text in enumerate(texts):
+            async with open_memory(cfg, session_id=f"w{i}") as writer:
+                await writer.add(Message("user", text))
+        hits = await m.recall("Porto")  # the oldest message, used just now: the budget keeps it
+        assert [h.message.content for h in hits] == ["alpha lives in Porto"]
+        assert await m.forget_now() == 2
+        assert [x.content for x in await mem.get()] == [texts[0], texts[3], texts[4]]
+        assert await m.recall("jazz") == [] and await m.recall("chess") == []
+    async with open_memory(cfg, session_id="s") as mem:  # reopened: rows and index folded from the log again
+        assert [x.content for x in await mem.get()] == [texts[0], texts[3], texts[4]]
+        assert await mem.recall("jazz") == []  # type: ignore[attr-defined]
+    forgotten = [r.event for r in await events_of(tmp_path, ns) if isinstance(r.event.payload, MemoryForgotten)]
+    assert sorted((e.session_id, e.payload.policy, e.payload.offsets) for e in forgotten) == [
+        ("w1", "budget", (1,)),
+        ("w2", "budget", (2,)),
+    ]
+    assert all(e.payload.views == ("long-term", "vector-hash-384") for e in forgotten)  # rows and index

@@ -119,9 +119,10 @@ class Backend:
         self, view: str, namespace: str, session_id: str, *, messages: Sequence[Key] = (), whole: bool = False
     ) -> None:
         """A read of `view` returned items (see `PolicyIndex.used`): its policy counts them as used."""
-        job = self._forgetting.get((view.partition("@")[0], namespace))
-        if job is not None:
-            job.used(session_id, messages=messages, whole=whole)
+        base = view.partition("@")[0]
+        for (_, ns), job in self._forgetting.items():
+            if ns == namespace and base in job.index.views:  # a long-term view's index: its owner's policy
+                job.used(session_id, messages=messages, whole=whole)
 
     def _extract(self, memory: MemoryConfig, projection: Projection, namespace: str) -> None:
         """An inline backend runs the facts view's extraction worker in the background."""

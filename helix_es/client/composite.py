@@ -58,6 +58,25 @@ class CompositeMemory(EventWriter):
         for part in self.parts:
             part.wrote(position)
 
+    async def forget_now(self) -> int:
+        """Apply the forgetting policies of this namespace's views now (`ViewMemory.forget_now`)."""
+        return await self.backend.forget(self.namespace)
+
+    def _compacting(self) -> ViewMemory:
+        for part in self.parts:
+            if isinstance(part, ViewMemory) and getattr(part.config.view if part.config else None, "compacts", False):
+                return part
+        raise InvalidInput(
+            "memory", "no part of this composite compacts: compaction is for conversation and window views"
+        )
+
+    async def compact(self, *, keep: int = 4, reason: str = "request") -> Position | None:
+        position = await self._compacting().compact(keep=keep, reason=reason)
+        return self._seen(position) if position is not None else None
+
+    async def expand(self, position: Position | str) -> list[Message]:
+        return await self._compacting().expand(position)
+
     def pending(self) -> Position | None:
         return next((p for p in (part.pending() for part in self.parts) if p is not None), None)
 

@@ -14,8 +14,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from datetime import UTC, datetime
+from functools import partial
 
 from helix_es.model.events import Record
 from helix_es.projection.extraction import AppendMany

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import NoReturn, TypeVar, cast
 
 from helix_es.client import backend as backends
+from helix_es.client.compaction import Compaction
 from helix_es.client.knowledge import Knowledge
 from helix_es.client.middleware import add_many
 from helix_es.client.protocol import Memory
 from helix_es.client.wait import poll
+from helix_es.config import MemoryConfig
 from helix_es.model import names
 from helix_es.model.batch import check_batch
 from helix_es.model.errors import ConsistencyTimeout, InvalidInput, InvalidMessage
@@ -27,6 +29,7 @@ from helix_es.model.events import (
     MessageAdded,
     MessageRetracted,
     Position,
+    SessionCompacted,
     check_idempotency_key,
 )
 from helix_es.model.message import DEFAULT_MAX_CONTENT_BYTES, Message, check_size, check_text
@@ -40,7 +43,16 @@ MAX_OWN_ADDS = 64  # event ids of its own adds a writer remembers, to name what 
 RETRY_WINDOW = timedelta(minutes=5)  # an equal add or clear this soon after one that raised is its retry
 
 
-Written = MessageAdded | MemoryCleared | MessageRetracted | FactAsserted | FactRetracted | FactsMerged | FactsUnmerged
+Written = (
+    MessageAdded
+    | MemoryCleared
+    | MessageRetracted
+    | FactAsserted
+    | FactRetracted
+    | FactsMerged
+    | FactsUnmerged
+    | SessionCompacted
+)
 T = TypeVar("T")
 
 
@@ -59,7 +71,12 @@ class EventWriter:
         if not isinstance(message, Message):
             raise InvalidMessage("message", f"must be a helix_es.Message, got {type(message).__name__}")
         check_size(message, self.max_content_bytes)
-        return await self._append(MessageAdded(message), check_idempotency_key(idempotency_key))
+        position = await self._append(MessageAdded(message), check_idempotency_key(idempotency_key))
+        self._after_add()
+        return position
+
+    def _after_add(self) -> None:
+        """What a memory does once an add landed (`Compaction`: compact past a token threshold)."""
 
     async def add_many(
         self, messages: Iterable[Message], *, idempotency_keys: Sequence[str | None] | None = None
@@ -72,7 +89,9 @@ class EventWriter:
         batch, keys = check_batch(messages, idempotency_keys, max_content_bytes=self.max_content_bytes)
         if not batch:
             return []
-        return await self._append_many([MessageAdded(m) for m in batch], keys)
+        positions = await self._append_many([MessageAdded(m) for m in batch], keys)
+        self._after_add()
+        return positions
 
     async def clear(self, *, idempotency_key: str | None = None) -> Position:
         return await self._append(MemoryCleared(), check_idempotency_key(idempotency_key))
@@ -169,7 +188,7 @@ class EventWriter:
         raise NotImplementedError
 
 
-class ViewMemory(Knowledge, EventWriter):
+class ViewMemory(Knowledge, Compaction, EventWriter):
     """One session's memory served from one projection, with read-your-writes by default."""
 
     def __init__(
@@ -182,8 +201,10 @@ class ViewMemory(Knowledge, EventWriter):
         consistency: str = "read-your-writes",
         read_timeout: float = 5.0,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        config: MemoryConfig | None = None,
     ) -> None:
         self.backend = backend
+        self.config = config  # the view's part of the memory config: compaction reads its summariser
         self.max_content_bytes = max_content_bytes
         self.source = projection  # what the backend attached: it follows the view's alias
         self.namespace = names.check_namespace(namespace)

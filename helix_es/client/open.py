@@ -48,6 +48,7 @@ async def open_memory(
                 consistency=mem.consistency,
                 read_timeout=mem.read_timeout,
                 max_content_bytes=mem.max_content_bytes,
+                config=part,
             )
 
         async def memory_of(part: MemoryConfig) -> ViewMemory | IndexedMemory:

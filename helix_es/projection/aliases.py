@@ -32,7 +32,7 @@ from typing import Any
 from helix_es.config import MemoryConfig
 from helix_es.model import names
 from helix_es.model.errors import ConfigError
-from helix_es.model.events import Position, Record
+from helix_es.model.events import Position, Record, SessionCompacted
 from helix_es.model.message import Message
 from helix_es.model.names import alias_id, check_target
 from helix_es.projection.factory import (
@@ -100,6 +100,9 @@ class StoredView(View):
 
     def fold(self, state: State, event: Any) -> State:
         return self.view.fold(state, event)
+
+    def compacted(self, state: State, compaction: SessionCompacted, position: Position) -> State:
+        return self.view.compacted(state, compaction, position)
 
     def added(self, state: State, message: Message) -> State:
         return self.view.added(state, message)

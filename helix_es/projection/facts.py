@@ -3,6 +3,9 @@
 `facts` reads a namespace's statements and corrections and computes the timeline
 (`helix_es.model.facts`); `get` answers the current facts as one system message (what an agent
 puts in its prompt); `search` matches them by substring; `pending` is the extraction worker's queue.
+
+Forgetting: every read goes through `facts`, which drops the forgotten facts (`unforgotten`) before
+the timeline, so `get`, `search` and `recall` never see them either.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from helix_es.projection.recall import choose
 from helix_es.projection.rows import RowProjection
 from helix_es.stores.memory.rows import MemoryRows
 from helix_es.stores.ports import RowStore, SessionKey
-from helix_es.views.facts import DEFAULT_TABLE, FactsFold, Wants, correction_of, stated_of, tables
+from helix_es.views.facts import DEFAULT_TABLE, FactsFold, Wants, stated_of, tables
+from helix_es.views.facts_corrections import correction_of, unforgotten
 from helix_es.views.keywords import KeywordIndex
 from helix_es.views.rows import Row, Scan
 
@@ -60,6 +64,7 @@ class FactsRows(RowProjection[Record, Wants]):
         corrections = await self.store.scan(Scan(fold.corrections.name, namespace), want)
         if stated is None or corrections is None:
             return None
+        stated, corrections = unforgotten(stated, corrections)  # forgotten: as if never stated
         line = timeline(
             (stated_of(r) for r in stated),
             (correction_of(r) for r in corrections),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from helix_es.model.events import Record
+from helix_es.model.events import Record, SessionCompacted
 from helix_es.stores.ports import Change, SessionKey, Snapshot, StaleWrite, ViewStore
 from helix_es.views.base import State, View
 
@@ -100,7 +100,12 @@ async def fold_batch(
                     last = offset
                     applied += 1
                     continue
-                state, last = fold(state, r.event), offset
+                event = r.event
+                if type(event.payload) is SessionCompacted:  # its summary names its position: not in `fold`
+                    state = view.compacted(state, event.payload, r.position)
+                else:
+                    state = fold(state, event)
+                last = offset
                 applied += 1
                 if observe is not None:
                     observe(key, state)

@@ -21,8 +21,14 @@ _MESSAGE = ("message",)  # all a reader decodes
 class _Fold(LongTermFold):
     mark = CLEARED
 
+    def __init__(self, table: str, store: RowStore) -> None:
+        super().__init__(table)
+        self.store = store
+
     def ops(self, records: Sequence[Record]) -> tuple[str, int, list[Op]]:
-        return ops(records)
+        # The store's name is the view's, or a rebuild target's (`open_projection` renames it): what
+        # a forgetting names.
+        return ops(records, self.store.name)
 
     def offset(self, op: Op) -> int:
         return op.offset
@@ -32,7 +38,7 @@ class LongTermRows(RowProjection[Op, Wants]):
     """A long-term memory kept by a row store: `get` and `search` answer messages in event-time order."""
 
     def __init__(self, store: RowStore, table: str) -> None:
-        fold = _Fold(table)
+        fold = _Fold(table, store)
         super().__init__(store, fold)
         self.table = fold.rows.name
 

@@ -14,6 +14,11 @@ One `apply` folds one topic-partition batch:
   each session's `Tail` (its newest `TAIL` message offsets there, text or not, written with the
   entries), so a retraction knows which message it takes back, and drops its entry if it has one
   (a bare tool call has none). Past `TAIL` retractions in a row, the older entries stay.
+- **Forgetting.** A `MemoryForgotten` naming the view (`self.name`; a rebuild target folds its
+  base's) drops, with `session`, its session's entries written before it, as an erasure does (its
+  tail restarts too); else the entries of the messages at its `offsets` before it on its own
+  partition (its session's), as retractions drop them; its tail keeps those. A long-term view's
+  recall index is a vector view of its own name (`vector-<model>`): a forgetting names it too.
 
 Vectors come, in order, from the batch's recorded embeddings, an in-process cache by content
 hash, the store's own cache (Postgres `helix_embeddings`), and only then the model. Every
@@ -45,6 +50,7 @@ from helix_es.model.events import (
     EmbeddingRecorded,
     Event,
     MemoryCleared,
+    MemoryForgotten,
     MessageAdded,
     MessageRetracted,
     Position,
@@ -84,10 +90,10 @@ def _lru_put(cache: OrderedDict[K, V], key: K, value: V, cap: int) -> None:
         cache.popitem(last=False)
 
 
-def follow(tail: Tail, record: Record) -> tuple[Tail, int | None, bool]:
+def follow(tail: Tail, record: Record, forgets: bool = False) -> tuple[Tail, int | None, bool]:
     """One event of the session on the tail's partition: the tail after it, the offset a retraction
     took back, and for an add whether it is still the session's (one seen before and since
-    retracted is not, when history is read again)."""
+    retracted is not, when history is read again). `forgets`: the event forgets the session here."""
     payload, offset = record.event.payload, record.position.offset
     if offset <= tail.upto:  # read again (a restart below pending embeddings): the tail knows it
         full = len(tail.offsets) == TAIL and offset < tail.offsets[0]
@@ -97,7 +103,7 @@ def follow(tail: Tail, record: Record) -> tuple[Tail, int | None, bool]:
     if isinstance(payload, MessageRetracted):
         taken = tail.offsets[-1] if tail.offsets else None
         return Tail(offset, tail.offsets[:-1]), taken, False
-    if isinstance(payload, MemoryCleared | SessionErased):
+    if forgets or isinstance(payload, MemoryCleared | SessionErased):
         return Tail(offset), None, False  # nothing of the session is left to take back
     return tail, None, False
 
@@ -186,7 +192,9 @@ class VectorProjection:
                     continue  # a retried write: its first event was applied
                 payload, ns = r.event.payload, r.event.namespace
                 who = (ns, r.event.session_id)
-                tail, gone, kept = follow(tails.get(who) or state.tails.get(who) or Tail(), r)
+                forget = payload if isinstance(payload, MemoryForgotten) and payload.names(self.name) else None
+                whole = forget is not None and forget.session
+                tail, gone, kept = follow(tails.get(who) or state.tails.get(who) or Tail(), r, whole)
                 tails[who] = tail
                 if gone is not None:
                     taken[Position(topic, partition, gone)] = ns
@@ -196,8 +204,11 @@ class VectorProjection:
                 elif isinstance(payload, MemoryCleared):
                     if ns not in clears or r.event.timestamp > clears[ns]:
                         clears[ns] = r.event.timestamp
-                elif isinstance(payload, SessionErased):
-                    erased[(ns, r.event.session_id)] = r.position  # offset order: the last one wins
+                elif isinstance(payload, SessionErased) or whole:  # to the store both are the same cut
+                    erased[who] = r.position  # offset order: the last one wins
+                elif forget is not None:  # messages of its session, before it on this partition
+                    here_before = (o for o in forget.offsets if o < r.position.offset)
+                    taken.update((Position(topic, partition, o), ns) for o in here_before)
                 elif isinstance(payload, EmbeddingRecorded) and payload.model == self.embedder.model:
                     vector = self._recorded(payload)
                     if vector is not None:

@@ -16,11 +16,17 @@ A `MemoryForgotten` naming the view with `session` set empties it, as a clear do
 alone: a session view's items are its sessions (a forgetting policy forgets a session whole; its
 messages carry no log positions to forget one by one). It is not one of `restarts` either: it
 restarts only the views it names.
+
+A `SessionCompacted` naming the view (conversation and windows; `compacts`) replaces the `covers`
+oldest messages it holds, after a leading system prompt, with one system message: the summary, its
+metadata `compacted` the event's position (`position_text`). It needs that position, so the fold
+step passes it (`compacted`), not `fold`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 from helix_es.model.events import (
@@ -29,6 +35,8 @@ from helix_es.model.events import (
     MemoryForgotten,
     MessageAdded,
     MessageRetracted,
+    Position,
+    SessionCompacted,
     SessionErased,
 )
 from helix_es.model.message import Message
@@ -75,6 +83,18 @@ class View(ABC):
     @abstractmethod
     def added(self, state: State, message: Message) -> State: ...
 
+    compacts: ClassVar[bool] = False  # conversation and windows: `SessionCompacted` folds (see module doc)
+
+    def compacted(self, state: State, compaction: SessionCompacted, position: Position) -> State:
+        """The state with the messages `compaction` stands for replaced by its summary."""
+        if not self.compacts or compaction.view.partition("@")[0] != self.name.partition("@")[0]:
+            return state
+        start = compaction_start(state)
+        if compaction.covers < 1 or start >= len(state):
+            return state
+        summary = Message("system", compaction.summary, metadata={COMPACTED: position_text(position)})
+        return (*state[:start], summary, *state[start + compaction.covers :])
+
     def retracted(self, state: State) -> State:
         """The state without its newest message: views keep messages in add order, so the last one. A
         tool exchange is left as it was before the retracted result or call was added. Views that
@@ -106,3 +126,25 @@ class IndexView(ABC):
     @property
     def name(self) -> str:
         return self.kind
+
+
+COMPACTED = "compacted"  # metadata of a compaction's summary message: the SessionCompacted's position
+
+
+def compaction_start(state: Sequence[Message]) -> int:
+    """Where a compaction's range starts: after a leading system prompt (it stays, pinned in windows)."""
+    first = state[0] if state else None
+    return 1 if first is not None and first.role == "system" and COMPACTED not in first.metadata else 0
+
+
+def position_text(position: Position) -> str:
+    """`topic:partition:offset`, as `compacted` metadata names a position (`parse_position` reads it)."""
+    return f"{position.topic}:{position.partition}:{position.offset}"
+
+
+def parse_position(text: str) -> Position:
+    """The position `position_text` wrote; `ValueError` for anything else."""
+    topic, partition, offset = text.rsplit(":", 2)
+    if not topic:
+        raise ValueError(f"no topic in {text!r}")
+    return Position(topic, int(partition), int(offset))

@@ -9,6 +9,11 @@ channel blob and per pending write, and each event adds or deletes rows. A put i
 insert, whatever the thread's length; rewriting a thread's whole state on every put would cost
 its history's size per step. `apply` is the in-place step the stores mirror; `fold` is the pure
 one (a copy first), the reference for tests and rebuilds.
+
+Forgetting: a `MemoryForgotten` naming this view with `session` set drops its thread (the event's
+session), as `CheckpointsDeleted(scope="thread")` does; its `ids` and `offsets` mean nothing here.
+A retried one (`Record.duplicate_of`, `record_op`) is applied as nothing: it would drop what the
+thread saved since the first.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from helix_es.model.events import (
     CheckpointsDeleted,
     Event,
     MemoryCleared,
+    MemoryForgotten,
+    Record,
     Serialized,
     SessionErased,
     WritesSaved,
@@ -159,7 +166,7 @@ class DeleteCheckpoints:
 
 @dataclass(frozen=True, slots=True)
 class DropThread:
-    """Every row of the thread goes: a deleted thread, a cleared or forgotten session."""
+    """Every row of the thread goes: a deleted thread, a cleared, erased or forgotten session."""
 
 
 CheckpointOp = PutCheckpoint | PutWrites | DeleteCheckpoints | DropThread
@@ -190,7 +197,17 @@ def op_of(event: Event) -> CheckpointOp | None:
         return DeleteCheckpoints(p.scope, tuple(p.checkpoints), tuple(p.run_ids), tuple(p.blobs))
     if isinstance(p, CheckpointsDeleted | MemoryCleared | SessionErased):
         return DropThread()
+    if isinstance(p, MemoryForgotten) and p.session and p.names(VIEW_NAME):
+        return DropThread()  # its checkpoints are a thread's: the view's name is always VIEW_NAME
     return None
+
+
+def record_op(record: Record) -> CheckpointOp | None:
+    """`op_of` a logged record: a retried forgetting (`duplicate_of`) is nothing, so it cannot drop
+    what the thread saved after the forgetting it repeats."""
+    if record.duplicate_of is not None and isinstance(record.event.payload, MemoryForgotten):
+        return None
+    return op_of(record.event)
 
 
 def held(thread: Thread) -> dict[Ref, str | None]:

@@ -13,6 +13,7 @@ from helix_es.views.units import WHOLE, check_tool_pairs, orphan, pairs_suffix
 @dataclass(frozen=True)
 class Conversation(View):
     kind = "conversation"
+    compacts = True
     max_length: int | None = field(default=None, kw_only=True)  # the seed's LTRIM cap; the first system message stays
     # whole: the cap evicts tool exchanges together. Uncapped, nothing is evicted: the option changes
     # nothing, so it is not part of the name either.

@@ -10,12 +10,17 @@ of a session, or once a session has been quiet that long; default 8 turns, 2 s) 
 The fold (`FactsFold`) keeps three tables, all rows of the namespace:
 - `<table>`: one row per fact stated, by the model (`FactsExtracted` of this view) or a person
   (`FactAsserted`), keyed by a fact id made from the stating event, so a re-delivery puts nothing twice;
-- `<table>_corrections`: retractions, merges, unmerges and sessions' clears, keyed by their event;
+- `<table>_corrections`: retractions, merges, unmerges, sessions' clears and forgettings, keyed by
+  their event (`helix_es.views.facts_corrections`);
 - `<table>_pending`: turns (user and assistant messages with text) no extraction of this view has
   covered yet: the extraction worker's queue, on the same log positions, so it survives restarts.
 
 The timeline (`helix_es.model.facts.timeline`) is computed from the first two when read, so the
 fold never depends on the order partitions are applied in, and a rebuild calls no model.
+
+Forgetting: a `MemoryForgotten` naming the view (`Facts.name`) is a corrections row of the fact ids
+it names; a read drops those facts, history included, folded before or after them, and the same
+value a model states from turns before it (`helix_es.views.facts_corrections`). `session` is ignored.
 """
 
 from __future__ import annotations
@@ -34,15 +39,17 @@ from helix_es.model.events import (
     FactsMerged,
     FactsUnmerged,
     MemoryCleared,
+    MemoryForgotten,
     MessageAdded,
     Record,
     SessionErased,
 )
-from helix_es.model.facts import MULTI_VALUED, Correction, Stated
+from helix_es.model.facts import MULTI_VALUED, Stated
 from helix_es.model.options import whole_number
 from helix_es.model.positions import Position
 from helix_es.providers.extract import Extractor, parse_extract
 from helix_es.views.base import IndexView
+from helix_es.views.facts_corrections import correction_row
 from helix_es.views.long_term import MAX_TABLE, check_table, target_table
 from helix_es.views.rows import Delete, Put, Row, RowChange, Scan, Table
 
@@ -219,23 +226,6 @@ def stated_of(row: Row) -> Stated:
     )
 
 
-def correction_of(row: Row) -> Correction:
-    body = json.loads(row["body"] or "{}")
-    merged = body.get("merged")
-    return Correction(
-        kind=row["kind"],
-        at=row["at"],
-        position=Position(row["topic"], row["partition"], row["offset"]),
-        session_id=row["session_id"],
-        fact_id=body.get("fact_id", ""),
-        subject=body.get("subject", ""),
-        predicate=body.get("predicate", ""),
-        value=body.get("value", ""),
-        fact_ids=tuple(body.get("fact_ids", ())),
-        merged=None if merged is None else Position(*merged),
-    )
-
-
 # --- the fold ---
 
 
@@ -315,9 +305,12 @@ class FactsFold:
             elif isinstance(payload, FactAsserted):
                 changes.append(Put(self.stated.name, _asserted_row(record, payload)))
             elif isinstance(payload, (FactRetracted, FactsMerged, FactsUnmerged, MemoryCleared)):
-                changes.append(Put(self.corrections.name, _correction_row(record, payload)))
+                changes.append(Put(self.corrections.name, correction_row(record, payload)))
                 if isinstance(payload, MemoryCleared):
                     self._drop(self.pending, record, held, changes)
+            elif isinstance(payload, MemoryForgotten) and payload.ids and payload.names(self.source):
+                # A row of its own, not a change to the facts' rows: it holds if folded before them.
+                changes.append(Put(self.corrections.name, correction_row(record, payload)))
             elif isinstance(payload, SessionErased):
                 for table in self.tables:
                     self._drop(table, record, held, changes)
@@ -456,39 +449,3 @@ def _asserted_row(record: Record, asserted: FactAsserted) -> dict[str, Any]:
 def asserted_id(event_id: str) -> str:
     """The id of the fact a `FactAsserted` event states."""
     return hashlib.sha256(f"asserted\n{event_id}".encode()).hexdigest()[:24]
-
-
-def _correction_row(
-    record: Record, payload: FactRetracted | FactsMerged | FactsUnmerged | MemoryCleared
-) -> dict[str, Any]:
-    event, p = record.event, record.position
-    body: dict[str, Any]
-    if isinstance(payload, FactRetracted):
-        kind, body = (
-            "retract",
-            {
-                "fact_id": payload.fact_id,
-                "subject": payload.subject,
-                "predicate": payload.predicate,
-                "value": payload.value,
-                "reason": payload.reason,
-            },
-        )
-    elif isinstance(payload, FactsMerged):
-        kind, body = "merge", {"fact_ids": list(payload.fact_ids)}
-    elif isinstance(payload, FactsUnmerged):
-        m = payload.merged
-        kind, body = "unmerge", {"merged": [m.topic, m.partition, m.offset]}
-    else:
-        kind, body = "clear", {"reason": payload.reason}
-    return {
-        "namespace": event.namespace,
-        "event_id": str(event.event_id),
-        "kind": kind,
-        "at": event.timestamp,
-        "session_id": event.session_id,
-        "topic": p.topic,
-        "partition": p.partition,
-        "offset": p.offset,
-        "body": json.dumps(body, sort_keys=True),
-    }

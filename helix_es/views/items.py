@@ -6,6 +6,12 @@ one item's puts and deletes keep their order on one partition. `fold_item` is th
 shared by every store kind: a put replaces the value and keeps the item's first `created_at`; a
 delete, a clear of the session or its erasure (`helix-es forget`) removes it.
 
+Forgetting: a `MemoryForgotten` naming the view removes the items its `ids` name (`item_id`), as an
+`ItemDeleted` would (a later put brings the key back). Only the items of the path its session
+carries (the event recorded in `session_of(path)`, as the path's puts are): another path's events
+are on another partition, with no order against it, so their ids fold nothing. `session` and
+`offsets` mean nothing here; a retried forgetting (`Record.duplicate_of`) is applied as nothing.
+
 Filters follow LangGraph's stores (a JSONB-like match: nested objects, lists equal element by
 element, `$eq $ne $gt $gte $lt $lte`); `namespace_matches` is its prefix/suffix rule with `*`.
 """
@@ -22,7 +28,15 @@ import numpy as np
 
 from helix_es.model import names
 from helix_es.model.errors import ConfigError, InvalidInput
-from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched, MemoryCleared, Record, SessionErased
+from helix_es.model.events import (
+    ItemDeleted,
+    ItemPut,
+    ItemTouched,
+    MemoryCleared,
+    MemoryForgotten,
+    Record,
+    SessionErased,
+)
 from helix_es.providers.embed import Embedder, EmbedSpec, parse_embed
 from helix_es.views.base import IndexView
 from helix_es.views.fusion import Ranked, fuse
@@ -168,18 +182,38 @@ def order(item: StoredItem) -> tuple[datetime, tuple[str, ...], str]:
     return item.created_at, item.namespace, item.key
 
 
-def ops(records: Sequence[Record]) -> tuple[str, int, list[ItemOp]]:
-    """The view's operations in a batch of one topic-partition; other events (messages) pass."""
+def ops(records: Sequence[Record], view: str = VIEW_NAME) -> tuple[str, int, list[ItemOp]]:
+    """The operations of view `view` in a batch of one topic-partition; other events (messages) pass."""
     position = records[0].position
     out: list[ItemOp] = []
     for r in records:
-        payload = r.event.payload
+        payload, sid, at = r.event.payload, r.event.session_id, r.event.timestamp
         if isinstance(payload, ItemPut | ItemDeleted | ItemTouched):
-            if session_of(payload.namespace) == r.event.session_id:  # a foreign writer's mismatch folds nothing
-                out.append(ItemOp(r.position.offset, r.event.session_id, r.event.timestamp, payload))
+            if session_of(payload.namespace) == sid:  # a foreign writer's mismatch folds nothing
+                out.append(ItemOp(r.position.offset, sid, at, payload))
         elif isinstance(payload, MemoryCleared | SessionErased):
-            out.append(ItemOp(r.position.offset, r.event.session_id, r.event.timestamp, None))
+            out.append(ItemOp(r.position.offset, sid, at, None))
+        elif isinstance(payload, MemoryForgotten) and payload.names(view) and r.duplicate_of is None:
+            # A forgotten item goes as a delete does: only on its path's own partition is it ordered.
+            named = [parse_item_id(i) for i in payload.ids]
+            out += [ItemOp(r.position.offset, sid, at, ItemDeleted(p, k)) for p, k in named if path_id(p) == sid]
     return position.topic, position.partition, out
+
+
+def item_id(namespace: Sequence[str], key: str) -> str:
+    """How a `MemoryForgotten` names a store item in its `ids`."""
+    return json.dumps([list(namespace), key])
+
+
+def parse_item_id(text: str) -> tuple[tuple[str, ...], str]:
+    """The (namespace path, key) an `item_id` names; ((), "") for a malformed one (it names no item)."""
+    try:
+        path, key = json.loads(text)
+    except (ValueError, TypeError):
+        return (), ""
+    if not isinstance(path, list) or not all(isinstance(label, str) for label in path) or not isinstance(key, str):
+        return (), ""
+    return tuple(path), key
 
 
 def fold_item(current: StoredItem | None, op: ItemOp) -> StoredItem | None:

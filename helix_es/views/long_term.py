@@ -35,6 +35,10 @@ below, so a view rebuilt from the log is the same in every store and under every
   events share one partition, the one its key hashes to, so offsets order them). It is applied
   atomically with the checkpoint, or before it, and deleting twice deletes nothing more, so a
   re-delivery is safe and a replay of the log ends without the session's erased rows.
+- **Forgetting.** A `MemoryForgotten` naming the view (`LongTerm.name`; a rebuild target folds its
+  base's) deletes rows of its session written before it, like an erasure: with `session`, all of them
+  (later adds stay); else the rows at its `offsets` on its own partition, if the view holds them.
+  Other views' forgettings and retries change nothing; deleting twice deletes nothing more.
 - **Retraction.** A `MessageRetracted` deletes the newest row of its session on its own partition
   written before it (highest offset), if there is one: what the session's views take back, as far
   as the namespace still holds it (a clear may have taken it already). It moves nothing else, and
@@ -52,7 +56,8 @@ below, so a view rebuilt from the log is the same in every store and under every
 - **Recall index.** `search: hybrid | vector | keyword` (stores memory and postgres) adds a vector view
   of the namespace beside the rows (`LongTerm.index`, listed by `MemoryConfig.parts`), fed by the
   same events; `search` and `recall` read it, `get` the rows. Ranking stays the vector view's
-  meaning; these rows stay the seed's.
+  meaning; these rows stay the seed's. The index is a view of its own name (`vector-<model>`): a
+  forgetting names it beside this view (`MemoryConfig.parts`, as the policy worker does).
 """
 
 from __future__ import annotations
@@ -60,13 +65,21 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
 from helix_es.model.errors import ConfigError
-from helix_es.model.events import MemoryCleared, MessageAdded, MessageRetracted, Record, SessionErased, micros
+from helix_es.model.events import (
+    MemoryCleared,
+    MemoryForgotten,
+    MessageAdded,
+    MessageRetracted,
+    Record,
+    SessionErased,
+    micros,
+)
 from helix_es.model.message import Message
 from helix_es.model.recall import SEARCH_MODES
 from helix_es.providers.embed import parse_embed
@@ -221,6 +234,7 @@ class Op:
     message: Message | None  # MessageAdded
     clear: bool  # MemoryCleared
     retract: bool = False  # MessageRetracted (not a retry): the session's newest row before it goes
+    forget: MemoryForgotten | None = None  # one naming this view (not a retry) that forgets messages
 
     @property
     def offset(self) -> int:
@@ -255,15 +269,26 @@ class Op:
             (topic, partition) == (p.topic, p.partition) and offset > p.offset
         )
 
+    def forgotten(self, held: Iterable[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        """Which of `held` (places of this session's rows: topic, partition, offset) this forgetting removes."""
+        forget, p = self.forget, self.record.position
+        if forget is None:
+            return []
+        if forget.session:
+            return [k for k in held if self.erases(self.session_id, *k)]
+        named = {(p.topic, p.partition, o) for o in forget.offsets if o < p.offset}  # only what it follows
+        return [k for k in held if k in named]
+
 
 _new = object.__new__
-_OP_SET = tuple(getattr(Op, f).__set__ for f in ("record", "message", "clear", "retract"))
+_OP_SET = tuple(getattr(Op, f).__set__ for f in ("record", "message", "clear", "retract", "forget"))
 
 
-def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:
-    """The batch's topic-partition and its records as ops; refuses a batch that mixes partitions."""
+def ops(records: Sequence[Record], view: str) -> tuple[str, int, list[Op]]:
+    """The batch's topic-partition and its records as ops for the view named `view` (what forgettings
+    name); refuses a batch that mixes partitions."""
     topic, partition = records[0].position.topic, records[0].position.partition
-    s_record, s_message, s_clear, s_retract = _OP_SET  # `Op(...)` without a frozen __init__: one a record
+    s_record, s_message, s_clear, s_retract, s_forget = _OP_SET  # `Op(...)` without a frozen __init__
     out = []
     for r in records:
         p = r.position
@@ -277,10 +302,15 @@ def ops(records: Sequence[Record]) -> tuple[str, int, list[Op]]:
             s_message(op, None)
             s_clear(op, False)
             s_retract(op, False)
+            s_forget(op, None)
         else:
             s_message(op, payload.message if isinstance(payload, MessageAdded) else None)
             s_clear(op, kind is MemoryCleared)
             s_retract(op, kind is MessageRetracted)
+            if isinstance(payload, MemoryForgotten) and (payload.session or payload.offsets) and payload.names(view):
+                s_forget(op, payload)
+            else:
+                s_forget(op, None)
         out.append(op)
     return topic, partition, out
 

@@ -7,8 +7,9 @@ event-time order, its session a lookup, its content searchable, its time the flo
 Cluster's namespace step before its checkpoint) takes back no more.
 
 The fold asks the store (`wants`) only for what its own partition wrote: the rows of the sessions
-a retraction or an erasure names, their retractions, and their namespaces' clear marks. A clear
-from another partition reaches the view through the store's floor check in the atomic step.
+a retraction, an erasure or a forgetting names, their retractions, and their namespaces' clear
+marks. A clear from another partition reaches the view through the store's floor check in the
+atomic step.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Wants:
 
 @dataclass
 class _Known:
-    """The rows of the sessions the batch retracts or erases, as the fold moves through it."""
+    """The rows of the sessions the batch retracts, erases or forgets, as the fold moves through it."""
 
     rows: dict[tuple[str, str], dict[tuple[str, int, int], Row]] = field(default_factory=dict)
     retractions: set[tuple[str, str, int, int]] = field(default_factory=set)
@@ -106,7 +107,11 @@ class LongTermFold:
 
     def wants(self, ops: Sequence[Op]) -> Wants:
         named = sorted(
-            {(op.namespace, op.session_id) for op in ops if op.message is None and (op.retract or op.erased)}
+            {
+                (op.namespace, op.session_id)
+                for op in ops
+                if op.message is None and (op.retract or op.erased or op.forget is not None)
+            }
         )
         scans = [Scan(self.rows.name, ns, where={"session_id": sid}) for ns, sid in named]
         scans += [Scan(self.retracted.name, ns, where={"session_id": sid}) for ns, sid in named]
@@ -134,12 +139,16 @@ class LongTermFold:
                 held = known.rows.get((op.namespace, op.session_id), {})
                 for place in [k for k in held if op.erases(op.session_id, *k)]:
                     changes.append(Delete(self.rows.name, held.pop(place)))
+            elif op.forget is not None:  # as an erasure, in the views it names
+                held = known.rows.get((op.namespace, op.session_id), {})
+                for place in op.forgotten(held):
+                    changes.append(Delete(self.rows.name, held.pop(place)))
         return changes
 
     def _add(self, op: Op, message: Message, known: _Known, changes: list[RowChange]) -> None:
         row = row_of(op, message)
         changes.append(put(self.rows.name, row, CLEARED))
-        if not known.rows:  # the batch retracts and erases nothing: no session's rows to follow
+        if not known.rows:  # the batch retracts, erases and forgets nothing: no session's rows to follow
             return
         held = known.rows.get((op.namespace, op.session_id))
         mark = known.marks.get(op.namespace)

@@ -123,3 +123,7 @@ VIEW_KEYS["summary"] = {"max_messages", "summariser", "tool_pairs"}
 # Namespace-wide knowledge (helix_es.views.facts): facts a worker extracts, kept as rows.
 VIEW_TYPES["facts"] = facts_view
 VIEW_KEYS["facts"] = set(FACTS_KEYS)
+# Compaction (`SessionCompacted`): a summary stands for the oldest messages of a conversation or window.
+COMPACTING = ("conversation", "sliding-window", "token-window")
+for _kind in COMPACTING:
+    VIEW_KEYS[_kind] = {*VIEW_KEYS[_kind], "summariser", "compact_at_tokens"}

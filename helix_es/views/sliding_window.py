@@ -80,6 +80,7 @@ def max_length_suffix(max_length: int | None) -> str:
 @dataclass(frozen=True)
 class SlidingWindow(View):
     kind = "sliding-window"
+    compacts = True
     window_size: int = 30
     max_length: int | None = field(default=None, kw_only=True)  # caps the list, the pinned message included
     tool_pairs: str = field(default=WHOLE, kw_only=True)  # whole: evict tool exchanges together

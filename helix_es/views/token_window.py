@@ -48,6 +48,7 @@ def check_exact(tokenizer: object) -> str:
 @dataclass(frozen=True)
 class TokenWindow(View):
     kind = "token-window"
+    compacts = True
     max_tokens: int
     max_length: int | None = field(default=None, kw_only=True)  # caps the list, the pinned message included
     tool_pairs: str = field(default=WHOLE, kw_only=True)  # whole: evict tool exchanges together

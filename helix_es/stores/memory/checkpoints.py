@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 
 from helix_es.model.events import Record, Serialized
 from helix_es.stores.ports import Applied
-from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, Thread, WriteRow, apply, newest_first
+from helix_es.views.checkpoints import EMPTY, VIEW_NAME, Saved, Thread, WriteRow, apply_op, newest_first, record_op
 
 
 class MemoryCheckpoints:
@@ -29,7 +29,9 @@ class MemoryCheckpoints:
         fresh = [r for r in records if r.position.offset > done]
         for r in fresh:
             e = r.event
-            apply(self._threads.setdefault((e.namespace, e.session_id), Thread()), e)
+            thread = self._threads.setdefault((e.namespace, e.session_id), Thread())
+            if (op := record_op(r)) is not None:
+                apply_op(thread, op)
         if fresh:
             self._checkpoints[(p.topic, p.partition)] = fresh[-1].position.offset
         return Applied(len(fresh))

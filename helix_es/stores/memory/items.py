@@ -2,6 +2,8 @@
 
 Per helix namespace, a dict of LangGraph namespace paths, each a dict of its items. `apply` has no
 await inside: nothing runs between its steps, which makes it the atomic step.
+
+Forgetting: `ops`, given the store's view name, turns the item ids a forgetting names into deletes.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class MemoryItems(NoMessages):
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
             return Applied(0)
-        topic, partition, batch = ops(records)
+        topic, partition, batch = ops(records, self.name)
         done = self._checkpoints.get((topic, partition), -1)
         namespace = records[0].event.namespace
         fresh = [op for op in batch if op.offset > done]

@@ -33,7 +33,7 @@ from helix_es.views.checkpoints import (
     PutWrites,
     Saved,
     WriteRow,
-    op_of,
+    record_op,
 )
 
 _T = ("helix_lg_checkpoints", "helix_lg_blobs", "helix_lg_writes")
@@ -163,7 +163,7 @@ class PostgresCheckpoints:
         return Applied(len(fresh))
 
     async def _fold(self, conn: asyncpg.Connection, record: Record) -> None:
-        op = op_of(record.event)
+        op = record_op(record)
         if op is None:
             return
         key = (self.name, record.event.namespace, record.event.session_id)

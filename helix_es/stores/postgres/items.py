@@ -12,6 +12,8 @@ of a partition locks it too), loads the current rows of the paths the batch touc
 batch with `fold_item` (the fold every store shares) and writes the rows it changed, then the
 checkpoint. A search narrows with `value @> <the filter's plain equalities>` and applies the
 whole filter (`matches`) to what that returns, so results are exactly the in-process store's.
+
+Forgetting: `ops`, given the store's view name, turns the item ids a forgetting names into deletes.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class PostgresItems(NoMessages):
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
             return Applied(0)
-        topic, partition, batch = ops(records)
+        topic, partition, batch = ops(records, self.name)
         namespace = records[0].event.namespace
         last = records[-1].position.offset
         # Embedded outside the transaction (a model's call); the ops the checkpoint covers cost a little then.

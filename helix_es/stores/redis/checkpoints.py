@@ -44,7 +44,7 @@ from helix_es.views.checkpoints import (
     Ref,
     Saved,
     WriteRow,
-    op_of,
+    record_op,
 )
 
 Index = dict[Ref, str | None]  # a checkpoint -> its run id
@@ -135,7 +135,7 @@ class RedisCheckpoints:
             fresh = [r for r in recs if r.position.offset > max(done, guard)]
             if not fresh:
                 continue
-            ops = [op_of(r.event) for r in fresh]
+            ops = [record_op(r) for r in fresh]
             deletes = any(isinstance(op, DeleteCheckpoints | DropThread) for op in ops)
             index = _index(await reader.hgetall(keys[t].runs)) if deletes else None
             wrote = {text(m) for m in await reader.smembers(keys[t].wrote)} if deletes else set()

@@ -24,6 +24,9 @@ Expired items stay until replaced or deleted (as in PostgreSQL): reads skip them
 paths under its prefix from the guards (HSCAN), reads them `PAGE` paths per script call (so no call
 holds Redis up for long, as long-term's search), and filters, orders and ranks in Python: each path
 is read as it was at once, a batch that lands meanwhile may show in some paths and not yet in others.
+
+Forgetting: `ops`, given the store's view name, turns the item ids a forgetting names into deletes of
+the event's own path, so its guard orders them as any delete.
 """
 
 from __future__ import annotations
@@ -194,7 +197,7 @@ class RedisItems(WideStore, NoMessages):
     async def apply(self, records: Sequence[Record], *, live: bool = True) -> Applied:
         if not records:
             return Applied(0)
-        topic, partition, batch = ops(records)
+        topic, partition, batch = ops(records, self.name)
         namespace = records[0].event.namespace
         field, last = f"{topic}:{partition}", records[-1].position.offset
         # Embedded before the atomic step (a model's call); ops a guard covers cost a little then.

@@ -1,0 +1,115 @@
+"""Compaction: `mem.compact()` records a summary standing for a session's oldest messages; views show it
+as one system message, `mem.expand` returns what it stood for, a reopen (a rebuild from the log) shows
+the same without asking the summariser, and `compact_at_tokens:` compacts in the background."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helix_es import Message, open_memory
+from helix_es.config import load_config
+from helix_es.model.errors import ConfigError, InvalidInput
+from helix_es.model.events import SessionCompacted
+from helix_es.views.base import parse_position
+from tests.conftest import unique
+
+
+def config(tmp_path: Path, ns: str, memory: dict[str, Any]) -> dict[str, Any]:
+    return {"log": {"path": str(tmp_path), "fsync": False}, "memory": {"namespace": ns, **memory}}
+
+
+def said(n: int) -> list[Message]:
+    return [Message("user" if i % 2 == 0 else "assistant", f"turn {i}. More words here.") for i in range(n)]
+
+
+async def test_compact_replaces_the_oldest_messages_with_one_summary_and_expand_returns_them(tmp_path: Path) -> None:
+    ns = unique("cp")
+    cfg = config(tmp_path, ns, {"type": "conversation"})
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        await mem.add_many(said(10))
+        position = await m.compact(keep=4)
+        got = await mem.get()
+        assert [x.content for x in got[1:]] == [f"turn {i}. More words here." for i in range(6, 10)]
+        summary = got[0]
+        assert summary.role == "system" and parse_position(summary.metadata["compacted"]) == position
+        assert "user: turn 0." in summary.content and "assistant: turn 5." in summary.content  # extractive
+        assert await m.expand(position) == said(10)[:6]
+        assert await m.expand(summary.metadata["compacted"]) == said(10)[:6]  # the metadata's text works too
+        await mem.add_many(said(12)[10:])
+        again = await m.compact(keep=2)  # the first summary is covered too: expand goes through it
+        got = await mem.get()
+        assert len(got) == 3 and parse_position(got[0].metadata["compacted"]) == again
+        assert await m.expand(again) == said(12)[:10]
+        assert await m.compact(keep=2) is None  # one summary and the newest two: nothing more to go
+    async with open_memory(cfg, session_id="s") as mem:  # folded again from the log: no summariser asked
+        assert [x.content for x in await mem.get()] == [x.content for x in got]
+    from helix_es.log.embedded import EmbeddedLog
+
+    log = EmbeddedLog(tmp_path)
+    try:
+        events = [r.event.payload async for r in log.read(ns)]
+    finally:
+        await log.close()
+    compactions = [p for p in events if isinstance(p, SessionCompacted)]
+    assert [(c.view, c.first, c.last, c.covers, c.model, c.reason) for c in compactions] == [
+        ("conversation", 0, 5, 6, "extractive", "request"),
+        ("conversation", 0, 9, 5, "extractive", "request"),  # the first summary (adds 0-5) and adds 6-9
+    ]
+
+
+async def test_a_window_keeps_its_system_prompt_and_evicts_past_the_summary(tmp_path: Path) -> None:
+    ns = unique("cp")
+    cfg = config(tmp_path, ns, {"type": "sliding-window", "window_size": 6})
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        await mem.add(Message("system", "You are terse."))
+        await mem.add_many(said(5))
+        position = await m.compact(keep=2)
+        got = await mem.get()
+        assert got[0].content == "You are terse." and "compacted" in got[1].metadata
+        assert [x.content for x in got[2:]] == ["turn 3. More words here.", "turn 4. More words here."]
+        assert await m.expand(position) == said(3)
+        await mem.add_many(said(9)[5:])  # the window evicts the summary first; the prompt stays pinned
+        assert [x.content for x in await mem.get()][:1] == ["You are terse."]
+
+
+async def test_compact_at_tokens_compacts_in_the_background(tmp_path: Path) -> None:
+    ns = unique("cp")
+    cfg = config(tmp_path, ns, {"type": "conversation", "compact_at_tokens": 60})
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        for message in said(12):
+            await mem.add(message)
+            await m.compacted()
+        got = await mem.get()
+        assert "compacted" in got[0].metadata and len(got) < 12
+        assert [m.metadata.get("compacted") is None for m in got[1:]] == [True] * (len(got) - 1)  # one summary
+        assert await m.expand(got[0].metadata["compacted"]) + got[1:] == said(12)  # nothing lost
+
+
+async def test_views_that_do_not_compact_say_so() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({"memory": {"type": "long-term", "compact_at_tokens": 10}})
+    assert caught.value.field == "memory.compact_at_tokens"
+    with pytest.raises(ConfigError) as caught:
+        load_config({"memory": {"type": "conversation", "compact_at_tokens": 0}})
+    assert caught.value.field == "memory.compact_at_tokens"
+
+
+async def test_bad_compaction_input_is_refused(tmp_path: Path) -> None:
+    async with open_memory(config(tmp_path, unique("cp"), {"type": "conversation"}), session_id="s") as mem:
+        m: Any = mem
+        await mem.add(Message("user", "hi"))
+        with pytest.raises(InvalidInput, match="keep"):
+            await m.compact(keep=-1)
+        with pytest.raises(InvalidInput, match="position"):
+            await m.expand("nonsense")
+        with pytest.raises(InvalidInput, match="no compaction"):
+            await m.expand("helix.memory.x:0:0")
+    async with open_memory(config(tmp_path, unique("cp"), {"type": "smart"}), session_id="s") as mem:
+        with pytest.raises(InvalidInput, match="does not compact"):
+            await mem.compact()  # type: ignore[attr-defined]
