@@ -20,12 +20,14 @@ from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.client.wait import Written
 from helix_es.config import Config, load_section
 from helix_es.model.errors import InvalidInput
-from helix_es.model.events import Event, ItemDeleted, ItemPut, ItemTouched, Position
+from helix_es.model.events import Event, ItemDeleted, ItemPut, ItemTouched, MemoryForgotten, Position
 from helix_es.model.message import check_text
 from helix_es.stores.ports import ItemStore
-from helix_es.views.items import StoredItem, check_namespace, session_of
+from helix_es.views.items import StoredItem, check_namespace, item_id, session_of
 
 SECTION = "store"
+SWEEP_PAGE = 1_000  # items a TTL sweep reads at a time
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Items:
@@ -125,6 +127,28 @@ class Items:
         await self._caught_up()
         now = datetime.now(UTC)
         return await self.view.item_namespaces(self.namespace, conditions, max_depth, limit, offset, now)
+
+    async def sweep(self, now: datetime | None = None) -> int:
+        """Record the forgetting of every item expired by `now` (`MemoryForgotten`, policy `ttl`), one event
+        per path, in that path's session; the view drops them as it folds those. The items swept."""
+        now = now or datetime.now(UTC)
+        await self._caught_up()
+        expired: dict[str, list[StoredItem]] = {}
+        offset = 0
+        while True:  # every item, live or not: live at the epoch is every item that ever had a TTL, and the rest
+            page = await self.view.find_items(self.namespace, (), None, SWEEP_PAGE, offset, EPOCH)
+            for item in page:
+                if item.expires_at is not None and item.expires_at <= now:
+                    expired.setdefault(session_of(item.namespace), []).append(item)
+            if len(page) < SWEEP_PAGE:
+                break
+            offset += SWEEP_PAGE
+        view = self.view.name.partition("@")[0]
+        for sid, items in expired.items():
+            ids = tuple(item_id(i.namespace, i.key) for i in items)
+            payload = MemoryForgotten((view,), "ttl", "expired", ids=ids)
+            self.written.wrote(await self.backend.append(Event(self.namespace, sid, payload)))
+        return sum(len(items) for items in expired.values())
 
     async def _caught_up(self) -> None:
         await self.written.caught_up(self.backend, self.view)

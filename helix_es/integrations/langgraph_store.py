@@ -11,12 +11,15 @@ TTL after its last put or refresh, and expired items are never read back. A read
 (`refresh_on_read`, True by default as in LangGraph, or an op's `refresh_ttl`) appends an
 `ItemTouched` event per live item with a TTL that it returned, so a rebuild folds the same expiries;
 at most one a second per item (`StoredItem.refreshable`). Expired items stay in the view, unread,
-until put again or deleted: sweeping them out comes with the forgetting policies.
+until a sweep (`sweep_ttl`, or the sweeper `sweep_interval_minutes` starts) records their forgetting
+as `MemoryForgotten` with policy `ttl`, as the forgetting policies of memories do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -49,6 +52,7 @@ from helix_es.views.items import StoredItem
 T = TypeVar("T")
 Source = Mapping[str, Any] | str | os.PathLike[str] | Config
 TTL_KEYS = frozenset(TTLConfig.__annotations__)
+log = logging.getLogger(__name__)
 
 
 class HelixStore(BaseStore):
@@ -68,6 +72,7 @@ class HelixStore(BaseStore):
         self.ttl_config = check_ttl_config(ttl)
         self._loop = loop  # where `items` lives: the sync methods hand their work to it
         self._own_loop = own_loop  # helix-es's sync loop (`helix_es.sync`), not the caller's
+        self._sweeper: asyncio.Task[None] | None = None
 
     @staticmethod
     def from_config(config: Source, *, ttl: TTLConfig | None = None) -> _Opened:
@@ -129,6 +134,42 @@ class HelixStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._run(self.abatch(list(ops)))
 
+    async def asweep_ttl(self) -> int:
+        """Forget every expired item: recorded as `MemoryForgotten` (policy `ttl`), so audit says why each
+        left and a rebuild forgets the same; the items swept. A put after the sweep looked keeps its item."""
+        return await self.items.sweep()
+
+    def sweep_ttl(self) -> int:
+        return self._run(self.asweep_ttl())
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
+        """Sweep every `sweep_interval_minutes` (default: the TTLConfig's, else 5) in the background until
+        `stop_ttl_sweeper` or the store closes; LangGraph's PostgresStore has the same method."""
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        check_ttl(minutes, "sweep_interval_minutes")
+        if self._sweeper is None or self._sweeper.done():
+            loop = self._loop or asyncio.get_running_loop()
+            self._sweeper = loop.create_task(self._sweep_every(float(minutes) * 60), name="helix store ttl sweeper")
+        return self._sweeper
+
+    async def _sweep_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.asweep_ttl()
+            except Exception as exc:  # a store hiccup: the next sweep looks again
+                log.warning("TTL sweep of %s failed: %s", self.items.namespace, exc)
+
+    async def stop_ttl_sweeper(self) -> bool:
+        """Stop the background sweeper; whether one was running."""
+        task, self._sweeper = self._sweeper, None
+        if task is None or task.done():
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return True
+
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
         """A sync call: the work runs on the loop the store lives on, the caller's thread waits."""
         if self._own_loop:
@@ -160,6 +201,7 @@ def check_ttl_config(ttl: object) -> TTLConfig:
     if unknown:
         raise InvalidInput(f"ttl.{unknown[0]}", f"unknown key; known: {', '.join(sorted(TTL_KEYS))}")
     check_ttl(ttl.get("default_ttl"), "ttl.default_ttl")
+    check_ttl(ttl.get("sweep_interval_minutes"), "ttl.sweep_interval_minutes")
     for flag in ("refresh_on_read", "omit_expired"):
         if not isinstance(ttl.get(flag, True), bool):
             raise InvalidInput(f"ttl.{flag}", f"must be true or false, got {ttl[flag]!r}")
@@ -220,7 +262,10 @@ class _Opened:
 async def _opened(config: Source, ttl: TTLConfig, *, own_loop: bool) -> AsyncIterator[HelixStore]:
     async with open_items(config) as items:
         store = HelixStore(items, loop=asyncio.get_running_loop(), ttl=ttl, own_loop=own_loop)
+        if ttl.get("sweep_interval_minutes"):
+            store.start_ttl_sweeper()
         try:
             yield store
         finally:
+            await store.stop_ttl_sweeper()
             store._loop = None  # later sync calls say it is closed instead of waiting on a loop that moved on

@@ -137,13 +137,22 @@ class StoredItem:
 
 
 @dataclass(frozen=True, slots=True)
+class Expired:
+    """A TTL sweep's forgetting of an item (`MemoryForgotten` with policy `ttl`): the item goes only if it
+    has expired by the op's time, so a put that came after the sweep looked keeps it."""
+
+    namespace: tuple[str, ...]
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class ItemOp:
     """One event of the view, as every store applies it."""
 
     offset: int
     session_id: str
     at: datetime
-    payload: ItemPut | ItemDeleted | ItemTouched | None  # None: the session's items go (a clear, an erasure)
+    payload: ItemPut | ItemDeleted | ItemTouched | Expired | None  # None: the session's items go (a clear, an erasure)
 
     @property
     def ident(self) -> tuple[tuple[str, ...], str] | None:
@@ -153,6 +162,11 @@ class ItemOp:
     def refresh(self) -> bool:
         """A read's refresh: the item's expiry moves, its vectors stay."""
         return isinstance(self.payload, ItemTouched)
+
+    def keeps_vectors(self, item: StoredItem | None) -> bool:
+        """Whether the item's stored vectors stay after this op left it as `item`: a refresh, or a sweep
+        that found it live."""
+        return self.refresh or (item is not None and isinstance(self.payload, Expired))
 
 
 def rank(
@@ -196,7 +210,8 @@ def ops(records: Sequence[Record], view: str = VIEW_NAME) -> tuple[str, int, lis
         elif isinstance(payload, MemoryForgotten) and payload.names(view) and r.duplicate_of is None:
             # A forgotten item goes as a delete does: only on its path's own partition is it ordered.
             named = [parse_item_id(i) for i in payload.ids]
-            out += [ItemOp(r.position.offset, sid, at, ItemDeleted(p, k)) for p, k in named if path_id(p) == sid]
+            gone = Expired if payload.policy == "ttl" else ItemDeleted
+            out += [ItemOp(r.position.offset, sid, at, gone(p, k)) for p, k in named if path_id(p) == sid]
     return position.topic, position.partition, out
 
 
@@ -225,6 +240,8 @@ def fold_item(current: StoredItem | None, op: ItemOp) -> StoredItem | None:
         if current is None or current.ttl_minutes is None or not current.live(op.at):
             return current
         return replace(current, expires_at=op.at + timedelta(minutes=current.ttl_minutes))
+    if isinstance(payload, Expired):
+        return current if current is not None and current.live(op.at) else None
     if not isinstance(payload, ItemPut):
         return None
     ttl = payload.ttl_minutes
@@ -257,6 +274,8 @@ def fold_batch(
         k = (op.session_id, ident[1])
         before = state.get(k)
         item = fold_item(before, op)
+        if item is not None and isinstance(op.payload, Expired):
+            continue  # still live: a sweep's forgetting leaves it as it is, vectors and all (`keeps_vectors`)
         if op.refresh:
             if item is not None and item != before:
                 state[k] = item

@@ -66,7 +66,7 @@ class MemoryItems(NoMessages):
                 items.pop(key, None)
             else:
                 items[key] = item
-            if op.refresh:  # the item's vectors stay
+            if op.keeps_vectors(item):
                 continue
             if found is None:
                 self._vectors.pop((namespace, path, key), None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,18 +38,38 @@ class _Rows:
     order: list[Order] = field(default_factory=list)  # sorted
     rows: dict[Order, Row] = field(default_factory=dict)
     keys: dict[tuple[Any, ...], Order] = field(default_factory=dict)
+    # (column, value) -> the orders of the rows with it, for each of the table's lookup columns: a scan
+    # by a session id reads that session's rows, not the namespace's.
+    lookups: dict[tuple[str, Any], set[Order]] = field(default_factory=dict)
 
     def insert(self, table: Table, row: Row) -> None:
         place = table.order_of(row)
         bisect.insort(self.order, place)
         self.rows[place] = dict(row)
         self.keys[table.key_of(row)] = place
+        for column in table.lookups:
+            self.lookups.setdefault((column, row.get(column)), set()).add(place)
 
     def delete(self, table: Table, row: Row) -> None:
         place = self.keys.pop(table.key_of(row), None)
         if place is not None:
-            del self.rows[place]
+            self._unlook(table, self.rows.pop(place), place)
             del self.order[bisect.bisect_left(self.order, place)]
+
+    def _unlook(self, table: Table, row: Row, place: Order) -> None:
+        for column in table.lookups:
+            found = self.lookups.get((column, row.get(column)))
+            if found is not None:
+                found.discard(place)
+                if not found:
+                    del self.lookups[(column, row.get(column))]
+
+    def places(self, table: Table, scan: Scan) -> Iterable[Order]:
+        """The orders a scan looks at, in its order: those of a lookup it names, else every row's."""
+        column = next((c for c in table.lookups if c in scan.where), None)
+        if column is None:
+            return reversed(self.order) if scan.newest_first else self.order
+        return sorted(self.lookups.get((column, scan.where[column]), ()), reverse=scan.newest_first)
 
 
 class MemoryRows:
@@ -96,9 +116,11 @@ class MemoryRows:
         mark = (cut.namespace, cut.mark)
         self._marks[mark] = max(cut.upto, self._marks.get(mark, cut.upto))
         end = bisect.bisect_left(rows.order, (self._marks[mark] + 1,))  # every order with floor <= mark sorts before
+        table = self.tables[cut.table]
         for place in rows.order[:end]:
             row = rows.rows.pop(place)
-            del rows.keys[self.tables[cut.table].key_of(row)]
+            del rows.keys[table.key_of(row)]
+            rows._unlook(table, row, place)
         del rows.order[:end]
 
     async def checkpoint(self, topic: str, partition: int) -> int | None:
@@ -116,7 +138,7 @@ class MemoryRows:
         rows = self._rows.get((table.name, scan.namespace))
         if rows is None or scan.limit == 0:
             return []
-        places = reversed(rows.order) if scan.newest_first else rows.order
+        places = rows.places(table, scan)
         found = rows.rows
         if not scan.where and scan.contains is None:  # a whole read (`get`): no test per row
             if scan.limit is None:
