@@ -425,7 +425,7 @@ def test_cli_json_is_one_document(summary_log: tuple[Path, str, list[Seen]]) -> 
         "known",
         "erased",
         "payload",
-    } | {"idempotency_key", "duplicate_of"}  # added with idempotency keys
+    } | {"idempotency_key", "duplicate_of"} | {"left"}  # added with idempotency keys; with forgetting
     assert first["idempotency_key"] is None and first["duplicate_of"] is None
     assert first["payload"] == {"message": {"role": "user", "content": turn(0).content}}
     summary = next(e for e in doc["events"] if e["type"] == "SummaryRecorded")

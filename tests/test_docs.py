@@ -52,6 +52,7 @@ RUN_ELSEWHERE = {
 }
 # What a page's python blocks print, in order, where the page states it.
 EXPECTED = {
+    "docs/forgetting.md": ["1", "[]", "3 system True", "6"],
     "README.md": [
         "3",
         "What's the weather in Oslo?",

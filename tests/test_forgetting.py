@@ -189,3 +189,56 @@ async def test_a_long_term_budget_forgets_the_least_recently_used_messages_from_
         ("w2", "budget", (2,)),
     ]
     assert all(e.payload.views == ("long-term", "vector-hash-384") for e in forgotten)  # rows and index
+
+
+async def test_audit_says_why_each_message_left(tmp_path: Path) -> None:
+    from helix_es.history.audit import audit
+
+    ns = unique("fg")
+    cfg = config(tmp_path, ns, {"type": "conversation", "forget": {"max_age": "720h"}})
+    async with open_memory(cfg, session_id="old") as old:
+        await old.add(Message("user", "I moved to Porto", occurred_at=LONG_AGO))
+        await old.add(Message("user", "and my dog", occurred_at=LONG_AGO))
+        assert await old.forget_now() == 1  # type: ignore[attr-defined]
+        await old.add_many([Message("user", f"new {i}") for i in range(4)])
+        at = await old.compact(keep=1)  # type: ignore[attr-defined]
+    report = await audit(cfg, session_id="old")
+    left = [(e.position.offset, e.type, e.left) for e in report.events]
+    assert left == [
+        (0, "MessageAdded", "forgotten from conversation by max_age at @2"),
+        (1, "MessageAdded", "forgotten from conversation by max_age at @2"),
+        (2, "MemoryForgotten", None),
+        (3, "MessageAdded", f"compacted into the summary at @{at.offset}"),
+        (4, "MessageAdded", f"compacted into the summary at @{at.offset}"),
+        (5, "MessageAdded", f"compacted into the summary at @{at.offset}"),
+        (6, "MessageAdded", None),
+        (7, "SessionCompacted", None),
+    ]
+    assert "[forgotten from conversation by max_age at @2]" in report.events[0].describe()
+
+
+async def test_a_session_view_forgets_messages_named_by_their_text_and_the_results_of_their_calls(
+    tmp_path: Path,
+) -> None:
+    """An erasure names messages of other sessions by their text (`content_id`): session views hold no
+    positions. A tool result whose call went goes too (no orphan is ever returned)."""
+    from helix_es.model.events import Event, content_id
+    from helix_es.model.message import ToolCall
+
+    ns = unique("fg")
+    cfg = config(tmp_path, ns, {"type": "sliding-window", "window_size": 10})
+    call = ToolCall("c1", "lookup", '{"who": "Alice"}')
+    async with open_memory(cfg, session_id="s") as mem:
+        await mem.add(Message("user", "Alice lives in Porto"))
+        await mem.add(Message("assistant", "Looking her up", tool_calls=(call,)))
+        await mem.add(Message("tool", "found", tool_call_id="c1"))
+        await mem.add(Message("user", "thanks"))
+        gone = (content_id("Alice lives in Porto"), content_id("Looking her up"), "f-unrelated")
+        other = MemoryForgotten(("conversation",), "erasure", "e-1", ids=gone)  # another view: nothing
+        await mem.backend.append(Event(ns, "s", other))  # type: ignore[attr-defined]
+        assert len(await mem.get()) == 4
+        mine = MemoryForgotten(("sliding-window-10-pairs",), "erasure", "e-1", ids=gone)
+        await mem.backend.append(Event(ns, "s", mine))  # type: ignore[attr-defined]
+        assert [m.content for m in await mem.get()] == ["thanks"]
+    async with open_memory(cfg, session_id="s") as mem:  # folded again from the log
+        assert [m.content for m in await mem.get()] == ["thanks"]

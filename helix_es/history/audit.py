@@ -36,7 +36,7 @@ from helix_es.history.audit_checkpoints import describe as describe_checkpoint
 from helix_es.history.audit_checkpoints import payload_json as checkpoint_json
 from helix_es.history.audit_facts import FACT_EVENTS
 from helix_es.history.audit_facts import describe as describe_fact
-from helix_es.history.audit_forget import FORGET_EVENTS, describe_forget
+from helix_es.history.audit_forget import FORGET_EVENTS, departures, describe_forget
 from helix_es.history.describe import describe_message, quote
 from helix_es.history.erasure import Erasure, erased_by, erasure_of
 from helix_es.history.log_records import RecordReader, read_records
@@ -122,9 +122,12 @@ class AuditedEvent:
     # A MessageRetracted: the offset of the add it took back (the newest one still in the session's
     # views, as the conversation folds it); None when there was none.
     retracts: int | None = None
+    left: str | None = None  # a MessageAdded: why its message left views later (forgotten, compacted)
 
     @classmethod
-    def from_record(cls, record: Record, erasure: Erasure | None = None, retracts: int | None = None) -> AuditedEvent:
+    def from_record(
+        cls, record: Record, erasure: Erasure | None = None, retracts: int | None = None, left: str | None = None
+    ) -> AuditedEvent:
         event = record.event
         payload: Payload | UnknownPayload = event.payload
         kind = payload.short_type if isinstance(payload, UnknownPayload) else type(payload).__name__
@@ -141,6 +144,7 @@ class AuditedEvent:
             event.idempotency_key,
             record.duplicate_of,
             retracts,
+            left,
         )
 
     @property
@@ -185,12 +189,13 @@ class AuditedEvent:
             "erased": self.erased,
             "idempotency_key": self.idempotency_key,
             "duplicate_of": self.duplicate_of,
+            "left": self.left,
             "payload": self.payload_json(),
         }
 
     def describe(self) -> str:
         """The payload on one line, for people, with a retry marked as the duplicate it is."""
-        text = self._describe()
+        text = self._describe() + (f" [{self.left}]" if self.left else "")
         if self.duplicate_of is not None:
             key = quote(self.idempotency_key or "")
             return f"duplicate of @{self.duplicate_of} (idempotency key {key}), not folded: {text}"
@@ -445,8 +450,12 @@ async def audit(
         return cut_at is None or utc(r.event.timestamp) <= cut_at
 
     erasure = erasure_of(mine)  # forgotten now, whatever the cut: its content is gone
-    taken = retractions(mine)
-    events = [AuditedEvent.from_record(r, erasure, taken.get(r.position.offset)) for r in mine if kept(r)]
+    taken, left = retractions(mine), departures(mine)
+    events = [
+        AuditedEvent.from_record(r, erasure, taken.get(r.position.offset), left.get(r.position.offset))
+        for r in mine
+        if kept(r)
+    ]
     views: dict[str, list[Message]] | None = None
     if has_cut:
         upto = [r for r in records if kept(r)]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from helix_es.history.describe import quote, word
-from helix_es.model.events import MemoryForgotten, SessionCompacted, SubjectErased
+from helix_es.model.events import MemoryForgotten, MessageAdded, Record, SessionCompacted, SubjectErased
 
 FORGET_EVENTS = (MemoryForgotten, SessionCompacted, SubjectErased)
 SHOWN = 8  # offsets listed before "and N more"
@@ -32,3 +34,23 @@ def describe_forget(p: MemoryForgotten | SessionCompacted | SubjectErased) -> st
             f"{model}: {quote(p.summary)}"
         )
     return f"erasure {word(p.request)} of subject {quote(p.subject)}: receipt recorded"
+
+
+def departures(records: Sequence[Record]) -> dict[int, str]:
+    """Per add offset of a session's records, why its message left views (the first reason on the log):
+    forgotten by a policy or an erasure, or compacted into a summary."""
+    adds = sorted(r.position.offset for r in records if isinstance(r.event.payload, MessageAdded))
+    out: dict[int, str] = {}
+    for r in records:
+        p, at = r.event.payload, r.position.offset
+        if isinstance(p, MemoryForgotten):
+            named = [o for o in adds if o < at] if p.session else [o for o in p.offsets if o < at]
+            why = f"forgotten from {', '.join(p.views)} by {p.policy} at @{at}"
+        elif isinstance(p, SessionCompacted):
+            named = [o for o in adds if p.first <= o <= p.last]
+            why = f"compacted into the summary at @{at}"
+        else:
+            continue
+        for offset in named:
+            out.setdefault(offset, why)
+    return out

@@ -16,7 +16,7 @@ from helix_es.model.fact_events import (
     FactsUnmerged,
     SourceTurn,
 )
-from helix_es.model.forget_events import MemoryForgotten, SessionCompacted, SubjectErased
+from helix_es.model.forget_events import MemoryForgotten, SessionCompacted, SubjectErased, content_id
 from helix_es.model.message import Message
 from helix_es.model.positions import Position
 
@@ -32,6 +32,7 @@ __all__ = [
     "SessionCompacted",
     "SourceTurn",
     "SubjectErased",
+    "content_id",
 ]
 
 

@@ -7,9 +7,16 @@ same items. The events that wrote the items stay on the log: forgetting is not e
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 POLICIES = ("max_age", "inactive_for", "budget", "ttl", "erasure")
+CONTENT = "content:"  # an `ids` entry naming a message by its text, for views that keep no positions
+
+
+def content_id(content: str) -> str:
+    """How `MemoryForgotten.ids` names the messages with this text in a session view: `content:<sha256>`."""
+    return CONTENT + hashlib.sha256(content.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +24,8 @@ class MemoryForgotten:
     """Items leave the views named in `views` (their base names: a rebuild target folds its view's).
 
     `session`: the event's whole session leaves them; `offsets`: the messages added at those offsets
-    on the event's own partition (a session's events share one); `ids`: facts or store items.
+    on the event's own partition (a session's events share one); `ids`: facts, store items, or the
+    session's messages with a given text (`content_id`: session views hold no positions).
     """
 
     views: tuple[str, ...]

@@ -14,8 +14,9 @@ ones); later adds refill it. A tool result added again after its call was evicte
 
 A `MemoryForgotten` naming the view with `session` set empties it, as a clear does, in that view
 alone: a session view's items are its sessions (a forgetting policy forgets a session whole; its
-messages carry no log positions to forget one by one). It is not one of `restarts` either: it
-restarts only the views it names.
+messages carry no log positions to forget one by one). One whose `ids` name texts (`content_id`: an
+erasure of the messages naming a person) drops the messages with those texts, and tool results
+whose call went with them. It is not one of `restarts` either: it restarts only the views it names.
 
 A `SessionCompacted` naming the view (conversation and windows; `compacts`) replaces the `covers`
 oldest messages it holds, after a leading system prompt, with one system message: the summary, its
@@ -39,6 +40,7 @@ from helix_es.model.events import (
     SessionCompacted,
     SessionErased,
 )
+from helix_es.model.forget_events import CONTENT, content_id
 from helix_es.model.message import Message
 
 State = tuple[Message, ...]
@@ -76,8 +78,10 @@ class View(ABC):
             return self.added(state, payload.message)
         if isinstance(payload, MessageRetracted):
             return self.retracted(state)
-        if isinstance(payload, MemoryForgotten) and payload.session and payload.names(self.name):
-            return ()  # a policy forgot the session in this view: cleared here, kept on the log
+        if isinstance(payload, MemoryForgotten) and payload.names(self.name):
+            if payload.session:
+                return ()  # a policy forgot the session in this view: cleared here, kept on the log
+            return without(state, payload.ids) if payload.ids else state
         return state  # event types this view does not use
 
     @abstractmethod
@@ -148,3 +152,13 @@ def parse_position(text: str) -> Position:
     if not topic:
         raise ValueError(f"no topic in {text!r}")
     return Position(topic, int(partition), int(offset))
+
+
+def without(state: State, ids: Sequence[str]) -> State:
+    """`state` without the messages whose text `ids` name (`content_id`), nor results of calls that went."""
+    named = {i for i in ids if i.startswith(CONTENT)}
+    if not named:
+        return state
+    kept = [m for m in state if content_id(m.content) not in named]
+    calls = {c.id for m in kept for c in m.tool_calls}
+    return tuple(m for m in kept if m.role != "tool" or m.tool_call_id in calls)

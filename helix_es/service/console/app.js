@@ -8,6 +8,7 @@ import { ApiError, api, enc, sessionPath } from "./api.js";
 import { $, clear, el, plural } from "./dom.js";
 import { ago, badge, clock, eventText, kindOf } from "./events.js";
 import { factsChart, factsLegend, factsSummary } from "./facts.js";
+import { eventDetail, fateMarks, fatesOf } from "./forget.js";
 import { hitsList } from "./recall.js";
 import { diffColumns, nowColumn, viewColumns } from "./views.js";
 
@@ -470,12 +471,14 @@ function renderSessionHead(report) {
 }
 
 function renderTimeline() {
+  const fates = fatesOf(state.events, position); // what became of each message: forgotten, compacted, erased
   const items = state.events.map((e, i) => {
     const kind = kindOf(e);
+    const fate = kind === "add" || kind === "erased" ? fates.get(e.offset) : null;
     return el(
       "li",
       {
-        class: `ev kind-${kind}`,
+        class: `ev kind-${kind}${(fate || []).map((f) => ` fated-${f.kind}`).join("")}`,
         data: { offset: e.offset, index: i, kind },
         title: `${e.type}, turn ${i + 1} of the session, at offset ${e.offset} of partition ${e.partition}, ${e.time}`,
         onclick: (ev) => pick(i, ev.shiftKey || $("compare-mode").checked),
@@ -496,6 +499,8 @@ function renderTimeline() {
           el("span", { class: "marks" }),
         ),
         el("div", { class: "ev-text", text: eventText(e, kind, position) }),
+        eventDetail(e, kind),
+        fateMarks(fate),
       ),
     );
   });
@@ -566,6 +571,8 @@ function markTimeline() {
     li.classList.toggle("cut", i === a);
     li.classList.toggle("compare", i === b);
     li.classList.toggle("between", lo >= 0 && i > lo && i <= hi);
+    // A message's fate past the cut had not happened yet at it.
+    for (const fate of li.querySelectorAll(".fate")) fate.classList.toggle("later", Number(fate.dataset.by) > a);
     const marks = li.querySelector(".marks");
     clear(
       marks,

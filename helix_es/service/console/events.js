@@ -1,6 +1,7 @@
 // One event of the audit report, for people: its kind, its badge and a line of text; its time.
 
-import { el } from "./dom.js";
+import { el, plural } from "./dom.js";
+import { compactedText, forgottenText, subjectErasedText } from "./forget.js";
 
 export function ago(iso) {
   const t = Date.parse(iso);
@@ -17,6 +18,18 @@ export function clock(iso) {
   const m = /T(\d\d:\d\d:\d\d)(\.\d{1,3})?/.exec(iso || "");
   return m ? m[1] + (m[2] || ".").padEnd(4, "0") : "";
 }
+
+// Forgetting, compaction and erasure (schema v10), and the knowledge events (v9).
+const KINDS = {
+  MemoryForgotten: "forget",
+  SessionCompacted: "compact",
+  SubjectErased: "subject-erasure",
+  FactsExtracted: "facts",
+  FactAsserted: "assert",
+  FactRetracted: "fact-retract",
+  FactsMerged: "merge",
+  FactsUnmerged: "unmerge",
+};
 
 export function kindOf(e) {
   if (e.duplicate_of !== null && e.duplicate_of !== undefined) return "duplicate";
@@ -35,7 +48,7 @@ export function kindOf(e) {
     case "SessionErased":
       return "erasure";
     default:
-      return "other";
+      return KINDS[e.type] || "other";
   }
 }
 
@@ -46,11 +59,23 @@ const KIND_LABEL = {
   retract: "retracted",
   erasure: "erased",
   erased: "erased",
+  forget: "forgotten",
+  compact: "compacted",
+  "subject-erasure": "subject erased",
+  facts: "facts",
+  assert: "fact asserted",
+  "fact-retract": "fact retracted",
+  merge: "facts merged",
+  unmerge: "merge undone",
   duplicate: "duplicate",
   unknown: "unknown",
 };
 
+// A retry's own kind, as if it were not one: what it would have done.
+const retried = (e) => kindOf({ ...e, duplicate_of: null });
+
 export function badge(e, kind) {
+  if (kind === "duplicate" && e.type !== "MessageAdded") return badge(e, retried(e));
   if (kind === "add" || kind === "erased" || kind === "duplicate") {
     const role = e.payload?.message?.role || "?";
     return el("span", { class: `badge role-${role}`, text: role });
@@ -58,19 +83,53 @@ export function badge(e, kind) {
   return el("span", { class: `badge kind-${kind}`, text: KIND_LABEL[kind] || e.type });
 }
 
+// --- facts: "Ana lives_in Lisbon (since 2025-05-01)" ----------------------------------------------------
+
+const SHOWN_FACTS = 4;
+
+function fact(f) {
+  const since = f.valid_from ? ` (since ${String(f.valid_from).slice(0, 10)})` : "";
+  return `${f.subject} ${f.predicate} ${f.value}${since}`;
+}
+
+const because = (reason) => (reason ? `: ${reason}` : "");
+
+function factText(p, kind, e, at) {
+  switch (kind) {
+    case "facts": {
+      const facts = p.facts || [];
+      const head = `${p.model} read ${plural((p.sources || []).length, "turn")} and found ${facts.length ? plural(facts.length, "fact") : "no facts"}`;
+      const more = facts.length > SHOWN_FACTS ? `; and ${facts.length - SHOWN_FACTS} more` : "";
+      return facts.length ? `${head}: ${facts.slice(0, SHOWN_FACTS).map(fact).join("; ")}${more}` : head;
+    }
+    case "assert":
+      return `a person asserted ${fact(p)}${because(p.reason)}`;
+    case "fact-retract":
+      return `took back ${p.subject} ${p.predicate} ${p.value} (fact ${p.fact_id})${because(p.reason)}`;
+    case "merge": {
+      const ids = p.fact_ids || [];
+      return ids.length > 1 ? `merged facts ${ids.join(", ")} into ${ids[0]}` : `merged ${ids[0] || "no facts"}`;
+    }
+    default: {
+      const m = p.merged || {};
+      const where = m.topic === e.topic && m.partition === e.partition ? at(m.offset) : `${m.topic}/${m.partition}@${m.offset}`;
+      return `undid the merge at ${where}`;
+    }
+  }
+}
+
 // Where another event of the session sits, for people: its turn and offset ("turn 5 (@4)").
 const offsetOnly = (offset) => `@${offset}`;
 
 export function eventText(e, kind, at = offsetOnly) {
   const p = e.payload || {};
+  if (kind === "duplicate") return `retry of ${at(e.duplicate_of)}, not folded: ${eventText(e, retried(e), at)}`;
   switch (kind) {
-    case "add":
-    case "duplicate": {
+    case "add": {
       const m = p.message || {};
       const calls = (m.tool_calls || []).map((c) => `→ ${c.name}(${c.arguments || ""})`).join(" ");
       const text = [m.content, calls].filter(Boolean).join(" ");
-      const prefix = kind === "duplicate" ? `retry of ${at(e.duplicate_of)}, not folded: ` : "";
-      return prefix + (text || (m.tool_call_id ? `result of ${m.tool_call_id}` : "(empty)"));
+      return text || (m.tool_call_id ? `result of ${m.tool_call_id}` : "(empty)");
     }
     case "erased":
       return "content erased (its key was destroyed by forget)";
@@ -85,7 +144,19 @@ export function eventText(e, kind, at = offsetOnly) {
       return `took back ${what}${p.reason ? `: ${p.reason}` : ""}`;
     }
     case "erasure":
-      return "session forgotten: every earlier message is unreadable";
+      return `session forgotten: every earlier message is unreadable${because(p.reason)}`;
+    case "forget":
+      return forgottenText(p, at);
+    case "compact":
+      return compactedText(p, at);
+    case "subject-erasure":
+      return subjectErasedText(p);
+    case "facts":
+    case "assert":
+    case "fact-retract":
+    case "merge":
+    case "unmerge":
+      return factText(p, kind, e, at);
     case "unknown":
       return `${p.avro_type || e.type} (written by a newer helix-es)`;
     default:
