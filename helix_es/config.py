@@ -23,6 +23,7 @@ from helix_es.providers.summarise import Summariser
 from helix_es.providers.summarise import parse_summariser as parse_summariser
 from helix_es.stores import registry
 from helix_es.views.base import IndexView, View
+from helix_es.views.facts import Facts
 from helix_es.views.forgetting import Forget, parse_forget
 from helix_es.views.long_term import LongTerm, check_table
 from helix_es.views.options import COMPACTING, DEFAULT_STORES, VIEW_KEYS, VIEW_TYPES
@@ -476,11 +477,12 @@ def _compact_at(raw: Mapping[str, Any], where: str) -> int | None:
 
 
 def _forget_of(view: View | IndexView, raw: object, where: str) -> Forget | None:
-    """The view's `forget:` policy; views whose items it cannot name yet refuse it, naming the key."""
+    """The view's `forget:` policy; the LangGraph adapters' views refuse it (their TTLs sweep them)."""
     policy = parse_forget(raw, where)
-    if policy is not None and not isinstance(view, View | LongTerm | Vector):
+    if policy is not None and not isinstance(view, View | LongTerm | Vector | Facts):
         raise ConfigError(
             where,
-            f"a {view.kind} view has no forgetting policy: forget: applies to session, long-term and vector views",
+            f"a {view.kind} view has no forgetting policy: forget: applies to session, long-term, vector and facts"
+            " views (a LangGraph store's items expire by their TTL: HelixStore.sweep_ttl)",
         )
     return policy

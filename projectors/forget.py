@@ -5,7 +5,8 @@ partition 0 in the view's consumer group, so a budget counts every partition and
 record the same forgetting. It reads the namespace's log into a `PolicyIndex` (from where it read
 last), and every `every` seconds appends the `MemoryForgotten` events the policy decides; the
 projectors fold them like any event. Reads by clients in other processes are not on the log, so
-here an item's last use is its last write.
+here an item's last use is its last write. A facts view's policy reads the facts from the view the
+projector keeps (a fact is a fold of many events, not one).
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import asyncio
 import logging
 from collections.abc import Collection
 from datetime import UTC, datetime
+from typing import cast
 
 from helix_es.config import LogConfig, MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
-from helix_es.projection.forgetting import PolicyIndex, forgotten_items
+from helix_es.model.events import Event
+from helix_es.model.facts import make_facts_ask
+from helix_es.projection.forgetting import FactsPolicy, PolicyIndex, forgotten_items
+from helix_es.projection.protocol import Knower
 from helix_es.views.base import View
+from helix_es.views.facts import Facts
 from projectors.follow import TargetFollower
 
 log = logging.getLogger("helix_es.project")
@@ -37,6 +43,7 @@ class Forgetter:
         self.views = tuple(p.view.name for p in part.parts)
         self.forgotten = 0  # items this process's rounds forgot
         self._indexes: dict[str, PolicyIndex] = {}
+        self._facts: dict[str, FactsPolicy] = {}
         self._ends: dict[str, dict[int, int]] = {}
 
     def _leading(self) -> list[str]:
@@ -48,21 +55,29 @@ class Forgetter:
         """Apply the policy in every namespace this process leads; the items forgotten."""
         count = 0
         for namespace in self._leading():
-            index = self._indexes.get(namespace)
-            if index is None:
-                whole = isinstance(self.part.view, View)
-                index = self._indexes[namespace] = PolicyIndex(namespace, self.views, self.policy, whole_sessions=whole)
-            ends = self._ends.setdefault(namespace, {})
-            async for record in self.log.read(
-                namespace, on_bad=_passed_over, start=dict(ends), on_end=ends.__setitem__
-            ):
-                index.note(record)
-            events = index.due(now or datetime.now(UTC))
+            events = await self._decide(namespace, now or datetime.now(UTC))
             if events:
                 await self.log.append_many(events)
                 count += sum(forgotten_items(e) for e in events)
         self.forgotten += count
         return count
+
+    async def _decide(self, namespace: str, now: datetime) -> list[Event]:
+        if isinstance(self.part.view, Facts):  # a facts view's items are read from the view itself
+            policy = self._facts.get(namespace)
+            if policy is None:
+                policy = self._facts[namespace] = FactsPolicy(namespace, self.part.view.name, self.policy)
+            projection = self.follower.projection
+            facts = await cast(Knower, projection).facts(namespace, make_facts_ask()) if projection else None
+            return policy.due(facts or [], now)
+        index = self._indexes.get(namespace)
+        if index is None:
+            whole = isinstance(self.part.view, View)
+            index = self._indexes[namespace] = PolicyIndex(namespace, self.views, self.policy, whole_sessions=whole)
+        ends = self._ends.setdefault(namespace, {})
+        async for record in self.log.read(namespace, on_bad=_passed_over, start=dict(ends), on_end=ends.__setitem__):
+            index.note(record)
+        return index.due(now)
 
     async def run(self, stop: asyncio.Event) -> None:
         try:

@@ -113,3 +113,37 @@ async def test_bad_compaction_input_is_refused(tmp_path: Path) -> None:
     async with open_memory(config(tmp_path, unique("cp"), {"type": "smart"}), session_id="s") as mem:
         with pytest.raises(InvalidInput, match="does not compact"):
             await mem.compact()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("store", ["redis", "postgres"])
+async def test_on_kafka_a_compaction_is_folded_by_the_projector_and_a_rebuild_shows_the_same(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str, postgres_dsn: str, store: str
+) -> None:
+    from helix_es.config import load_config as load
+    from helix_es.projection.aliases import current_target
+    from tests.conftest import cli, start_projector, stop
+    from tests.test_rebuild import write_config
+
+    ns, prefix = unique("kcp"), unique("kcp")
+    where = {"redis_url": redis_url} if store == "redis" else {"dsn": postgres_dsn}
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
+        "memory": {"type": "conversation", "store": store, **where, "namespace": ns, "read_timeout": 30},
+    }
+    path = write_config(tmp_path, cfg)
+    projector = start_projector(cfg, tmp_path)
+    try:
+        async with open_memory(cfg, session_id="s") as mem:
+            m: Any = mem
+            await mem.add_many(said(8))
+            position = await m.compact(keep=3)
+            before = await mem.get()
+            assert len(before) == 4 and parse_position(before[0].metadata["compacted"]) == position
+            assert await m.expand(position) == said(8)[:5]
+        code, _, err = await cli("rebuild", "--config", str(path), "--json")
+        assert code == 0, err
+        assert await current_target(load(cfg).memory, prefix) == "conversation@v2"
+        async with open_memory(cfg, session_id="s") as mem:  # reads the rebuilt target
+            assert await mem.get() == before
+    finally:
+        stop(projector)

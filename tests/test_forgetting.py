@@ -103,9 +103,35 @@ def test_a_bad_policy_is_refused_naming_the_key(forget: object, key: str) -> Non
     assert caught.value.field == key
 
 
-def test_views_that_cannot_forget_yet_refuse_a_policy() -> None:
-    with pytest.raises(ConfigError, match="forget: applies to"):
-        load_config({"memory": {"type": "facts", "forget": {"budget": 3}}})
+def test_the_langgraph_views_refuse_a_policy_their_ttls_sweep_them() -> None:
+    from helix_es.config import load_section
+
+    for section in ("store", "checkpoints"):
+        with pytest.raises(ConfigError) as caught:
+            load_section({section: {"namespace": "x", "forget": {"budget": 3}}}, section)
+        assert caught.value.field == f"{section}.forget"
+
+
+async def test_a_facts_budget_keeps_the_most_recently_learned_or_read_facts(tmp_path: Path) -> None:
+    ns = unique("fg")
+    cfg = config(
+        tmp_path, ns, {"type": "facts", "extract": {"provider": "rules"}, "forget": {"budget": 2, "every": "1h"}}
+    )
+    async with open_memory(cfg, session_id="ana") as mem:
+        m: Any = mem
+        for text in ("I live in Lisbon.", "I work at Acme.", "I like jazz."):
+            await mem.add(Message("user", text, name="ana"))
+            await m.extract_now()
+        # Unread, a fact was last used when it was learned: works_at before likes. A read of lives_in (the
+        # oldest) makes it the most recently used, so the budget lets works_at go.
+        assert [f.value for f in await m.facts(predicate="lives_in")] == ["Lisbon"]
+        assert await m.forget_now() == 1
+        assert sorted(f.predicate for f in await m.facts()) == ["likes", "lives_in"]
+        assert await m.forget_now() == 0
+    async with open_memory(cfg, session_id="ana") as mem:  # folded again from the log
+        assert sorted(f.predicate for f in await mem.facts()) == ["likes", "lives_in"]  # type: ignore[attr-defined]
+    forgotten = [r.event for r in await events_of(tmp_path, ns) if isinstance(r.event.payload, MemoryForgotten)]
+    assert [(e.session_id, e.payload.policy, len(e.payload.ids)) for e in forgotten] == [("ana", "budget", 1)]
 
 
 async def test_on_kafka_the_projector_forgets_and_a_rebuild_forgets_the_same(
@@ -242,3 +268,38 @@ async def test_a_session_view_forgets_messages_named_by_their_text_and_the_resul
         assert [m.content for m in await mem.get()] == ["thanks"]
     async with open_memory(cfg, session_id="s") as mem:  # folded again from the log
         assert [m.content for m in await mem.get()] == ["thanks"]
+
+
+async def test_on_kafka_the_projector_forgets_facts_by_budget(
+    tmp_path: Path, kafka_bootstrap: str, postgres_dsn: str
+) -> None:
+    from tests.conftest import start_projector, stop
+
+    ns, prefix = unique("kff"), unique("kff")
+    cfg = {
+        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 2, "topic_prefix": prefix},
+        "memory": {
+            "type": "facts",
+            "store": "postgres",
+            "dsn": postgres_dsn,
+            "namespace": ns,
+            "read_timeout": 30,
+            "extract": {"provider": "rules"},
+            "batch": {"turns": 1, "idle": 0.1},
+            "forget": {"budget": 1, "every": "0.5s"},
+        },
+    }
+    projector = start_projector(cfg, tmp_path)
+    try:
+        async with open_memory(cfg, session_id="ana") as mem:
+            m: Any = mem
+            await mem.add(Message("user", "I live in Lisbon.", name="ana"))
+            await mem.add(Message("user", "I work at Acme.", name="ana"))
+
+            async def one_left() -> bool:
+                found = await m.facts(history=True)
+                return len(found) == 1 and found[0].predicate == "works_at"
+
+            await wait_for(one_left, 60, "the extraction, then the budget's forgetting")
+    finally:
+        stop(projector)

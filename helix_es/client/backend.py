@@ -14,19 +14,21 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from helix_es.client.extracting import Extracting
-from helix_es.client.forgetting import Forgetting
+from helix_es.client.forgetting import FactsForgetting, Forgetting
 from helix_es.config import MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
 from helix_es.model import names
 from helix_es.model.events import Event, MessageAdded, Position, Record
+from helix_es.model.facts import Fact, make_facts_ask
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.driver import Append, Driver, rare_collections
 from helix_es.projection.factory import open_aliases, open_store, store_key
-from helix_es.projection.forgetting import Key, PolicyIndex
-from helix_es.projection.protocol import Projection
+from helix_es.projection.forgetting import FactsPolicy, Key, PolicyIndex
+from helix_es.projection.protocol import Knower, Projection
 from helix_es.stores.ports import AliasStore, ViewStore
 from helix_es.views.base import View
 from helix_es.views.facts import Facts
@@ -53,7 +55,7 @@ class Backend:
     _deferred_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one such catch-up at a time
     _riders: dict[str, list[tuple[Event, asyncio.Future[Position]]]] = field(default_factory=dict)  # see append_derived
     _extracting: dict[tuple[str, str], Extracting] = field(default_factory=dict)  # (view, namespace): workers
-    _forgetting: dict[tuple[str, str], Forgetting] = field(default_factory=dict)  # (view, namespace): policies
+    _forgetting: dict[tuple[str, str], Forgetting | FactsForgetting] = field(default_factory=dict)  # (view, ns)
     _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
 
     def aliases(self, memory: MemoryConfig) -> AliasStore:
@@ -97,17 +99,32 @@ class Backend:
                 if self.inline and isinstance(memory.view, Facts):
                     self._deferred.add((ident, namespace))
         self._extract(memory, projection, namespace)
-        self._forget(memory, namespace)
+        self._forget(memory, projection, namespace)
         return projection
 
-    def _forget(self, memory: MemoryConfig, namespace: str) -> None:
+    def _forget(self, memory: MemoryConfig, projection: Projection, namespace: str) -> None:
         """An inline backend runs the view's forgetting policy in the background (`forget:`)."""
         policy = memory.forget
         if not self.inline or policy is None or (memory.view.name, namespace) in self._forgetting:
             return
-        views = tuple(part.view.name for part in memory.parts)  # a long-term view's recall index forgets with it
-        index = PolicyIndex(namespace, views, policy, whole_sessions=isinstance(memory.view, View))
-        job = Forgetting(index, lambda: self.log.read(namespace, on_bad=self._passed_over), self.append_derived)
+        job: Forgetting | FactsForgetting
+        if isinstance(memory.view, Facts):
+            ask = make_facts_ask()
+
+            async def facts() -> list[Fact]:
+                await self.current(projection, namespace)
+                found = await cast(Knower, projection).facts(namespace, ask)
+                return found or []
+
+            job = FactsForgetting(
+                self.append_derived, policy=FactsPolicy(namespace, memory.view.name, policy), facts=facts
+            )
+        else:
+            views = tuple(part.view.name for part in memory.parts)  # a long-term view's recall index forgets with it
+            index = PolicyIndex(namespace, views, policy, whole_sessions=isinstance(memory.view, View))
+            job = Forgetting(
+                self.append_derived, index=index, read=lambda: self.log.read(namespace, on_bad=self._passed_over)
+            )
         self._forgetting[(memory.view.name, namespace)] = job
         job.start()
 
@@ -121,8 +138,14 @@ class Backend:
         """A read of `view` returned items (see `PolicyIndex.used`): its policy counts them as used."""
         base = view.partition("@")[0]
         for (_, ns), job in self._forgetting.items():
-            if ns == namespace and base in job.index.views:  # a long-term view's index: its owner's policy
+            if ns == namespace and base in job.views and isinstance(job, Forgetting):  # an index: its owner's policy
                 job.used(session_id, messages=messages, whole=whole)
+
+    def used_facts(self, view: str, namespace: str, ids: Sequence[str]) -> None:
+        """A read of facts view `view` returned these facts: its policy counts them as used."""
+        job = self._forgetting.get((view.partition("@")[0], namespace))
+        if isinstance(job, FactsForgetting):
+            job.used_facts(ids)
 
     def _extract(self, memory: MemoryConfig, projection: Projection, namespace: str) -> None:
         """An inline backend runs the facts view's extraction worker in the background."""

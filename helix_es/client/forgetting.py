@@ -1,8 +1,9 @@
 """Embedded forgetting: each view's policy worker runs in the process, in the background.
 
-An inline backend starts one task per view with `forget:` and namespace when it attaches the view.
-The task reads the namespace's log once into a `PolicyIndex`, is told of every record appended
-after that (`note`) and of the reads that return items (`used`), and every `every` seconds records
+An inline backend starts one worker per view with `forget:` and namespace when it attaches the view.
+A message or session view's worker reads the namespace's log once into a `PolicyIndex`, is told of
+every record appended after that (`note`) and of the reads that return items (`used`); a facts
+view's worker reads the view's facts at each round (`FactsPolicy`). Every `every` seconds it records
 what the policy lets go of as `MemoryForgotten` events. Those ride on the next add's write
 (`Backend.append_derived`), so adds never wait for it; the views fold them like any event.
 """
@@ -12,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
-from helix_es.model.events import Record
+from helix_es.model.events import Event, Record
+from helix_es.model.facts import Fact
 from helix_es.projection.extraction import AppendMany
-from helix_es.projection.forgetting import Key, PolicyIndex, forgotten_items
+from helix_es.projection.forgetting import FactsPolicy, Key, PolicyIndex, forgotten_items
 
 log = logging.getLogger(__name__)
 
@@ -29,22 +31,78 @@ def _now() -> datetime:
 
 
 @dataclass
-class Forgetting:
-    """The policy worker of one view in one namespace."""
+class Rounds:
+    """A policy worker's life: a round every `every` seconds in the background, until stopped."""
 
-    index: PolicyIndex
-    read: Callable[[], AsyncIterator[Record]]  # the namespace's log from its start
     append: AppendMany
-    clock: Callable[[], datetime] = _now
-    forgotten: int = 0  # items forgotten by this worker
-    _loaded: asyncio.Event = field(default_factory=asyncio.Event)
-    _early: list[Record] | None = field(default_factory=list)  # appended while the log was read
-    _early_uses: list[Callable[[], None]] | None = field(default_factory=list)  # reads meanwhile
-    _task: asyncio.Task[None] | None = None
+    clock: Callable[[], datetime] = field(default=_now, kw_only=True)
+    forgotten: int = field(default=0, kw_only=True)  # items this worker forgot
+    _task: asyncio.Task[None] | None = field(default=None, kw_only=True)
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    @property
+    def every(self) -> float:
+        raise NotImplementedError
 
     def start(self) -> None:
-        name = f"forget {self.index.views[0]}"
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"forget {self.views[0]}")
+
+    async def decide(self) -> list[Event]:
+        """The events recording what the policy forgets now."""
+        raise NotImplementedError
+
+    async def step(self) -> int:
+        """Apply the policy now: record what it forgets; the items forgotten."""
+        events = await self.decide()
+        if not events:
+            return 0
+        await self.append(events)
+        count = sum(forgotten_items(e) for e in events)
+        self.forgotten += count
+        return count
+
+    async def prepare(self) -> None:
+        """What a worker does once before its first round (reading the log)."""
+
+    async def _run(self) -> None:
+        await self.prepare()  # at once: a first round then costs no read
+        while True:
+            await asyncio.sleep(self.every)
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # what it knows stays; the next round decides again
+                log.warning("forgetting for view %s failed: %s", self.views[0], exc)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+@dataclass
+class Forgetting(Rounds):
+    """The policy worker of a message or session view in one namespace."""
+
+    index: PolicyIndex = field(kw_only=True)
+    read: Callable[[], AsyncIterator[Record]] = field(kw_only=True)  # the namespace's log from its start
+    _loaded: asyncio.Event = field(default_factory=asyncio.Event, kw_only=True)
+    _early: list[Record] | None = field(default_factory=list, kw_only=True)  # appended while the log was read
+    _early_uses: list[Callable[[], None]] | None = field(default_factory=list, kw_only=True)  # reads meanwhile
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        return self.index.views
+
+    @property
+    def every(self) -> float:
+        return self.index.policy.every
 
     def note(self, records: Sequence[Record]) -> None:
         """Records just appended: folded into the index (held back until the log has been read)."""
@@ -61,7 +119,7 @@ class Forgetting:
         else:
             use()
 
-    async def load(self) -> None:
+    async def prepare(self) -> None:
         """Read the log into the index (once); records appended meanwhile follow it."""
         if self._loaded.is_set():
             return
@@ -79,32 +137,33 @@ class Forgetting:
             use()
         self._loaded.set()
 
-    async def step(self) -> int:
-        """Apply the policy now: record what it forgets; the items forgotten."""
-        await self.load()
-        events = self.index.due(self.clock())
-        if not events:
-            return 0
-        await self.append(events)
-        count = sum(forgotten_items(e) for e in events)
-        self.forgotten += count
-        return count
+    load = prepare
 
-    async def _run(self) -> None:
-        # The log is read at once (a first round then costs no read); rounds come every `every`.
-        await self.load()
-        while True:
-            await asyncio.sleep(self.index.policy.every)
-            try:
-                await self.step()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the index keeps what it knows; the next round decides again
-                log.warning("forgetting for view %s failed: %s", self.index.views[0], exc)
+    async def decide(self) -> list[Event]:
+        await self.prepare()
+        return self.index.due(self.clock())
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+
+@dataclass
+class FactsForgetting(Rounds):
+    """The policy worker of a facts view in one namespace: it reads the view's facts each round."""
+
+    policy: FactsPolicy = field(kw_only=True)
+    facts: Callable[[], Awaitable[list[Fact]]] = field(kw_only=True)  # the view's facts now, caught up
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        return self.policy.views
+
+    @property
+    def every(self) -> float:
+        return self.policy.policy.every
+
+    def note(self, records: Sequence[Record]) -> None:
+        """Nothing: a facts policy reads the view itself."""
+
+    def used_facts(self, ids: Iterable[str]) -> None:
+        self.policy.used(self.clock(), ids)
+
+    async def decide(self) -> list[Event]:
+        return self.policy.due(await self.facts(), self.clock())

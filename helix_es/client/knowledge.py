@@ -47,6 +47,7 @@ class Knowledge:
     async def _facts(self, ask: FactsAsk) -> list[Fact]:
         me = cast(Any, self)
         found: list[Fact] = await me._read(lambda want: cast(Knower, me.projection).facts(me.namespace, ask, want))
+        me.backend.used_facts(me.source.name, me.namespace, [f.id for f in found])
         return found
 
     async def extract_now(self) -> int:

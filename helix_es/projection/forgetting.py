@@ -15,7 +15,7 @@ rebuild folds the same ones: it never asks the policy again.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from helix_es.model.events import (
@@ -28,10 +28,12 @@ from helix_es.model.events import (
     SessionErased,
     micros,
 )
+from helix_es.model.facts import Fact
 from helix_es.views.forgetting import Forget
 
 Key = tuple[str, int, int]  # (session id, partition, offset): a message; (session id, -1, -1): a whole session
 MAX_OFFSETS = 2_000  # offsets one event names: a session with more is forgotten in several events
+FACTS_SESSION = "facts"  # where a fact with no session of its own (asserted elsewhere) is forgotten
 
 
 class PolicyIndex:
@@ -172,3 +174,52 @@ def forgotten_items(event: Event) -> int:
     if not isinstance(p, MemoryForgotten):
         return 0
     return max(len(p.offsets) + len(p.ids), 1 if p.session else 0)
+
+
+class FactsPolicy:
+    """A facts view's forgetting policy: its items are facts, read from the view at each round (a fact is
+    a fold of extractions, corrections and merges, not one event), with the reads it is told of.
+
+    A fact's age counts from when the memory learned it (`known_from`): a fact is not stale for being
+    about the past. Its last use is that, or the last read that returned it. The events go in the
+    session the fact came from (the facts view folds a forgetting in any partition order).
+    """
+
+    def __init__(self, namespace: str, view: str, policy: Forget) -> None:
+        self.namespace = namespace
+        self.views = (view,)
+        self.policy = policy
+        self._used: dict[str, int] = {}  # fact id -> µs of the last read that returned it
+
+    def used(self, at: datetime, ids: Iterable[str]) -> None:
+        now = micros(at)
+        for fact_id in ids:
+            if self._used.get(fact_id, 0) < now:
+                self._used[fact_id] = now
+
+    def due(self, facts: Sequence[Fact], now: datetime) -> list[Event]:
+        policy, clock = self.policy, micros(now)
+        age = None if policy.max_age is None else clock - int(policy.max_age * 1e6)
+        idle = None if policy.inactive_for is None else clock - int(policy.inactive_for * 1e6)
+        learned = {f.id: micros(f.known_from) for f in facts}
+        sessions = {f.id: f.session_id or FACTS_SESSION for f in facts}
+        last = {i: max(t, self._used.get(i, 0)) for i, t in learned.items()}
+        gone: dict[str, str] = {}
+        for fact_id, at in learned.items():
+            if age is not None and at < age:
+                gone[fact_id] = "max_age"
+            elif idle is not None and last[fact_id] < idle:
+                gone[fact_id] = "inactive_for"
+        if policy.budget is not None and len(learned) - len(gone) > policy.budget:
+            kept = ((t, i) for i, t in last.items() if i not in gone)
+            for _, fact_id in heapq.nsmallest(len(learned) - len(gone) - policy.budget, kept):
+                gone[fact_id] = "budget"
+        reasons = policy.settings()
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for fact_id, rule in sorted(gone.items()):
+            grouped.setdefault((sessions[fact_id], rule), []).append(fact_id)
+            self._used.pop(fact_id, None)
+        return [
+            Event(self.namespace, sid, MemoryForgotten(self.views, rule, reasons[rule], ids=tuple(ids)))
+            for (sid, rule), ids in grouped.items()
+        ]
