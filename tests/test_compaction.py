@@ -147,3 +147,31 @@ async def test_on_kafka_a_compaction_is_folded_by_the_projector_and_a_rebuild_sh
             assert await mem.get() == before
     finally:
         stop(projector)
+
+
+async def test_an_encrypted_memory_summarises_opened_text_and_seals_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summariser reads what was said, not ciphertext; the summary on the log is sealed with the
+    session's key like the messages it stands for; `expand` opens the originals."""
+    import base64
+    import os
+
+    monkeypatch.setenv("HELIX_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    ns = unique("cp")
+    cfg = {**config(tmp_path, ns, {"type": "conversation"}), "memory_middleware": ["encryption"]}
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        await mem.add_many(said(6))
+        position = await m.compact(keep=2)
+        got = await mem.get()
+        assert "user: turn 0." in got[0].content and "compacted" in got[0].metadata  # opened, readable
+        assert await m.expand(position) == said(6)[:4]
+    from helix_es.log.embedded import EmbeddedLog
+
+    log = EmbeddedLog(tmp_path)
+    try:
+        (compaction,) = [r.event.payload async for r in log.read(ns) if isinstance(r.event.payload, SessionCompacted)]
+    finally:
+        await log.close()
+    assert compaction.summary.startswith("helix-enc:") and "turn 0" not in compaction.summary

@@ -117,13 +117,13 @@ class Backend:
                 return found or []
 
             job = FactsForgetting(
-                self.append_derived, policy=FactsPolicy(namespace, memory.view.name, policy), facts=facts
+                self.append_many, policy=FactsPolicy(namespace, memory.view.name, policy), facts=facts
             )
         else:
             views = tuple(part.view.name for part in memory.parts)  # a long-term view's recall index forgets with it
             index = PolicyIndex(namespace, views, policy, whole_sessions=isinstance(memory.view, View))
             job = Forgetting(
-                self.append_derived, index=index, read=lambda: self.log.read(namespace, on_bad=self._passed_over)
+                self.append_many, index=index, read=lambda: self.log.read(namespace, on_bad=self._passed_over)
             )
         self._forgetting[(memory.view.name, namespace)] = job
         job.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from helix_es.config import MemoryConfig
@@ -23,6 +24,8 @@ from helix_es.projection import compaction
 from helix_es.views.base import View, parse_position
 
 log = logging.getLogger(__name__)
+Opener = Callable[[list[Message]], Awaitable[list[Message]]]
+Sealer = Callable[[str], Awaitable[str]]
 KEEP = 4  # messages `compact()` keeps as they are by default (whole tool exchanges: maybe more)
 
 
@@ -48,6 +51,13 @@ class Compaction:
     async def compact(self, *, keep: int = KEEP, reason: str = "request") -> Position | None:
         """Record a summary (the view's `summariser:`) standing for all but the newest `keep` messages the
         view holds; its position, or None when there is nothing to compact."""
+        return await self._compact(keep, reason)
+
+    async def _compact(
+        self, keep: int, reason: str, opened: Opener | None = None, sealed: Sealer | None = None
+    ) -> Position | None:
+        """`compact`; a middleware that seals content (encryption) passes how to open the messages for the
+        summariser and how to seal its summary for the log."""
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
             raise InvalidInput("keep", f"must be a whole number >= 0, got {keep!r}")
         part = self._compactable()
@@ -58,7 +68,12 @@ class Compaction:
         plan = compaction.plan(messages, keep, records)
         if plan is None:
             return None
-        summary = await part.summariser.summarise(plan.previous, plan.messages)
+        covered, earlier = plan.messages, plan.summaries
+        if opened is not None:
+            covered, earlier = await opened(covered), await opened(earlier)
+        summary = await part.summariser.summarise("\n".join(m.content for m in earlier), covered)
+        if sealed is not None:
+            summary = await sealed(summary)
         payload = SessionCompacted(
             part.view.name, summary, plan.first, plan.last, plan.covers, part.summariser.model, reason
         )

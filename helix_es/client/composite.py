@@ -77,6 +77,10 @@ class CompositeMemory(EventWriter):
     async def expand(self, position: Position | str) -> list[Message]:
         return await self._compacting().expand(position)
 
+    async def _compact(self, keep: int, reason: str, *hooks: Any) -> Position | None:
+        position = await self._compacting()._compact(keep, reason, *hooks)
+        return self._seen(position) if position is not None else None
+
     def pending(self) -> Position | None:
         return next((p for p in (part.pending() for part in self.parts) if p is not None), None)
 

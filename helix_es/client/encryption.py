@@ -36,7 +36,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NoReturn, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, cast, runtime_checkable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -407,6 +407,29 @@ class EncryptedMemory:
 
     async def clear(self, *, idempotency_key: str | None = None) -> Position:
         return await self.inner.clear(idempotency_key=idempotency_key)
+
+    async def compact(self, *, keep: int = 4, reason: str = "request") -> Position | None:
+        """The inner memory's compaction, its summariser reading the opened messages and its summary sealed
+        with the session's key (a shredded session's summary is gone with the rest)."""
+        compact = getattr(self.inner, "_compact", None)
+        if compact is None:
+            raise InvalidInput("memory", f"{type(self.inner).__name__} does not compact")
+
+        async def opened(messages: list[Message]) -> list[Message]:
+            await self._prepare(messages)
+            return [self.decrypt(m) for m in messages]
+
+        async def sealed(text: str) -> str:
+            await self._prepare()
+            return self.encrypt(Message("system", text)).content
+
+        position: Position | None = await compact(keep, reason, opened, sealed)
+        return position
+
+    async def expand(self, position: Position | str) -> list[Message]:
+        found: list[Message] = await cast(Any, self.inner).expand(position)
+        await self._prepare(found)
+        return [self.decrypt(m) for m in found]
 
 
 def _arg_field(call: ToolCall) -> str:

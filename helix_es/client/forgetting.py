@@ -4,8 +4,8 @@ An inline backend starts one worker per view with `forget:` and namespace when i
 A message or session view's worker reads the namespace's log once into a `PolicyIndex`, is told of
 every record appended after that (`note`) and of the reads that return items (`used`); a facts
 view's worker reads the view's facts at each round (`FactsPolicy`). Every `every` seconds it records
-what the policy lets go of as `MemoryForgotten` events. Those ride on the next add's write
-(`Backend.append_derived`), so adds never wait for it; the views fold them like any event.
+what the policy lets go of as `MemoryForgotten` events, appended in small slices between adds (an add
+waits for one slice at most, never for a round); the views fold them like any event.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from helix_es.projection.extraction import AppendMany
 from helix_es.projection.forgetting import FactsPolicy, Key, PolicyIndex, forgotten_items
 
 log = logging.getLogger(__name__)
+SLICE = 8  # events a round appends (and folds) at a time
 
 
 def _now() -> datetime:
@@ -55,11 +56,14 @@ class Rounds:
         raise NotImplementedError
 
     async def step(self) -> int:
-        """Apply the policy now: record what it forgets; the items forgotten."""
+        """Apply the policy now: record what it forgets; the items forgotten. The events go in slices, each
+        one write and one fold, with the loop free between them: an add waits for one slice at most."""
         events = await self.decide()
         if not events:
             return 0
-        await self.append(events)
+        for start in range(0, len(events), SLICE):
+            await self.append(events[start : start + SLICE])
+            await asyncio.sleep(0)
         count = sum(forgotten_items(e) for e in events)
         self.forgotten += count
         return count

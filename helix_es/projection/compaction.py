@@ -28,12 +28,12 @@ OFFSET = "helix.offset"
 @dataclass(frozen=True)
 class Plan:
     """What a compaction covers: the messages (summaries of earlier compactions among them, as they
-    stand in the view), the first and last add offsets of the range, and the summary so far."""
+    stand in the view), the first and last add offsets of the range, and earlier summaries taken in."""
 
     messages: list[Message]
     first: int
     last: int
-    previous: str
+    summaries: list[Message]  # earlier summaries it takes in (their text is the summary so far)
     covers: int  # messages of the view the summary replaces (earlier summaries count one each)
 
 
@@ -56,11 +56,11 @@ def plan(messages: Sequence[Message], keep: int, records: Sequence[Record]) -> P
         return None
     covered = body[:n]
     spans = [_span(m, records) for m in covered]
-    previous = "\n".join(m.content for m in covered if COMPACTED in m.metadata)
+    summaries = [m for m in covered if COMPACTED in m.metadata]
     plain = [untagged(m) for m in covered if COMPACTED not in m.metadata]
     if not plain:
         return None  # only a summary would go: summarising it again says nothing new
-    return Plan(plain, spans[0][0], spans[-1][1], previous, n)
+    return Plan(plain, spans[0][0], spans[-1][1], summaries, n)
 
 
 async def expand(part: MemoryConfig, records: Sequence[Record], at: Position, key: SessionKey) -> list[Message]:
