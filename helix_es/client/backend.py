@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -94,19 +94,30 @@ class Backend:
         if ident not in attached:
             async with self._lock:
                 if self.inline and ident not in attached:
-                    await self._catch_up(projection, namespace)
+                    # A forgetting policy's index reads along with the view's first catch-up: one read of the log.
+                    job = self._forgetting.get((memory.view.name, namespace))
+                    if job is None:
+                        job = self._forget(memory, projection, namespace)
+                    along = job if isinstance(job, Forgetting) and not job.loaded else None
+                    whole = await self._catch_up(projection, namespace, seen=along.index.note if along else None)
+                    if along is not None and whole:
+                        along.read_along()
                 attached[ident] = projection
                 if self.inline and isinstance(memory.view, Facts):
                     self._deferred.add((ident, namespace))
         self._extract(memory, projection, namespace)
-        self._forget(memory, projection, namespace)
+        job = self._forgetting.get((memory.view.name, namespace)) or self._forget(memory, projection, namespace)
+        if job is not None:
+            job.start()
         return projection
 
-    def _forget(self, memory: MemoryConfig, projection: Projection, namespace: str) -> None:
-        """An inline backend runs the view's forgetting policy in the background (`forget:`)."""
+    def _forget(
+        self, memory: MemoryConfig, projection: Projection, namespace: str
+    ) -> Forgetting | FactsForgetting | None:
+        """An inline backend's worker of the view's forgetting policy (`forget:`), made once, started by `attach`."""
         policy = memory.forget
-        if not self.inline or policy is None or (memory.view.name, namespace) in self._forgetting:
-            return
+        if not self.inline or policy is None:
+            return None
         job: Forgetting | FactsForgetting
         if isinstance(memory.view, Facts):
             ask = make_facts_ask()
@@ -126,7 +137,7 @@ class Backend:
                 self.append_many, index=index, read=lambda: self.log.read(namespace, on_bad=self._passed_over)
             )
         self._forgetting[(memory.view.name, namespace)] = job
-        job.start()
+        return job
 
     async def forget(self, namespace: str) -> int:
         """Apply every forgetting policy of `namespace` now; the items forgotten."""
@@ -204,13 +215,21 @@ class Backend:
                             log.warning("view %s of %s is behind the log: %s", target, namespace, exc)
                             self._behind.add((ident, namespace))
 
-    async def _catch_up(self, projection: Projection, namespace: str, *, locked: bool = True) -> None:
+    async def _catch_up(
+        self,
+        projection: Projection,
+        namespace: str,
+        *,
+        locked: bool = True,
+        seen: Callable[[Record], None] | None = None,
+    ) -> bool:
         """Fold what the log holds past the checkpoint; only the last batch is live.
 
         What the live batch derives (a summary a crash left unasked) lands past where the read ended,
         and `_append_locked` folds it into the attached views only, not into this one (not attached
         yet, or behind): so read on from there until a round derives nothing. Not `locked` (a deferred
         view, while adds go on), it folds in small batches and lets the loop run adds between them.
+        `seen` is shown every record read; True when the read began at the log's start.
         """
         derived: list[Event] = []
 
@@ -220,18 +239,21 @@ class Backend:
 
         driver = Driver(projection, append=append)
         start = await self._checkpoints(projection, namespace)
+        whole = not start or not any(start.values())
         while True:
             derived.clear()
             ends: dict[int, int] = {}
             # The same rules as the projector's: a record it would dead-letter is passed over, not folded.
             records = self.log.read(namespace, on_bad=self._passed_over, start=start, on_end=ends.__setitem__)
+            if seen is not None:
+                records = _shown(records, seen)
             if locked:
                 with rare_collections():
                     await driver.replay(records, live_tail=True, from_checkpoint=True)
             else:
                 await driver.replay(_yielding(records, SLICE), batch=SLICE, live_tail=True, from_checkpoint=True)
             if not derived:
-                return
+                return whole
             start = ends
 
     async def _checkpoints(self, projection: Projection, namespace: str) -> dict[int, int] | None:
@@ -384,6 +406,12 @@ async def _yielding(records: AsyncIterator[Record], every: int) -> AsyncIterator
         n += 1
         if n % every == 0:
             await asyncio.sleep(0)
+
+
+async def _shown(records: AsyncIterator[Record], seen: Callable[[Record], None]) -> AsyncIterator[Record]:
+    async for record in records:
+        seen(record)
+        yield record
 
 
 def _collect(into: list[Event]) -> Append:

@@ -49,7 +49,9 @@ class Rounds:
         raise NotImplementedError
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"forget {self.views[0]}")
+        """Start the rounds in the background (once: every attach of the view asks)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"forget {self.views[0]}")
 
     async def decide(self) -> list[Event]:
         """The events recording what the policy forgets now."""
@@ -123,6 +125,14 @@ class Forgetting(Rounds):
         else:
             use()
 
+    @property
+    def loaded(self) -> bool:
+        return self._loaded.is_set()
+
+    def read_along(self) -> None:
+        """The index was shown the whole log by another reader (the view's first catch-up): it is loaded."""
+        self._done_loading()
+
     async def prepare(self) -> None:
         """Read the log into the index (once); records appended meanwhile follow it."""
         if self._loaded.is_set():
@@ -133,6 +143,11 @@ class Forgetting(Rounds):
             n += 1
             if n % 256 == 0:
                 await asyncio.sleep(0)  # adds go on while a long log is read
+        self._done_loading()
+
+    def _done_loading(self) -> None:
+        if self._loaded.is_set():
+            return
         early, self._early = self._early or [], None
         for r in early:
             self.index.note(r)  # what the read already saw is skipped by offset
