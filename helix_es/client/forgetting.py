@@ -24,7 +24,7 @@ from helix_es.projection.extraction import AppendMany
 from helix_es.projection.forgetting import FactsPolicy, Key, PolicyIndex, forgotten_items
 
 log = logging.getLogger(__name__)
-SLICE = 8  # events a round appends (and folds) at a time
+SLICE = 4  # events a round appends (and folds) at a time: an add waits for one slice at most
 
 
 def _now() -> datetime:
