@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "helix_es.cli.audit",
     "helix_es.cli.facts",
     "helix_es.cli.forget",
+    "helix_es.cli.erase",
     "helix_es.cli.imports",
     "helix_es.cli.rebuild",
     "helix_es.cli.mcp",

@@ -1,7 +1,7 @@
 """`helix-es serve`: the memory over HTTP, an ASGI app (Starlette) that uvicorn serves.
 
 Routes (the OpenAPI document, `openapi.py`, describes each): a session's messages (add, get, clear),
-search, recall, audit, forget; the header form of messages, search and recall (session id in
+search, recall, audit, forget; a person's erasure; the header form of messages, search and recall (session id in
 `memory.session_id_header`, default X-Session-ID); a namespace's sessions; its facts (read, assert,
 retract: `service.facts`); /healthz, /readyz,
 /metrics, /openapi.json; the web console under /ui/. Every /v1 request passes `requests.call`
@@ -33,6 +33,7 @@ from helix_es.client.sessions import expect
 from helix_es.config import Config
 from helix_es.history.audit import audit
 from helix_es.history.erasure import forget
+from helix_es.history.subject_erasure import erase_subject
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
@@ -294,6 +295,22 @@ async def forget_session(request: Request) -> Response:
     return JSONResponse(result.to_json())
 
 
+async def erase(request: Request) -> Response:
+    """Erase a person from the namespace (`helix_es.history.subject_erasure`): admin keys only; 201 with the
+    receipt, 200 for a dry run."""
+    service = _service(request)
+    call = service.call(request, admin=True)
+    subject, dry_run = rq.erasure(await rq.read_json(request, service.options.max_body))
+    receipt = await erase_subject(
+        service.memories.config_for(call.namespace),
+        subject=subject,
+        namespace=call.namespace,
+        dry_run=dry_run,
+        runtime=service.runtime,
+    )
+    return JSONResponse(receipt.to_json(), 200 if dry_run else 201)
+
+
 async def sessions(request: Request) -> Response:
     service = _service(request)
     call = service.call(request)
@@ -368,6 +385,7 @@ def routes(console: Path) -> list[BaseRoute]:
         Route("/v1/{namespace}/facts", facts, methods=["GET"]),
         Route("/v1/{namespace}/facts", assert_fact, methods=["POST"]),
         Route("/v1/{namespace}/facts/{fact_id}", retract_fact, methods=["DELETE"]),
+        Route("/v1/{namespace}/erasures", erase, methods=["POST"]),
         Route("/v1/namespaces", namespaces, methods=["GET"]),
         Route("/v1/{namespace}/messages", add, methods=["POST"]),
         Route("/v1/{namespace}/messages", get, methods=["GET"]),

@@ -15,6 +15,7 @@ from typing import Any
 from helix_es._version import __version__
 from helix_es.model.events import MAX_KEY_LENGTH
 from helix_es.model.names import MAX_SESSION_ID
+from helix_es.service.openapi_erasures import ERASURE_SCHEMAS, erasure_paths
 from helix_es.service.openapi_facts import FACTS_SCHEMAS, facts_paths
 from helix_es.service.openapi_parts import (
     AFTER,
@@ -240,6 +241,7 @@ def document(session_header: str) -> dict[str, Any]:
             "/v1/{namespace}/search": _session_ops([NS, header], search_only=True),
             "/v1/{namespace}/recall": _recall_op([NS, header]),
             **facts_paths(),
+            **erasure_paths(),
             "/healthz": _plain("the process is alive"),
             "/readyz": _plain(
                 "200 when the log and stores answer and the lag is under --lag-bound, else 503",
@@ -251,7 +253,7 @@ def document(session_header: str) -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {**SCHEMAS, **FACTS_SCHEMAS, "SessionId": _session_id()},
+            "schemas": {**SCHEMAS, **FACTS_SCHEMAS, **ERASURE_SCHEMAS, "SessionId": _session_id()},
         },
     }
 

@@ -38,7 +38,7 @@ def error(description: str) -> dict[str, Any]:
 # What every /v1 route may answer besides its own success.
 V1_ERRORS = {
     "401": error("no or unknown API key"),
-    "403": error("the key may not use this namespace (or forget, without admin)"),
+    "403": error("the key may not use this namespace (or forget or erase, without admin)"),
     "404": error("no such route: a path segment left unencoded (a session id's `/`)"),
     "422": error("bad input; `field` names it"),
     "503": error("the log or a store failed; retry"),

@@ -17,6 +17,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from helix_es.history.subject_scan import check_subject
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import Position
 from helix_es.model.message import Message
@@ -129,6 +130,16 @@ def _message(item: Any, where: str) -> Message:
     if not isinstance(item, dict):
         raise InvalidInput(where.rstrip(".") or "body", 'must be a message object: {"role": ..., "content": ...}')
     return message_from(item, where)
+
+
+def erasure(body: Any) -> tuple[str, bool]:
+    """An erasure's body, `{"subject": "...", "dry_run": false}`: the subject (checked) and whether dry."""
+    if not isinstance(body, dict) or "subject" not in body or set(body) - {"subject", "dry_run"}:
+        raise InvalidInput("body", 'give {"subject": "<user id or name>", "dry_run": false}')
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise InvalidInput("dry_run", f"must be true or false, got {dry_run!r}")
+    return check_subject(body["subject"]), dry_run
 
 
 def idempotency_keys(request: Request, count: int) -> list[str | None]:

@@ -26,7 +26,7 @@ from helix_es.model.events import (
     SummaryRecorded,
 )
 from helix_es.model.message import Message
-from helix_es.views.base import State, View
+from helix_es.views.base import State, View, without
 from helix_es.views.units import WHOLE, check_tool_pairs, front_cut, orphan, pairs_suffix
 
 EPOCH = "helix.summary.epoch"  # event id of the session's last clear (or erasure): older summaries are void
@@ -85,6 +85,8 @@ class Summary(View):
             return (header.message(), *recent, payload.message)
         if isinstance(payload, MessageRetracted):
             return (header.message(), *recent[:-1]) if recent else state
+        if isinstance(payload, MemoryForgotten) and payload.ids and payload.names(self.name):
+            return (header.message(), *without(recent, payload.ids))  # an erasure's messages, by text
         if (
             isinstance(payload, SummaryRecorded)
             and payload.view == self.name

@@ -264,16 +264,24 @@ class MemoryVectorStore:
     async def write(self, view: str, model: str, write: Write) -> None:
         for (ns, session), tail in write.tails.items():
             self._tails[(view, write.topic, write.partition, ns, session)] = tail
+        # What retractions, forgettings and erasures take, dropped in one pass over each index: an erasure of
+        # many sessions (or a forgetting of many messages) costs one compaction, not one per session.
+        gone: dict[str, set[Position]] = {}
         for ns, position in write.retracted:
-            index = self._indexes.get((view, ns))
-            if index is not None and position in self._held.get((view, ns), ()):
-                self._forget(view, ns, index.drop_positions([position]))
+            if position in self._held.get((view, ns), ()):
+                gone.setdefault(ns, set()).add(position)
+        erased: dict[str, dict[str, Position]] = {}
         for (ns, session), at in write.erased.items():
+            erased.setdefault(ns, {})[session] = at
+        for ns, sessions in erased.items():
+            for p, s in self._writers.get((view, ns), {}).items():
+                upto = sessions.get(s)
+                if upto is not None and erases(upto, p):
+                    gone.setdefault(ns, set()).add(p)
+        for ns, positions in gone.items():
             index = self._indexes.get((view, ns))
-            writers = self._writers.get((view, ns), {})
-            mine = [p for p, s in writers.items() if s == session and erases(at, p)]
-            if index is not None and mine:
-                self._forget(view, ns, index.drop_positions(mine))
+            if index is not None and positions:
+                self._forget(view, ns, index.drop_positions(positions))
         for ns, mark in write.cleared.items():
             old = self._cleared.get((view, ns))
             if old is None or mark > old:

@@ -205,15 +205,18 @@ WITH cleared AS (
 )
 {recall_sql.keyword_stats("added", "cleared")}"""
 
-# After _WRITE, under the namespace row's lock: a write's erasure deletes its session's rows except those
-# after it on its partition, and counts itself only if it deleted any (readers then reload).
+# After _WRITE, under the namespace row's lock: a write's erasures delete each session's rows except those
+# after its erasure on its partition, all in one statement (one pass over the namespace's rows however many
+# sessions a person's erasure names), and count the sessions that lost rows (readers then reload).
 _ERASE = f"""
 WITH gone AS (
-    DELETE FROM helix_vectors
-    WHERE view = $1 AND namespace = $2 AND session_id = $3 AND NOT (topic = $4 AND partition = $5 AND "offset" > $6)
-    RETURNING words, keywords
+    DELETE FROM helix_vectors v
+    USING unnest($3::text[], $4::text[], $5::int[], $6::bigint[]) AS e(session_id, topic, partition, upto)
+    WHERE v.view = $1 AND v.namespace = $2 AND v.session_id = e.session_id
+        AND NOT (v.topic = e.topic AND v.partition = e.partition AND v."offset" > e.upto)
+    RETURNING v.session_id, v.words, v.keywords
 ), {_NONE}
-{recall_sql.keyword_stats("none", "gone", erasures=True)}"""
+{recall_sql.keyword_stats("none", "gone", erasures="(SELECT count(DISTINCT session_id) FROM gone)")}"""
 
 _KEEP = """
 WITH kept AS (
@@ -429,9 +432,11 @@ class PostgresVectorStore:
                     [e.occurred_at for e in rows],
                     None if write.keywords is None else [write.keywords[i] for i in groups[ns]],
                 )
-                for (erased_ns, session), at in write.erased.items():
-                    if erased_ns == ns:
-                        await conn.execute(_ERASE, view, ns, session, at.topic, at.partition, at.offset)
+                erased = [(session, at) for (erased_ns, session), at in write.erased.items() if erased_ns == ns]
+                if erased:
+                    upto = [at for _, at in erased]
+                    where = ([a.topic for a in upto], [a.partition for a in upto], [a.offset for a in upto])
+                    await conn.execute(_ERASE, view, ns, [session for session, _ in erased], *where)
                 await self._follow(conn, view, ns, write)
             await conn.execute(_KEEP, *keep)
 

@@ -50,11 +50,12 @@ CREATE TABLE IF NOT EXISTS helix_vector_terms (
 """
 
 
-def keyword_stats(plus: str, minus: str, *, erasures: bool = False) -> str:
+def keyword_stats(plus: str, minus: str, *, erasures: bool | str = False) -> str:
     """The tail of a write statement whose CTEs `plus` and `minus` return the `words` and `keywords` of
     the rows it inserted and deleted: the namespace's document count, total length and each lexeme's
     document frequency follow them, in the same statement (a view without keywords changes nothing,
-    but an erasure, which counts itself once it deleted any row)."""
+    but an erasure, which counts itself once it deleted any row; `erasures` as SQL: what it adds to the
+    count, for a statement erasing several sessions)."""
     changed = (
         f"SELECT 1 FROM {minus}"
         if erasures
@@ -69,12 +70,18 @@ def keyword_stats(plus: str, minus: str, *, erasures: bool = False) -> str:
     ) AS c GROUP BY c.lexeme HAVING sum(c.d) <> 0
     ON CONFLICT (view, namespace, lexeme) DO UPDATE SET docs = t.docs + excluded.docs
 )
-UPDATE helix_vector_namespaces SET {"erasures = erasures + 1," if erasures else ""}
+UPDATE helix_vector_namespaces SET {_counted(erasures)}
     keyword_docs = keyword_docs + (SELECT count(words) FROM {plus}) - (SELECT count(words) FROM {minus}),
     keyword_words = keyword_words + (SELECT coalesce(sum(words), 0) FROM {plus})
         - (SELECT coalesce(sum(words), 0) FROM {minus})
 WHERE view = $1 AND namespace = $2 AND EXISTS ({changed})
 """
+
+
+def _counted(erasures: bool | str) -> str:
+    if not erasures:
+        return ""
+    return f"erasures = erasures + {'1' if erasures is True else erasures},"
 
 
 # Made on the first write with keywords, like the HNSW index (see PostgresVectorStore.ensure_index).
