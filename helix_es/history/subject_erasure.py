@@ -11,9 +11,10 @@
    or keys derived from the master) is dropped from every view all the same (`allow_unshreddable`),
    and listed as `not_shredded`: the log keeps it readable;
 3. appends, on each other session naming S, `MemoryForgotten(views=<every view of the config>,
-   policy="erasure", reason=<request>, offsets=<those messages' MessageAdded offsets>)` (after them on
-   their partition), and `MemoryForgotten(views=<the facts views>, ids=<facts about S>)` on the session
-   `erasure:<request>`. Those sessions keep their keys;
+   policy="erasure", reason=<request>, offsets=<those messages' MessageAdded offsets>, ids=<their texts'
+   `content_id`s, for session views, which keep no positions>)` (after them on their partition), and
+   `MemoryForgotten(views=<the facts views>, ids=<facts about S>)` on the session `erasure:<request>`.
+   Those sessions keep their keys;
 4. checks every view and the log (`helix_es.history.subject_verify`);
 5. records the receipt as `SubjectErased(S, request, receipt)` on the session `erasure:<request>`.
 
