@@ -91,13 +91,11 @@ class Backend:
         if isinstance(projection, AliasedProjection):
             await projection.ready(strict=False)
         attached = self._attached.setdefault(namespace, {})
+        job = self._forget(memory, projection, namespace)
         if ident not in attached:
             async with self._lock:
                 if self.inline and ident not in attached:
                     # A forgetting policy's index reads along with the view's first catch-up: one read of the log.
-                    job = self._forgetting.get((memory.view.name, namespace))
-                    if job is None:
-                        job = self._forget(memory, projection, namespace)
                     along = job if isinstance(job, Forgetting) and not job.loaded else None
                     whole = await self._catch_up(projection, namespace, seen=along.index.note if along else None)
                     if along is not None and whole:
@@ -106,7 +104,6 @@ class Backend:
                 if self.inline and isinstance(memory.view, Facts):
                     self._deferred.add((ident, namespace))
         self._extract(memory, projection, namespace)
-        job = self._forgetting.get((memory.view.name, namespace)) or self._forget(memory, projection, namespace)
         if job is not None:
             job.start()
         return projection
@@ -118,6 +115,9 @@ class Backend:
         policy = memory.forget
         if not self.inline or policy is None:
             return None
+        made = self._forgetting.get((memory.view.name, namespace))
+        if made is not None:
+            return made
         job: Forgetting | FactsForgetting
         if isinstance(memory.view, Facts):
             ask = make_facts_ask()

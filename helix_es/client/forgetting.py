@@ -41,12 +41,17 @@ class Rounds:
     _task: asyncio.Task[None] | None = field(default=None, kw_only=True)
 
     @property
-    def views(self) -> tuple[str, ...]:
+    def rule(self) -> PolicyIndex | FactsPolicy:
+        """What decides: its `views` and its `policy` (`every`) are the worker's."""
         raise NotImplementedError
 
     @property
+    def views(self) -> tuple[str, ...]:
+        return self.rule.views
+
+    @property
     def every(self) -> float:
-        raise NotImplementedError
+        return self.rule.policy.every
 
     def start(self) -> None:
         """Start the rounds in the background (once: every attach of the view asks)."""
@@ -103,12 +108,8 @@ class Forgetting(Rounds):
     _early_uses: list[Callable[[], None]] | None = field(default_factory=list, kw_only=True)  # reads meanwhile
 
     @property
-    def views(self) -> tuple[str, ...]:
-        return self.index.views
-
-    @property
-    def every(self) -> float:
-        return self.index.policy.every
+    def rule(self) -> PolicyIndex:
+        return self.index
 
     def note(self, records: Sequence[Record]) -> None:
         """Records just appended: folded into the index (held back until the log has been read)."""
@@ -171,12 +172,8 @@ class FactsForgetting(Rounds):
     facts: Callable[[], Awaitable[list[Fact]]] = field(kw_only=True)  # the view's facts now, caught up
 
     @property
-    def views(self) -> tuple[str, ...]:
-        return self.policy.views
-
-    @property
-    def every(self) -> float:
-        return self.policy.policy.every
+    def rule(self) -> FactsPolicy:
+        return self.policy
 
     def note(self, records: Sequence[Record]) -> None:
         """Nothing: a facts policy reads the view itself."""
