@@ -167,6 +167,12 @@ class OpenedReads:
             )
         return [self._saved(namespace, s) for s in rows]
 
+    async def latest(self, namespace: str) -> list[Saved]:
+        rows = await self.store.latest(namespace)
+        for s in rows:
+            await self._ready(namespace, s.thread_id, [s.checkpoint, s.metadata])
+        return [self._saved(namespace, s) for s in rows]
+
     async def blobs(
         self, namespace: str, thread_id: str, checkpoint_ns: str, versions: Sequence[tuple[str, str]]
     ) -> dict[str, Serialized]:

@@ -16,13 +16,15 @@ def describe_forget(p: MemoryForgotten | SessionCompacted | SubjectErased) -> st
         views = ", ".join(word(v) for v in p.views)
         why = f"policy {p.policy}" + (f" ({quote(p.reason)})" if p.reason else "")
         what = []
-        if p.session:
+        if p.session and p.ids:  # a TTL sweep's guard: the newest checkpoint it saw
+            what.append(f"the whole thread, unless it saved after checkpoint {word(max(p.ids))}")
+        elif p.session:
             what.append("the whole session")
         if p.offsets:
             listed = ", ".join(f"@{o}" for o in p.offsets[:SHOWN])
             more = f" and {len(p.offsets) - SHOWN} more" if len(p.offsets) > SHOWN else ""
             what.append(f"the messages added at {listed}{more}")
-        if p.ids:
+        if p.ids and not p.session:
             listed = ", ".join(word(i) for i in p.ids[:SHOWN])
             more = f" and {len(p.ids) - SHOWN} more" if len(p.ids) > SHOWN else ""
             what.append(f"items {listed}{more}")

@@ -21,6 +21,7 @@ import json
 import os
 import random
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from helix_es.config import Config, load_section
 from helix_es.framework_stores.checkpoints import CheckpointLog
 from helix_es.integrations.langgraph_store import HelixStore
+from helix_es.integrations.langgraph_ttl import Sweeper, ThreadTTL, check_thread_ttl, expired, thread_forgotten
 from helix_es.model import names
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import (
@@ -87,18 +89,27 @@ def _refers_to(checkpoint: Checkpoint) -> list[tuple[str, str]]:
 class HelixSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on the helix-es log. Open it with `from_config` (`async with` or `with`)."""
 
-    def __init__(self, log: CheckpointLog, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(
+        self, log: CheckpointLog, *, serde: SerializerProtocol | None = None, ttl: ThreadTTL | None = None
+    ) -> None:
         super().__init__(serde=serde)
         self._log = log
+        self.ttl_config = check_thread_ttl(ttl)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connections live on
+        self._sweeper = Sweeper(self.asweep_ttl, f"checkpoints of {log.namespace}")
 
     @classmethod
     def from_config(
-        cls, config: Mapping[str, Any] | str | os.PathLike[str], *, serde: SerializerProtocol | None = None
+        cls,
+        config: Mapping[str, Any] | str | os.PathLike[str],
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl: ThreadTTL | None = None,
     ) -> _Opening:
         """A context manager (`async with` or `with`) yielding an open saver for the config's
-        `checkpoints:` mapping (`store`, `dsn` or `redis_url`, `namespace`) and optional `log:`."""
-        return _Opening(cls, load_section(config, "checkpoints"), serde)
+        `checkpoints:` mapping (`store`, `dsn` or `redis_url`, `namespace`) and optional `log:`.
+        `ttl` (`default_ttl` minutes, `sweep_interval_minutes`) forgets threads left that long."""
+        return _Opening(cls, load_section(config, "checkpoints"), serde, check_thread_ttl(ttl))
 
     # -- the loop the saver lives on ------------------------------------------------------------
 
@@ -391,6 +402,38 @@ class HelixSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync(self._prune(thread_ids, strategy))
 
+    # -- TTL: threads left `default_ttl` minutes are forgotten, on the log ---------------------------
+
+    async def asweep_ttl(self, now: datetime | None = None) -> int:
+        """Forget every thread whose newest checkpoint is `default_ttl` minutes old: recorded as
+        `MemoryForgotten` (policy `ttl`) in the thread, so audit says why it left and a rebuild forgets
+        the same. A thread that saves again before the event lands keeps it all. The threads swept."""
+        minutes = self.ttl_config.get("default_ttl")
+        if minutes is None:
+            raise InvalidInput("ttl.default_ttl", "no TTL to sweep by: open the saver with ttl={'default_ttl': N}")
+        now = now or datetime.now(UTC)
+        await self._log.caught_up(None)
+        swept = 0
+        for newest in await self._log.reads.latest(self._log.namespace):
+            checkpoint = self.serde.loads_typed((newest.checkpoint.type, newest.checkpoint.data))
+            if expired(checkpoint["ts"], minutes, now):
+                await self._log.append(newest.thread_id, [thread_forgotten(newest, minutes)])
+                swept += 1
+        return swept
+
+    def sweep_ttl(self, now: datetime | None = None) -> int:
+        return self._sync(self.asweep_ttl(now))
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
+        """Sweep every `sweep_interval_minutes` (default: the TTL's, else 5) until `stop_ttl_sweeper`
+        or the saver closes."""
+        assert self._loop is not None, "open the saver with HelixSaver.from_config"
+        return self._sweeper.start(self._loop, sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes"))
+
+    async def stop_ttl_sweeper(self) -> bool:
+        """Stop the background sweeper; whether one was running."""
+        return await self._sweeper.stop()
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As `InMemorySaver`: a zero-padded counter and a random tail, ordered as strings."""
         current_v = 0 if current is None else int(str(current).split(".")[0])
@@ -401,18 +444,21 @@ class _Opening:
     """What `HelixSaver.from_config` returns: `async with` opens the saver on the running loop, `with`
     on helix-es's own loop (`helix_es.sync`, where sync memories and stores of the same log live too)."""
 
-    def __init__(self, cls: type[HelixSaver], config: Config, serde: SerializerProtocol | None) -> None:
-        self._saver = cls(CheckpointLog(config), serde=serde)
+    def __init__(self, cls: type[HelixSaver], config: Config, serde: SerializerProtocol | None, ttl: ThreadTTL) -> None:
+        self._saver = cls(CheckpointLog(config), serde=serde, ttl=ttl)
 
     async def __aenter__(self) -> HelixSaver:
         saver = self._saver
         saver._loop = asyncio.get_running_loop()
         await saver._log.open()
+        if saver.ttl_config.get("sweep_interval_minutes"):
+            saver.start_ttl_sweeper()
         return saver
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self._saver.stop_ttl_sweeper()
         await self._saver._log.close()
 
     def __enter__(self) -> HelixSaver:

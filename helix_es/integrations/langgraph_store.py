@@ -18,8 +18,6 @@ as `MemoryForgotten` with policy `ttl`, as the forgetting policies of memories d
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -44,6 +42,7 @@ from langgraph.store.base import (
 
 from helix_es.config import Config
 from helix_es.framework_stores.items import Items, check_ttl, open_items
+from helix_es.integrations.langgraph_ttl import Sweeper
 from helix_es.model.errors import InvalidInput
 from helix_es.model.events import ItemDeleted, ItemPut, ItemTouched
 from helix_es.sync import run as run_sync
@@ -52,7 +51,6 @@ from helix_es.views.items import StoredItem
 T = TypeVar("T")
 Source = Mapping[str, Any] | str | os.PathLike[str] | Config
 TTL_KEYS = frozenset(TTLConfig.__annotations__)
-log = logging.getLogger(__name__)
 
 
 class HelixStore(BaseStore):
@@ -72,7 +70,7 @@ class HelixStore(BaseStore):
         self.ttl_config = check_ttl_config(ttl)
         self._loop = loop  # where `items` lives: the sync methods hand their work to it
         self._own_loop = own_loop  # helix-es's sync loop (`helix_es.sync`), not the caller's
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Sweeper(self.asweep_ttl, f"items of {items.namespace}")
 
     @staticmethod
     def from_config(config: Source, *, ttl: TTLConfig | None = None) -> _Opened:
@@ -145,30 +143,13 @@ class HelixStore(BaseStore):
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
         """Sweep every `sweep_interval_minutes` (default: the TTLConfig's, else 5) in the background until
         `stop_ttl_sweeper` or the store closes; LangGraph's PostgresStore has the same method."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
-        check_ttl(minutes, "sweep_interval_minutes")
-        if self._sweeper is None or self._sweeper.done():
-            loop = self._loop or asyncio.get_running_loop()
-            self._sweeper = loop.create_task(self._sweep_every(float(minutes) * 60), name="helix store ttl sweeper")
-        return self._sweeper
-
-    async def _sweep_every(self, seconds: float) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                await self.asweep_ttl()
-            except Exception as exc:  # a store hiccup: the next sweep looks again
-                log.warning("TTL sweep of %s failed: %s", self.items.namespace, exc)
+        loop = self._loop or asyncio.get_running_loop()
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        return self._sweeper.start(loop, minutes)
 
     async def stop_ttl_sweeper(self) -> bool:
         """Stop the background sweeper; whether one was running."""
-        task, self._sweeper = self._sweeper, None
-        if task is None or task.done():
-            return False
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return True
+        return await self._sweeper.stop()
 
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
         """A sync call: the work runs on the loop the store lives on, the caller's thread waits."""

@@ -11,14 +11,16 @@ its history's size per step. `apply` is the in-place step the stores mirror; `fo
 one (a copy first), the reference for tests and rebuilds.
 
 Forgetting: a `MemoryForgotten` naming this view with `session` set drops its thread (the event's
-session), as `CheckpointsDeleted(scope="thread")` does; its `ids` and `offsets` mean nothing here.
+session), as `CheckpointsDeleted(scope="thread")` does. Its `ids`, when it has some, name the
+newest checkpoint the forgetting saw (a TTL sweep's): a thread holding a newer one was used after
+the sweep looked and keeps every row (`DropThread.spares`); `offsets` mean nothing here.
 A retried one (`Record.duplicate_of`, `record_op`) is applied as nothing: it would drop what the
 thread saved since the first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -166,7 +168,16 @@ class DeleteCheckpoints:
 
 @dataclass(frozen=True, slots=True)
 class DropThread:
-    """Every row of the thread goes: a deleted thread, a cleared, erased or forgotten session."""
+    """Every row of the thread goes: a deleted thread, a cleared, erased or forgotten session.
+
+    `seen`: the newest checkpoint id the forgetting saw (None: drop whatever the thread holds)."""
+
+    seen: str | None = None
+
+    def spares(self, held: Collection[Ref]) -> bool:
+        """Whether the thread stays: it holds a checkpoint newer than the one the forgetting saw
+        (ids are time-ordered, as `newest_first` reads them)."""
+        return self.seen is not None and any(cid > self.seen for _, cid in held)
 
 
 CheckpointOp = PutCheckpoint | PutWrites | DeleteCheckpoints | DropThread
@@ -198,7 +209,7 @@ def op_of(event: Event) -> CheckpointOp | None:
     if isinstance(p, CheckpointsDeleted | MemoryCleared | SessionErased):
         return DropThread()
     if isinstance(p, MemoryForgotten) and p.session and p.names(VIEW_NAME):
-        return DropThread()  # its checkpoints are a thread's: the view's name is always VIEW_NAME
+        return DropThread(max(p.ids) if p.ids else None)  # the view's name is always VIEW_NAME
     return None
 
 
@@ -237,7 +248,7 @@ def apply_op(thread: Thread, op: CheckpointOp) -> Thread:
             thread.writes.pop((ns, cid), None)
         for gone in op.blobs:
             thread.blobs.pop(gone, None)
-    else:
+    elif not op.spares(held(thread)):
         thread.checkpoints.clear()
         thread.blobs.clear()
         thread.writes.clear()

@@ -13,6 +13,7 @@ from helix_es.model.events import (
     CheckpointSaved,
     CheckpointsDeleted,
     Event,
+    MemoryForgotten,
     Payload,
     PendingWrite,
     Position,
@@ -177,6 +178,35 @@ class CheckpointStoreContract:
         assert await store.writes(namespace, "a", "", "01") == []
         assert await store.blobs(namespace, "a", "", [("x", '"1"')]) == {}
         assert [s.thread_id for s in await store.listing(namespace, None, None, None, None)] == ["b"]
+
+    async def test_a_ttl_forgetting_spares_a_thread_that_saved_after_it_looked(self, store: CheckpointStore) -> None:
+        """A TTL sweep's `MemoryForgotten` names the newest checkpoint it saw: the thread goes whole
+        (every namespace, blob and write) unless it holds a newer one by the time the event folds."""
+        namespace = unique("ns")
+        topic = f"helix.memory.{namespace}"
+
+        def ttl(seen: str) -> MemoryForgotten:
+            return MemoryForgotten(("checkpoints",), "ttl", "idle", session=True, ids=(seen,))
+
+        script: list[tuple[str, Payload]] = [
+            ("a", saved("01", None, "r1", x="1")),
+            ("a", saved("01", None, "r1", ns="child", z="1")),
+            ("a", writes("01", "t1", (0, "x", "w"))),
+            ("b", saved("01", None, "r1", x="2")),
+            ("b", saved("02", "01", "r2", x="3")),  # saved after the sweep looked (it saw 01)
+            ("a", ttl("01")),
+            ("b", ttl("01")),
+            ("c", saved("07", None, "r1", x="4")),
+        ]
+        recs = [Record(Event(namespace, t, p), Position(topic, 0, i)) for i, (t, p) in enumerate(script)]
+        ref = reference(recs)
+        assert (await store.apply(recs)).events == len(recs)
+        assert ref["a"] == Thread() and [cid for cid in ref["b"].checkpoints[""]] == ["01", "02"]
+        for thread, state in ref.items():
+            assert await rows_of(store, namespace, thread, state) == expected_rows(state), thread
+        assert await store.writes(namespace, "a", "", "01") == []
+        assert [(s.thread_id, s.checkpoint_id) for s in await store.latest(namespace)] == [("b", "02"), ("c", "07")]
+        assert await store.latest(unique("ns")) == []
 
     async def test_repeated_rows_in_one_event_fold_as_the_fold_does(self, store: CheckpointStore) -> None:
         """One event naming a special write's (task, idx) twice, or a blob twice: the fold keeps the last

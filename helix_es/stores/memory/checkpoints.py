@@ -71,6 +71,14 @@ class MemoryCheckpoints:
         found.sort(key=lambda s: (s.thread_id, s.checkpoint_id), reverse=True)
         return found if limit is None else found[:limit]
 
+    async def latest(self, namespace: str) -> list[Saved]:
+        found = []
+        for (n, _), thread in sorted(self._threads.items()):
+            newest = [rows[max(rows)] for rows in thread.checkpoints.values() if rows]
+            if n == namespace and newest:
+                found.append(max(newest, key=lambda s: s.checkpoint_id))
+        return found
+
     async def blobs(
         self, namespace: str, thread_id: str, checkpoint_ns: str, versions: Sequence[tuple[str, str]]
     ) -> dict[str, Serialized]:

@@ -371,6 +371,11 @@ class CheckpointStore(Protocol):
         """Checkpoints newest first (per thread, threads in order); None for a thread or ns: all of them."""
         ...
 
+    async def latest(self, namespace: str) -> list[Saved]:
+        """Each thread's newest checkpoint (by id, over its checkpoint namespaces), threads in order:
+        what a TTL sweep reads."""
+        ...
+
     async def blobs(
         self, namespace: str, thread_id: str, checkpoint_ns: str, versions: Sequence[tuple[str, str]]
     ) -> dict[str, Serialized]:

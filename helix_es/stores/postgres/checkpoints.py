@@ -109,6 +109,8 @@ _LISTED = f"""
 _DROP_BLOBS = f"""
 DELETE FROM helix_lg_blobs WHERE {_THREAD}
 AND (checkpoint_ns, channel, version) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))"""
+# Whether a thread holds a checkpoint newer than the one a forgetting saw: it stays (`DropThread.spares`).
+_NEWER = f'SELECT EXISTS (SELECT 1 FROM helix_lg_checkpoints WHERE {_THREAD} AND checkpoint_id > $4 COLLATE "C")'
 # The rows a deletion removes, for the writes and the checkpoints alike.
 _DOOMED = {
     "runs": f"SELECT checkpoint_ns, checkpoint_id FROM helix_lg_checkpoints WHERE {_THREAD} AND run_id = ANY($4)",
@@ -206,7 +208,7 @@ class PostgresCheckpoints:
                 await conn.execute(f"DELETE FROM helix_lg_checkpoints WHERE {_THREAD} AND {doomed}", *key, *args)
             if op.blobs:
                 await conn.execute(_DROP_BLOBS, *key, *_columns(op.blobs))
-        else:
+        elif op.seen is None or not await conn.fetchval(_NEWER, *key, op.seen):
             for table in _T:
                 await conn.execute(f"DELETE FROM {table} WHERE {_THREAD}", *key)
 
@@ -242,6 +244,13 @@ class PostgresCheckpoints:
         """
         rows = await (await self._pool()).fetch(sql, self.name, namespace, thread_id, checkpoint_ns, before, limit)
         return [_saved(r) for r in rows]
+
+    async def latest(self, namespace: str) -> list[Saved]:
+        sql = f"""
+            SELECT DISTINCT ON (thread_id) {_COLUMNS} FROM helix_lg_checkpoints WHERE view = $1 AND namespace = $2
+            ORDER BY thread_id, checkpoint_id COLLATE "C" DESC
+        """
+        return [_saved(r) for r in await (await self._pool()).fetch(sql, self.name, namespace)]
 
     async def blobs(
         self, namespace: str, thread_id: str, checkpoint_ns: str, versions: Sequence[tuple[str, str]]

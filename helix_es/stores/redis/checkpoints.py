@@ -183,6 +183,8 @@ class RedisCheckpoints:
                 (pipe.hset if op.replaces(w) else pipe.hsetnx)(key, f"{w.task_id}{SEP}{w.idx}", write_value(w))
         elif isinstance(op, DeleteCheckpoints | DropThread):
             assert index is not None
+            if isinstance(op, DropThread) and op.spares(index):
+                return
             for cns, cid in list(index) if isinstance(op, DropThread) else op.doomed(index):
                 member = f"{cns}{SEP}{cid}"
                 pipe.hdel(k.cp, member)
@@ -247,6 +249,16 @@ class RedisCheckpoints:
             found += sorted(rows, key=lambda s: s.checkpoint_id, reverse=True)
             if limit is not None and len(found) >= limit:
                 return found[:limit]
+        return found
+
+    async def latest(self, namespace: str) -> list[Saved]:
+        client = await self._client()
+        found = []
+        for tid in sorted(text(t) for t in await client.smembers(threads_key(self.name, namespace))):
+            nss = [text(n) for n in await client.smembers(self._keys(namespace, tid).nss)]
+            newest = [s for s in [await self.get(namespace, tid, cns, None) for cns in nss] if s is not None]
+            if newest:
+                found.append(max(newest, key=lambda s: s.checkpoint_id))
         return found
 
     async def blobs(
