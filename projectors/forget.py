@@ -77,7 +77,7 @@ class Forgetter:
         ends = self._ends.setdefault(namespace, {})
         async for record in self.log.read(namespace, on_bad=_passed_over, start=dict(ends), on_end=ends.__setitem__):
             index.note(record)
-        return index.due(now)
+        return await index.adue(now)  # the folds this process runs go on between its steps
 
     async def run(self, stop: asyncio.Event) -> None:
         try:

@@ -303,3 +303,62 @@ async def test_on_kafka_the_projector_forgets_facts_by_budget(
             await wait_for(one_left, 60, "the extraction, then the budget's forgetting")
     finally:
         stop(projector)
+
+
+def test_a_paced_decision_forgets_what_one_pass_over_the_items_would() -> None:
+    """`PolicyIndex.deciding` pauses every `STEP` items (a worker lets adds run there): its events name
+    exactly the items a plain reading of the rules names, the least recently used over the budget
+    first, and a clear noted between two steps only drops items from what is left to decide."""
+    from helix_es.model.events import Event, MemoryCleared, Position, Record
+    from helix_es.projection.forgetting import STEP, PolicyIndex
+    from helix_es.views.forgetting import Forget
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    records = []
+    for i in range(3 * STEP + 10):  # said 0..n hours ago, in 7 sessions
+        said = now - timedelta(hours=i % 200)
+        event = Event("ns", f"s{i % 7}", MessageAdded(Message("user", f"m{i}", occurred_at=said)), timestamp=said)
+        records.append(Record(event, Position("t", 0, i)))
+
+    def index() -> PolicyIndex:
+        made = PolicyIndex("ns", ("long-term",), Forget(max_age=150 * 3600, budget=1000), whole_sessions=False)
+        for r in records:
+            made.note(r)
+        return made
+
+    def named(events: list[Event]) -> dict[tuple[str, int], str]:
+        out = {}
+        for e in events:
+            assert isinstance(e.payload, MemoryForgotten) and list(e.payload.offsets) == sorted(e.payload.offsets)
+            out.update({(e.session_id, o): e.payload.policy for o in e.payload.offsets})
+        return out
+
+    old = {(r.event.session_id, r.position.offset) for r in records if now - r.event.timestamp > timedelta(hours=150)}
+    young = sorted(
+        (r.event.timestamp, r.event.session_id, r.position.offset)
+        for r in records
+        if (r.event.session_id, r.position.offset) not in old
+    )
+    over = {(sid, o) for _, sid, o in young[: len(young) - 1000]}
+    expected = {k: "max_age" for k in old} | {k: "budget" for k in over}
+
+    steps = index().deciding(now)
+    pauses = 0
+    while True:
+        try:
+            next(steps)
+            pauses += 1
+        except StopIteration as done:
+            assert named(done.value) == expected
+            break
+    assert pauses > 3
+    cleared = index()
+    steps = cleared.deciding(now)
+    next(steps)  # one step in, the namespace is cleared
+    cleared.note(Record(Event("ns", "s0", MemoryCleared(), timestamp=now), Position("t", 0, len(records))))
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            assert set(named(done.value)) <= set(expected) and len(cleared) == 0
+            break

@@ -24,7 +24,7 @@ from helix_es.projection.extraction import AppendMany
 from helix_es.projection.forgetting import FactsPolicy, Key, PolicyIndex, forgotten_items
 
 log = logging.getLogger(__name__)
-SLICE = 4  # events a round appends (and folds) at a time: an add waits for one slice at most
+SLICE = 1  # events a round appends (and folds) at a time: an add waits for one event at most
 
 
 def _now() -> datetime:
@@ -161,7 +161,7 @@ class Forgetting(Rounds):
 
     async def decide(self) -> list[Event]:
         await self.prepare()
-        return self.index.due(self.clock())
+        return await self.index.adue(self.clock())  # adds run between its steps
 
 
 @dataclass

@@ -14,8 +14,10 @@ rebuild folds the same ones: it never asks the policy again.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from helix_es.model.events import (
@@ -33,6 +35,7 @@ from helix_es.views.forgetting import Forget
 
 Key = tuple[str, int, int]  # (session id, partition, offset): a message; (session id, -1, -1): a whole session
 MAX_OFFSETS = 2_000  # offsets one event names: a session with more is forgotten in several events
+STEP = 2_048  # items a decision looks at between two pauses (`PolicyIndex.deciding`)
 FACTS_SESSION = "facts"  # where a fact with no session of its own (asserted elsewhere) is forgotten
 
 
@@ -113,43 +116,75 @@ class PolicyIndex:
                 found[1] = now
 
     def due(self, now: datetime) -> list[Event]:
-        """The events recording what the policy forgets at `now`. The index drops those items when it
-        folds the events, as the views do: an append that fails leaves them for the next round."""
+        """The events recording what the policy forgets at `now`, decided in one go (`deciding`)."""
+        return drain(self.deciding(now))
+
+    async def adue(self, now: datetime) -> list[Event]:
+        """`due`, letting the loop's other work (adds, folds) run between its steps."""
+        decision = Decision(self.deciding(now))
+        for _ in decision:
+            await asyncio.sleep(0)
+        return decision.events
+
+    def deciding(self, now: datetime) -> Generator[None, None, list[Event]]:
+        """`due`, one step at a time: it yields after every `STEP` items, so a worker sharing its loop
+        with adds can let them run between steps (records noted meanwhile wait for the next round).
+        The index drops the items it decides to forget: an append that fails leaves them to the log."""
         policy, clock = self.policy, micros(now)
         everything = self._everything_used
         age = None if policy.max_age is None else clock - int(policy.max_age * 1e6)
         idle = None if policy.inactive_for is None else clock - int(policy.inactive_for * 1e6)
+        keys = list(self._items)  # the items now; a clear or erasure noted meanwhile may drop some
         gone: dict[Key, str] = {}
-        if age is not None or idle is not None:
-            for key, (said, used, _) in self._items.items():
+        kept: list[tuple[int, Key]] = []  # (last use, item) of the rest: a budget keeps the most recent
+        for start in range(0, len(keys), STEP):
+            for key in keys[start : start + STEP]:
+                found = self._items.get(key)
+                if found is None:
+                    continue
+                said, used, _ = found
                 if age is not None and said < age:
                     gone[key] = "max_age"
                 elif idle is not None and max(used, everything) < idle:
                     gone[key] = "inactive_for"
-        if policy.budget is not None and len(self._items) - len(gone) > policy.budget:
-            over = len(self._items) - len(gone) - policy.budget
-            kept = ((max(v[1], everything), k) for k, v in self._items.items() if k not in gone)
-            for _, key in heapq.nsmallest(over, kept):  # the least recently used; ties by session and position
+                elif policy.budget is not None:
+                    kept.append((max(used, everything), key))
+            yield
+        if policy.budget is not None and len(kept) > policy.budget:
+            runs = []  # sorted runs, merged: the least recently used first, ties by session and position
+            for start in range(0, len(kept), STEP):
+                runs.append(sorted(kept[start : start + STEP]))
+                yield
+            merged = heapq.merge(*runs)
+            for n, (_, key) in enumerate(itertools.islice(merged, len(kept) - policy.budget), 1):
                 gone[key] = "budget"
-        return self._events(gone)
+                if n % STEP == 0:
+                    yield
+        return (yield from self._events(gone))
 
-    def _events(self, gone: dict[Key, str]) -> list[Event]:
+    def _events(self, gone: dict[Key, str]) -> Generator[None, None, list[Event]]:
         reasons = self.policy.settings()
-        grouped: dict[tuple[str, str], list[int]] = {}
-        for (sid, _, offset), rule in sorted(gone.items()):
-            grouped.setdefault((sid, rule), []).append(offset)
+        grouped: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for n, ((sid, partition, offset), rule) in enumerate(gone.items(), 1):
+            grouped.setdefault((sid, rule), []).append((partition, offset))
+            if n % STEP == 0:
+                yield
         events = []
-        for (sid, rule), offsets in grouped.items():
+        for sid, rule in sorted(grouped, key=lambda g: (g[0], min(grouped[g]))):  # a session's rules, oldest first
             if self.whole_sessions:
                 payload = MemoryForgotten(self.views, rule, reasons[rule], session=True)
                 events.append(Event(self.namespace, sid, payload))
                 continue
+            offsets = [offset for _, offset in sorted(grouped[(sid, rule)])]
             for i in range(0, len(offsets), MAX_OFFSETS):
                 chunk = tuple(offsets[i : i + MAX_OFFSETS])
                 events.append(
                     Event(self.namespace, sid, MemoryForgotten(self.views, rule, reasons[rule], offsets=chunk))
                 )
-        self._drop(list(gone))
+        doomed = list(gone)
+        for start in range(0, len(doomed), STEP):
+            self._drop(doomed[start : start + STEP])
+            yield
         return events
 
     def _forget_session(self, sid: str, partition: int, offset: int) -> None:
@@ -166,6 +201,25 @@ class PolicyIndex:
                     held.discard(key)
                     if not held:
                         del self._sessions[key[0]]
+
+
+class Decision:
+    """A paced decision (`PolicyIndex.deciding`): iterate it to run it, step by step; then `events`."""
+
+    def __init__(self, steps: Generator[None, None, list[Event]]) -> None:
+        self._steps = steps
+        self.events: list[Event] = []
+
+    def __iter__(self) -> Iterator[None]:
+        self.events = yield from self._steps
+
+
+def drain(steps: Generator[None, None, list[Event]]) -> list[Event]:
+    """Run a paced decision to its end at once."""
+    decision = Decision(steps)
+    for _ in decision:
+        pass
+    return decision.events
 
 
 def forgotten_items(event: Event) -> int:
