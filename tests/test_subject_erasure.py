@@ -226,6 +226,29 @@ async def test_a_dry_run_writes_nothing_then_the_subject_leaves_every_view_with_
     assert await views(cfg, ns, list(SESSIONS)) == after
 
 
+async def test_summaries_naming_the_subject_leave_with_the_messages_they_stand_for(tmp_path: Path) -> None:
+    """A compaction's summary in a conversation and a summary view's running summary, written before the
+    erasure from messages naming her, name her too: the erasure takes them out by their text, and the
+    check (which reads what each view shows) passes."""
+    ns = unique("erase-sum")
+    cfg = embedded(tmp_path, ns, [{"type": "conversation"}, {"type": "summary", "max_messages": 4}])
+    bob = [*SESSIONS["s-bob"], *(Message("user", f"Then errand {i}.") for i in range(4))]
+    await write(cfg, {"s-bob": bob})
+    async with open_memory(cfg, session_id="s-bob") as mem:
+        await mem.compact(keep=2)  # type: ignore[attr-defined]
+    before = await views(cfg, ns, ["s-bob"])
+    assert all(any("caroline" in t.casefold() for t in texts["s-bob"]) for texts in before.values())
+    assert any(t.startswith("Summary of the earlier conversation") for t in before["summary-4-pairs"]["s-bob"])
+
+    receipt = (await erase_subject(cfg, subject=SUBJECT)).to_json()
+    assert receipt["verification"]["passed"], receipt["verification"]["failures"]
+    after = await views(cfg, ns, ["s-bob"])  # a fresh runtime: every view folded again from the log
+    for texts in after.values():
+        assert not any("caroline" in t.casefold() for t in texts["s-bob"])
+    assert after["conversation"]["s-bob"] == [f"Then errand {i}." for i in (2, 3)]  # the summary went
+    assert after["summary-4-pairs"]["s-bob"] == [m.content for m in bob[-len(after["summary-4-pairs"]["s-bob"]) :]]
+
+
 async def test_the_cli_prints_the_receipt_and_exits_with_its_codes(tmp_path: Path) -> None:
     ns = unique("erase-cli")
     cfg = embedded(tmp_path, ns, [{"type": "sliding-window", "window_size": 10}, {"type": "long-term"}])

@@ -42,13 +42,22 @@ from helix_es.client.keys import shreddable
 from helix_es.client.runtime import Runtime, default_runtime
 from helix_es.config import Config, load_config
 from helix_es.history.erasure import ForgetResult, _export, erase, held
-from helix_es.history.subject_scan import CONCURRENCY, POLICY, RECEIPTS, Found, Opener, Seen, check_subject, scan
+from helix_es.history.subject_scan import (
+    CONCURRENCY,
+    POLICY,
+    RECEIPTS,
+    Found,
+    Opener,
+    Seen,
+    check_subject,
+    said_in,
+    scan,
+)
 from helix_es.history.subject_verify import Verifier
 from helix_es.model import names
 from helix_es.model.events import (
     Event,
     MemoryForgotten,
-    MessageAdded,
     Position,
     Record,
     SessionErased,
@@ -286,11 +295,7 @@ def _stored_texts(records: Sequence[Record], offsets: Sequence[int]) -> list[str
     """The texts of the messages added at `offsets`, as the log (and so every view) holds them: sealed, with
     encryption on. A session view names a message by its text (`content_id`)."""
     wanted = set(offsets)
-    return [
-        r.event.payload.message.content
-        for r in records
-        if r.position.offset in wanted and isinstance(r.event.payload, MessageAdded)
-    ]
+    return [said.content for r in records if r.position.offset in wanted and (said := said_in(r)) is not None]
 
 
 def _forgettings(

@@ -7,7 +7,8 @@ when encryption is on, and:
   extracted from the session's turns whose subject is the subject (`FactsExtracted`), or a session an
   earlier erasure of the subject listed (`SubjectErased`: once shredded, a session's user ids no longer
   open, so a rerun knows them from the receipts);
-- in the other sessions, the messages that name the subject (`names`), unless an earlier forgetting
+- in the other sessions, the messages that name the subject (`names`) and compaction summaries
+  that do, unless an earlier forgetting
   already took them out of every view, or a `SessionErased` of their session did;
 - the ids of the facts about the subject (subject or value naming it), as the facts view makes them
   (`fact_id`, `asserted_id`), unless forgotten already;
@@ -36,8 +37,10 @@ from helix_es.model.events import (
     MessageAdded,
     Position,
     Record,
+    SessionCompacted,
     SessionErased,
     SubjectErased,
+    SummaryRecorded,
 )
 from helix_es.model.message import Message, check_text
 from helix_es.views.facts import asserted_id, fact_id
@@ -193,6 +196,19 @@ def _listed(receipt: str) -> set[str]:
         return set()
 
 
+def said_in(record: Record) -> Message | None:
+    """What a record puts in views as a message's text: an added message, or a summary (a compaction's or
+    a summary view's), which stands for messages that may name the subject."""
+    payload = record.event.payload
+    if isinstance(payload, MessageAdded):
+        return payload.message
+    if isinstance(payload, SessionCompacted):
+        return Message("system", payload.summary)  # sealed as a message's content, with encryption on
+    if isinstance(payload, SummaryRecorded):
+        return Message("system", payload.text)  # a summary view's running summary
+    return None
+
+
 def speaks_of(message: Message, subject: str, names_it: Callable[[str], bool]) -> bool:
     """Whether an opened message names the subject: its user id, its content, a tool call's arguments, its name."""
     if message.metadata.get(USER_ID) == subject:
@@ -205,9 +221,7 @@ async def _open_all(found: Found, opener: Opener, subject: str, names_it: Callab
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(sid: str, seen: Seen) -> None:
-        added = [
-            (r.position, r.event.payload.message) for r in seen.records if isinstance(r.event.payload, MessageAdded)
-        ]
+        added = [(r.position, said) for r in seen.records if (said := said_in(r)) is not None]
         if not added:
             return
         async with gate:

@@ -5,8 +5,8 @@ events (on Kafka: once `helix-es project` has folded them, waited for up to `tim
 
 - a session view (conversation, windows, summary, smart) must hold nothing of the subject's sessions
   and no message of another session naming the subject (the erasure names those by their text: a
-  session view keeps no positions); a summary written before the erasure that names the subject is
-  a failure, said as such;
+  session view keeps no positions), summaries naming the subject included (the erasure names them
+  by their text too);
 - long-term rows, vector entries and facts must hold nothing of the subject's sessions and no
   message (fact) naming the subject; a facts view's pending turns (the extractor's queue) naming the
   subject in other sessions are counted as `kept` until the extractor has read them;

@@ -5,6 +5,8 @@ messages it covers) followed by the recent messages. The fold never calls a mode
 projection asks the summariser when the view is live and appends its answer to the log as
 a `SummaryRecorded` event, which this fold applies, so a rebuild replays recorded summaries.
 
+An erasure's `MemoryForgotten` drops the recent messages its `ids` name by text, and the summary's
+text too when they name it (the summary then stands for nothing: the next one starts afresh).
 A retraction takes back the newest recent message; one already folded into the summary stays in
 its text (with no recent message left, a retraction changes nothing). A summary asked for before
 retractions reached into the messages it covers still covers them when it arrives.
@@ -86,6 +88,8 @@ class Summary(View):
         if isinstance(payload, MessageRetracted):
             return (header.message(), *recent[:-1]) if recent else state
         if isinstance(payload, MemoryForgotten) and payload.ids and payload.names(self.name):
+            if header.text and without((header.message(),), payload.ids) == ():  # a summary naming the erased
+                header = Header(header.epoch, header.covers)  # what it covered stays covered, its text goes
             return (header.message(), *without(recent, payload.ids))  # an erasure's messages, by text
         if (
             isinstance(payload, SummaryRecorded)
