@@ -77,6 +77,37 @@ async def test_a_window_keeps_its_system_prompt_and_evicts_past_the_summary(tmp_
         assert [x.content for x in await mem.get()][:1] == ["You are terse."]
 
 
+async def test_a_window_that_evicts_while_the_summariser_runs_is_summarised_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adds land while the summariser runs (a background compaction, an agent going on) and the window
+    evicts: the summary it wrote no longer stands for the view's oldest messages, so it asks again for
+    the ones now oldest instead of replacing newer messages than it read."""
+    from helix_es.providers.summarise import ExtractiveSummariser
+
+    ns = unique("cp")
+    cfg = config(tmp_path, ns, {"type": "sliding-window", "window_size": 6})
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        await mem.add_many(said(6))
+        asked: list[list[str]] = []
+        summarise = ExtractiveSummariser.summarise
+
+        async def racing(self: Any, previous: str, messages: Any) -> str:
+            asked.append([x.content for x in messages])
+            if len(asked) == 1:
+                await mem.add_many(said(8)[6:])  # the window evicts turns 0 and 1
+            return await summarise(self, previous, messages)
+
+        monkeypatch.setattr(ExtractiveSummariser, "summarise", racing)
+        position = await m.compact(keep=2)
+        assert asked == [[x.content for x in said(4)], [x.content for x in said(6)[2:]]]
+        got = await mem.get()
+        assert "turn 2." in got[0].content and "turn 0." not in got[0].content
+        assert [x.content for x in got[1:]] == ["turn 6. More words here.", "turn 7. More words here."]
+        assert await m.expand(position) == said(6)[2:]
+
+
 async def test_compact_at_tokens_compacts_in_the_background(tmp_path: Path) -> None:
     ns = unique("cp")
     cfg = config(tmp_path, ns, {"type": "conversation", "compact_at_tokens": 60})

@@ -26,6 +26,7 @@ from helix_es.views.base import View, parse_position
 log = logging.getLogger(__name__)
 Opener = Callable[[list[Message]], Awaitable[list[Message]]]
 Sealer = Callable[[str], Awaitable[str]]
+ATTEMPTS = 3  # summaries asked for before a compaction gives up on a session whose window keeps moving
 KEEP = 4  # messages `compact()` keeps as they are by default (whole tool exchanges: maybe more)
 
 
@@ -63,22 +64,26 @@ class Compaction:
         part = self._compactable()
         assert part.summariser is not None
         me = cast(Any, self)
-        records = await self._session()
-        messages = await compaction.view_of(part, records, me.key)
-        plan = compaction.plan(messages, keep, records)
-        if plan is None:
-            return None
-        covered, earlier = plan.messages, plan.summaries
-        if opened is not None:
-            covered, earlier = await opened(covered), await opened(earlier)
-        summary = await part.summariser.summarise("\n".join(m.content for m in earlier), covered)
-        if sealed is not None:
-            summary = await sealed(summary)
-        payload = SessionCompacted(
-            part.view.name, summary, plan.first, plan.last, plan.covers, part.summariser.model, reason
-        )
-        position: Position = await me._append(payload, None)
-        return position
+        for _ in range(ATTEMPTS):
+            records = await self._session()
+            plan = compaction.plan(await compaction.view_of(part, records, me.key), keep, records)
+            if plan is None:
+                return None
+            covered, earlier = plan.messages, plan.summaries
+            if opened is not None:
+                covered, earlier = await opened(covered), await opened(earlier)
+            summary = await part.summariser.summarise("\n".join(m.content for m in earlier), covered)
+            if sealed is not None:
+                summary = await sealed(summary)
+            records = await self._session()  # adds landed while the summariser ran: a window may have evicted
+            if compaction.still_oldest(await compaction.view_of(part, records, me.key), records, plan):
+                payload = SessionCompacted(
+                    part.view.name, summary, plan.first, plan.last, plan.covers, part.summariser.model, reason
+                )
+                position: Position = await me._append(payload, None)
+                return position
+        log.warning("compaction of %s gave up: its oldest messages kept moving", me.session_id)
+        return None
 
     async def expand(self, position: Position | str) -> list[Message]:
         """The messages the summary recorded at `position` (a summary message's `compacted` metadata) stood for."""

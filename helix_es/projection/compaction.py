@@ -63,6 +63,16 @@ def plan(messages: Sequence[Message], keep: int, records: Sequence[Record]) -> P
     return Plan(plain, spans[0][0], spans[-1][1], summaries, n)
 
 
+def still_oldest(messages: Sequence[Message], records: Sequence[Record], plan: Plan) -> bool:
+    """Whether the view's oldest messages are still the ones `plan` covers: a window that evicted while
+    the summariser ran would have the summary replace newer messages than it stands for."""
+    start = compaction_start(messages)
+    body = list(messages[start : start + plan.covers])
+    if len(body) != plan.covers:
+        return False
+    return (_span(body[0], records)[0], _span(body[-1], records)[1]) == (plan.first, plan.last)
+
+
 async def expand(part: MemoryConfig, records: Sequence[Record], at: Position, key: SessionKey) -> list[Message]:
     """The messages the `SessionCompacted` at `at` stood for, in order; `LookupError` if there is none."""
     found = next((r for r in records if r.position == at and isinstance(r.event.payload, SessionCompacted)), None)
