@@ -4,9 +4,10 @@ A namespace's policy is applied by one process: the one whose projector holds th
 partition 0 in the view's consumer group, so a budget counts every partition and no two processes
 record the same forgetting. It reads the namespace's log into a `PolicyIndex` (from where it read
 last), and every `every` seconds appends the `MemoryForgotten` events the policy decides; the
-projectors fold them like any event. Reads by clients in other processes are not on the log, so
-here an item's last use is its last write. A facts view's policy reads the facts from the view the
-projector keeps (a fact is a fold of many events, not one).
+projectors fold them like any event. Reads by clients in other processes are not on the log: the
+clients send what they returned to the namespace's uses topic (`helix_es.log.kafka_uses`), read
+here before each round (from its start on a restart). A facts view's policy reads the facts from
+the view the projector keeps (a fact is a fold of many events, not one).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from helix_es.log.kafka import KafkaLog
 from helix_es.model import names
 from helix_es.model.events import Event
 from helix_es.model.facts import make_facts_ask
+from helix_es.model.forget_events import Use
 from helix_es.projection.forgetting import FactsPolicy, PolicyIndex, forgotten_items
 from helix_es.projection.protocol import Knower
 from helix_es.views.base import View
@@ -45,6 +47,7 @@ class Forgetter:
         self._indexes: dict[str, PolicyIndex] = {}
         self._facts: dict[str, FactsPolicy] = {}
         self._ends: dict[str, dict[int, int]] = {}
+        self._uses_from: dict[str, int] = {}  # namespace -> the next offset of its uses topic
 
     def _leading(self) -> list[str]:
         projector = self.follower.projector
@@ -69,6 +72,8 @@ class Forgetter:
                 policy = self._facts[namespace] = FactsPolicy(namespace, self.part.view.name, self.policy)
             projection = self.follower.projection
             facts = await cast(Knower, projection).facts(namespace, make_facts_ask()) if projection else None
+            for use in await self._uses(namespace):
+                policy.used(_when(use), use.facts)
             return policy.due(facts or [], now)
         index = self._indexes.get(namespace)
         if index is None:
@@ -77,7 +82,15 @@ class Forgetter:
         ends = self._ends.setdefault(namespace, {})
         async for record in self.log.read(namespace, on_bad=_passed_over, start=dict(ends), on_end=ends.__setitem__):
             index.note(record)
-        return await index.adue(now)  # the folds this process runs go on between its steps
+        for use in await self._uses(namespace):  # after the log: the items they name are in the index
+            index.used(_when(use), use.session_id, messages=use.messages, whole=use.whole)
+        return await index.adue(now)
+
+    async def _uses(self, namespace: str) -> list[Use]:
+        """What clients' reads of this view returned since the last round (`helix_es.log.kafka_uses`)."""
+        found, self._uses_from[namespace] = await self.log.uses.read(namespace, self._uses_from.get(namespace, 0))
+        mine = {v.partition("@")[0] for v in self.views}
+        return [u for u in found if u.view in mine]  # the folds this process runs go on between its steps
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -95,6 +108,10 @@ class Forgetter:
                     log.warning("forgetting for view %s failed: %s", self.part.view.name, exc)
         finally:
             await self.log.close()
+
+
+def _when(use: Use) -> datetime:
+    return datetime.fromtimestamp(use.at / 1e6, UTC)
 
 
 def _passed_over(bad: Skipped) -> None:

@@ -3,6 +3,7 @@ the views fold it, a reopen (a rebuild from the log file) forgets the same, and 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,23 @@ LONG_AGO = datetime.now(UTC) - timedelta(days=60)
 
 def config(tmp_path: Path, ns: str, memory: dict[str, Any]) -> dict[str, Any]:
     return {"log": {"path": str(tmp_path), "fsync": False}, "memory": {"namespace": ns, **memory}}
+
+
+def on_kafka(
+    bootstrap: str, redis_url: str, ns: str, prefix: str, forget: dict[str, Any], *, partitions: int = 2
+) -> dict[str, Any]:
+    """A conversation in Redis on Kafka with `forget:`; `helix-es project` runs its policy."""
+    return {
+        "log": {"type": "kafka", "bootstrap_servers": bootstrap, "partitions": partitions, "topic_prefix": prefix},
+        "memory": {
+            "type": "conversation",
+            "store": "redis",
+            "redis_url": redis_url,
+            "namespace": ns,
+            "read_timeout": 30,
+            "forget": forget,
+        },
+    }
 
 
 async def events_of(tmp_path: Path, ns: str) -> list[Any]:
@@ -145,17 +163,7 @@ async def test_on_kafka_the_projector_forgets_and_a_rebuild_forgets_the_same(
     from tests.test_rebuild import snapshots, write_config
 
     ns, prefix = unique("kfg"), unique("kfg")
-    cfg = {
-        "log": {"type": "kafka", "bootstrap_servers": kafka_bootstrap, "partitions": 3, "topic_prefix": prefix},
-        "memory": {
-            "type": "conversation",
-            "store": "redis",
-            "redis_url": redis_url,
-            "namespace": ns,
-            "read_timeout": 30,
-            "forget": {"max_age": "720h", "every": "0.5s"},
-        },
-    }
+    cfg = on_kafka(kafka_bootstrap, redis_url, ns, prefix, {"max_age": "720h", "every": "0.5s"}, partitions=3)
     path = write_config(tmp_path, cfg)
     view = load_config(cfg).memory.view
     assert isinstance(view, View)
@@ -362,3 +370,60 @@ def test_a_paced_decision_forgets_what_one_pass_over_the_items_would() -> None:
         except StopIteration as done:
             assert set(named(done.value)) <= set(expected) and len(cleared) == 0
             break
+
+
+async def test_on_kafka_reads_by_clients_count_as_uses(tmp_path: Path, kafka_bootstrap: str, redis_url: str) -> None:
+    """The policy runs beside `helix-es project`, not where the reads happen: a client sends what its reads
+    returned to the namespace's uses topic, and the worker counts them. A session read all along stays;
+    one nobody read is forgotten by `inactive_for` (both were written at the same time)."""
+    from helix_es.log.kafka import KafkaLog
+    from tests.conftest import start_projector, stop
+
+    ns, prefix = unique("kfu"), unique("kfu")
+    cfg = on_kafka(kafka_bootstrap, redis_url, ns, prefix, {"inactive_for": "4s", "every": "0.5s"})
+    projector = start_projector(cfg, tmp_path)
+    try:
+        async with open_memory(cfg, session_id="read") as read, open_memory(cfg, session_id="idle") as idle:
+            async with open_memory(cfg, session_id="warm") as warm:  # the projector is up: reads start at once
+                await warm.add(Message("user", "hello"))
+                assert len(await warm.get()) == 1
+            await read.add(Message("user", "I read this often"))
+            await idle.add(Message("user", "nobody reads me"))
+            assert [m.content for m in await idle.get()] == ["nobody reads me"]  # once, then never again
+            log = KafkaLog(kafka_bootstrap, topic_prefix=prefix)  # the log, read without reading the views
+
+            async def forgotten() -> list[str]:
+                found = [r async for r in log.read(ns)]
+                return [r.event.session_id for r in found if isinstance(r.event.payload, MemoryForgotten)]
+
+            async def idle_forgotten() -> bool:
+                assert [m.content for m in await read.get()] == ["I read this often"]  # a use, every look
+                return "idle" in await forgotten()
+
+            try:
+                await wait_for(idle_forgotten, 60, "the idle session to be forgotten")
+                for _ in range(12):  # three more of its inactive_for: still read, still kept
+                    assert [m.content for m in await read.get()] == ["I read this often"]
+                    await asyncio.sleep(0.5)
+                assert sorted(await forgotten()) == ["idle", "warm"] and await idle.get() == []
+            finally:
+                await log.close()
+    finally:
+        stop(projector)
+
+
+def test_uses_gather_one_record_per_view_and_session() -> None:
+    from helix_es.log.kafka_uses import LISTED, decode, encode, gathered
+    from helix_es.model.forget_events import Use
+
+    uses = [
+        Use("long-term", "s", 5, messages=(("a", 0, 1),)),
+        Use("long-term", "s", 9, messages=(("a", 0, 1), ("b", 1, 7))),
+        Use("conversation", "s", 3, whole=True),
+        Use("facts", "facts", 4, facts=tuple(f"f{i}" for i in range(LISTED + 1))),
+    ]
+    out = gathered(uses)
+    assert out[0] == Use("long-term", "s", 9, messages=(("a", 0, 1), ("b", 1, 7)))
+    assert out[1] == Use("conversation", "s", 3, whole=True)
+    assert [len(u.facts) for u in out[2:]] == [LISTED, 1]
+    assert [decode(encode(u)) for u in out] == out

@@ -14,7 +14,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from helix_es.client.extracting import Extracting
 from helix_es.client.forgetting import FactsForgetting, Forgetting
@@ -22,12 +23,13 @@ from helix_es.config import MemoryConfig
 from helix_es.log.check import Skipped
 from helix_es.log.port import EventLog
 from helix_es.model import names
-from helix_es.model.events import Event, MessageAdded, Position, Record
+from helix_es.model.events import Event, MessageAdded, Position, Record, micros
 from helix_es.model.facts import Fact, make_facts_ask
+from helix_es.model.forget_events import Use
 from helix_es.projection.aliases import AliasedProjection
 from helix_es.projection.driver import Append, Driver, rare_collections
 from helix_es.projection.factory import open_aliases, open_store, store_key
-from helix_es.projection.forgetting import FactsPolicy, Key, PolicyIndex
+from helix_es.projection.forgetting import FACTS_SESSION, FactsPolicy, Key, PolicyIndex
 from helix_es.projection.protocol import Knower, Projection
 from helix_es.stores.ports import AliasStore, ViewStore
 from helix_es.views.base import View
@@ -56,6 +58,7 @@ class Backend:
     _riders: dict[str, list[tuple[Event, asyncio.Future[Position]]]] = field(default_factory=dict)  # see append_derived
     _extracting: dict[tuple[str, str], Extracting] = field(default_factory=dict)  # (view, namespace): workers
     _forgetting: dict[tuple[str, str], Forgetting | FactsForgetting] = field(default_factory=dict)  # (view, ns)
+    _uses_sent: set[tuple[str, str]] = field(default_factory=set)  # (view, ns) whose reads go to a policy elsewhere
     _aliases: dict[tuple[str, str | None], AliasStore] = field(default_factory=dict)  # per store location
 
     def aliases(self, memory: MemoryConfig) -> AliasStore:
@@ -92,6 +95,7 @@ class Backend:
             await projection.ready(strict=False)
         attached = self._attached.setdefault(namespace, {})
         job = self._forget(memory, projection, namespace)
+        self._count_uses(memory, namespace)
         if ident not in attached:
             async with self._lock:
                 if self.inline and ident not in attached:
@@ -143,17 +147,37 @@ class Backend:
         """Apply every forgetting policy of `namespace` now; the items forgotten."""
         return sum([await job.step() for (_, ns), job in self._forgetting.items() if ns == namespace])
 
+    def _count_uses(self, memory: MemoryConfig, namespace: str) -> None:
+        """On a log whose policies run in another process (Kafka), the reads of a view whose policy counts
+        uses (`inactive_for`, `budget`) are sent to it (`helix_es.log.kafka_uses`)."""
+        policy = memory.forget
+        if self.inline or policy is None or (policy.inactive_for is None and policy.budget is None):
+            return
+        if getattr(self.log, "uses", None) is not None:
+            self._uses_sent.update((part.view.name.partition("@")[0], namespace) for part in memory.parts)
+
+    def _send_use(self, namespace: str, use: Use) -> None:
+        if (use.view, namespace) in self._uses_sent:
+            cast(Any, self.log).uses.note(namespace, use)
+
     def used(
         self, view: str, namespace: str, session_id: str, *, messages: Sequence[Key] = (), whole: bool = False
     ) -> None:
         """A read of `view` returned items (see `PolicyIndex.used`): its policy counts them as used."""
         base = view.partition("@")[0]
+        if not self.inline:
+            self._send_use(namespace, Use(base, session_id, micros(datetime.now(UTC)), whole, tuple(messages)))
+            return
         for (_, ns), job in self._forgetting.items():
             if ns == namespace and base in job.views and isinstance(job, Forgetting):  # an index: its owner's policy
                 job.used(session_id, messages=messages, whole=whole)
 
     def used_facts(self, view: str, namespace: str, ids: Sequence[str]) -> None:
         """A read of facts view `view` returned these facts: its policy counts them as used."""
+        if not self.inline:
+            at = micros(datetime.now(UTC))
+            self._send_use(namespace, Use(view.partition("@")[0], FACTS_SESSION, at, facts=tuple(ids)))
+            return
         job = self._forgetting.get((view.partition("@")[0], namespace))
         if isinstance(job, FactsForgetting):
             job.used_facts(ids)

@@ -22,6 +22,7 @@ from helix_es.log.check import Checker, OnBad, concerns, skipped
 from helix_es.log.codec import Codec
 from helix_es.log.kafka_clients import Admin, Consumer, Producer, TopicPartition
 from helix_es.log.kafka_errors import KafkaUnavailable
+from helix_es.log.kafka_uses import KafkaUses
 from helix_es.log.port import MAX_EVENT_BYTES, OnEnd, Partition, Unclaimed
 from helix_es.model import names
 from helix_es.model.errors import EventTooLarge, HelixError, InvalidInput
@@ -46,10 +47,12 @@ async def create_topic(
     partitions: int,
     replication_factor: int,
     min_insync_replicas: int | None = None,
+    configs: Mapping[str, str] | None = None,
 ) -> None:
-    """Create a topic that keeps everything; one that exists already is fine (its configs stay)."""
+    """Create a topic that keeps everything (unless `configs` say otherwise); one that exists already is
+    fine (its configs stay)."""
     insync = default_min_insync(replication_factor) if min_insync_replicas is None else min_insync_replicas
-    configs = {**TOPIC_CONFIGS, "min.insync.replicas": str(insync)}
+    configs = {**TOPIC_CONFIGS, "min.insync.replicas": str(insync), **(configs or {})}
     new = NewTopic(topic, partitions, replication_factor, topic_configs=configs)
     try:
         response = await admin.create_topics([new])
@@ -151,6 +154,7 @@ class KafkaLog:
         self._unclaimed = Unclaimed()
         self._stopping: set[asyncio.Future[None]] = set()  # producers retired, still flushing
         self.replaced = 0  # producers retired as broken
+        self._uses: KafkaUses | None = None
 
     async def _started(self) -> Producer:
         if self._producer is None:
@@ -174,6 +178,23 @@ class KafkaLog:
                         ) from exc
                     self._producer = producer
         return self._producer
+
+    async def producer(self) -> Producer:
+        """The log's producer, started (side topics send through it too)."""
+        return await self._started()
+
+    async def side_topic(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Create a one-partition topic beside the namespaces' (its own `configs`), if it is not there."""
+        await create_topic(
+            await self._admin_client(), topic, 1, self.replication_factor, self.min_insync_replicas, configs
+        )
+
+    @property
+    def uses(self) -> KafkaUses:
+        """Where this process's reads go for forgetting policies run elsewhere (`helix_es.log.kafka_uses`)."""
+        if self._uses is None:
+            self._uses = KafkaUses(self)
+        return self._uses
 
     async def ensure_topic(self, namespace: str) -> str:
         """Create the namespace's topic on first use (no retention limit)."""
@@ -439,6 +460,8 @@ class KafkaLog:
         return sorted(names.namespace_of(t, self.topic_prefix) for t in topics if t.startswith(prefix))
 
     async def close(self) -> None:
+        if self._uses is not None:
+            await self._uses.close()  # what reads returned goes out with the producer still up
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None

@@ -61,3 +61,17 @@ class SubjectErased:
     subject: str
     request: str
     receipt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """A read that returned items of `view` (its base name), for a forgetting policy in another process:
+    `whole` (every item of a session view's session, or of a long-term view), `messages` as (session id,
+    partition, offset) of their adds (recall hits), `facts` by id. `at`: microseconds since the epoch."""
+
+    view: str
+    session_id: str
+    at: int
+    whole: bool = False
+    messages: tuple[tuple[str, int, int], ...] = ()
+    facts: tuple[str, ...] = ()

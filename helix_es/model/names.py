@@ -107,8 +107,12 @@ def topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
 
 
 def longest_topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> int:
-    """The longer of a namespace's topic and dead-letter topic names; 0 for a pattern (it names none itself)."""
-    return 0 if is_pattern(namespace) else max(len(topic_name(namespace, prefix)), len(dlq_topic(namespace, prefix)))
+    """The longest of a namespace's topic names (its log, dead letters, uses); 0 for a pattern (it names none)."""
+    if is_pattern(namespace):
+        return 0
+    return max(
+        len(topic_name(namespace, prefix)), len(dlq_topic(namespace, prefix)), len(uses_topic(namespace, prefix))
+    )
 
 
 def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX, namespaces: Iterable[str] | None = None) -> str:
@@ -124,6 +128,11 @@ def topic_pattern(prefix: str = DEFAULT_TOPIC_PREFIX, namespaces: Iterable[str] 
 def dlq_topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     """Where projectors park a namespace's records they cannot use; outside the namespace pattern."""
     return f"helix.dlq.{namespace}" if prefix == DEFAULT_TOPIC_PREFIX else f"{prefix}-dlq.{namespace}"
+
+
+def uses_topic(namespace: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """Where clients on Kafka tell a namespace's forgetting policies what their reads returned."""
+    return f"helix.uses.{namespace}" if prefix == DEFAULT_TOPIC_PREFIX else f"{prefix}-uses.{namespace}"
 
 
 def dlq_pattern(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
