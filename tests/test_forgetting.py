@@ -113,6 +113,8 @@ async def test_inactive_for_forgets_sessions_nobody_used(tmp_path: Path) -> None
         ({"maxage": "1h"}, "memory.forget.maxage"),
         ({}, "memory.forget"),
         ("1h", "memory.forget"),
+        ({"keep": "relevant", "max_age": "1h"}, "memory.forget.keep"),
+        ({"budget": 3, "keep": "loud"}, "memory.forget.keep"),
     ],
 )
 def test_a_bad_policy_is_refused_naming_the_key(forget: object, key: str) -> None:
@@ -223,6 +225,30 @@ async def test_a_long_term_budget_forgets_the_least_recently_used_messages_from_
         ("w2", "budget", (2,)),
     ]
     assert all(e.payload.views == ("long-term", "vector-hash-384") for e in forgotten)  # rows and index
+
+
+@pytest.mark.parametrize("keep", ["recent", "relevant"])
+async def test_a_budget_keeps_the_most_recently_used_or_the_most_often_found(tmp_path: Path, keep: str) -> None:
+    """`keep: relevant` keeps what reads returned most often: two old messages found again and again
+    outlast newer ones written or found once; `keep: recent` keeps the newest uses."""
+    ns = unique("fg")
+    forget = {"budget": 2, "keep": keep, "every": "1h"}
+    cfg = config(tmp_path, ns, {"type": "long-term", "search": "keyword", "forget": forget})
+    texts = ["alpha lives in Porto", "beta likes jazz", "gamma plays chess", "delta reads poems"]
+    async with open_memory(cfg, session_id="s") as mem:
+        m: Any = mem
+        for text in texts:
+            await mem.add(Message("user", text))
+        for query in ("Porto", "Porto", "Porto", "jazz", "jazz", "chess"):  # chess: found last, once
+            assert len(await m.recall(query)) == 1
+        await mem.add(Message("user", "epsilon runs"))  # written last
+        assert await m.forget_now() == 3
+        kept = {"relevant": [texts[0], texts[1]], "recent": [texts[2], "epsilon runs"]}[keep]
+        assert [x.content for x in await mem.get()] == kept
+    reasons = {
+        r.event.payload.reason for r in await events_of(tmp_path, ns) if isinstance(r.event.payload, MemoryForgotten)
+    }
+    assert reasons == {"budget=2" if keep == "recent" else "budget=2 keep=relevant"}
 
 
 async def test_audit_says_why_each_message_left(tmp_path: Path) -> None:
@@ -423,7 +449,7 @@ def test_uses_gather_one_record_per_view_and_session() -> None:
         Use("facts", "facts", 4, facts=tuple(f"f{i}" for i in range(LISTED + 1))),
     ]
     out = gathered(uses)
-    assert out[0] == Use("long-term", "s", 9, messages=(("a", 0, 1), ("b", 1, 7)))
+    assert out[0] == Use("long-term", "s", 9, messages=(("a", 0, 1), ("a", 0, 1), ("b", 1, 7)))  # found twice
     assert out[1] == Use("conversation", "s", 3, whole=True)
     assert [len(u.facts) for u in out[2:]] == [LISTED, 1]
     assert [decode(encode(u)) for u in out] == out

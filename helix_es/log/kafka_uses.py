@@ -46,16 +46,14 @@ def decode(data: bytes) -> Use:
 
 
 def gathered(uses: Sequence[Use]) -> list[Use]:
-    """One use per view and session: the latest time, every item named (in slices of `LISTED`)."""
-    merged: dict[tuple[str, str], tuple[int, bool, dict[tuple[str, int, int], None], dict[str, None]]] = {}
+    """One use per view and session: the latest time and every item named, as often as reads named it
+    (`keep: relevant` counts them; in slices of `LISTED`). Whole reads within one send count once."""
+    merged: dict[tuple[str, str], tuple[int, bool, list[tuple[str, int, int]], list[str]]] = {}
     for u in uses:
-        at, whole, messages, facts = merged.get((u.view, u.session_id), (0, False, {}, {}))
-        messages.update(dict.fromkeys(u.messages))
-        facts.update(dict.fromkeys(u.facts))
-        merged[(u.view, u.session_id)] = (max(at, u.at), whole or u.whole, messages, facts)
+        at, whole, messages, facts = merged.get((u.view, u.session_id), (0, False, [], []))
+        merged[(u.view, u.session_id)] = (max(at, u.at), whole or u.whole, [*messages, *u.messages], [*facts, *u.facts])
     out = []
-    for (view, sid), (at, whole, messages, facts) in merged.items():
-        m, f = list(messages), list(facts)
+    for (view, sid), (at, whole, m, f) in merged.items():
         for i in range(0, max(len(m), len(f), 1), LISTED):
             out.append(Use(view, sid, at, whole, tuple(m[i : i + LISTED]), tuple(f[i : i + LISTED])))
     return out

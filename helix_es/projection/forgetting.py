@@ -50,7 +50,7 @@ class PolicyIndex:
         self.views = views
         self.policy = policy
         self.whole_sessions = whole_sessions
-        self._items: dict[Key, list[int]] = {}  # -> [said µs, used µs, written µs]
+        self._items: dict[Key, list[int]] = {}  # -> [said µs, used µs, written µs, reads that returned it]
         self._sessions: dict[str, set[Key]] = {}  # messages of each session (messages only)
         self._seen: dict[int, int] = {}  # partition -> the last offset noted: a record noted twice counts once
         self._everything_used = 0  # µs of the last read that returned every item (a long-term `get`)
@@ -74,12 +74,12 @@ class PolicyIndex:
             if self.whole_sessions:
                 found = self._items.get((sid, -1, -1))
                 if found is None:
-                    self._items[(sid, -1, -1)] = [said, at, at]
+                    self._items[(sid, -1, -1)] = [said, at, at, 0]
                 else:  # a session is as old as its newest message
                     found[0], found[1], found[2] = max(found[0], said), max(found[1], at), at
             else:
                 key = (sid, p.partition, p.offset)
-                self._items[key] = [said, at, at]
+                self._items[key] = [said, at, at, 0]
                 self._sessions.setdefault(sid, set()).add(key)
         elif isinstance(payload, MemoryCleared):
             if self.whole_sessions:
@@ -112,8 +112,9 @@ class PolicyIndex:
             keys = messages
         for key in keys:
             found = self._items.get(key)
-            if found is not None and found[1] < now:
-                found[1] = now
+            if found is not None:
+                found[1] = max(found[1], now)
+                found[3] += 1
 
     def due(self, now: datetime) -> list[Event]:
         """The events recording what the policy forgets at `now`, decided in one go (`deciding`)."""
@@ -136,27 +137,28 @@ class PolicyIndex:
         idle = None if policy.inactive_for is None else clock - int(policy.inactive_for * 1e6)
         keys = list(self._items)  # the items now; a clear or erasure noted meanwhile may drop some
         gone: dict[Key, str] = {}
-        kept: list[tuple[int, Key]] = []  # (last use, item) of the rest: a budget keeps the most recent
+        kept: list[tuple[int, int, Key]] = []  # (reads, last use, item) of the rest, what a budget keeps by
+        relevant = policy.keep == "relevant"
         for start in range(0, len(keys), STEP):
             for key in keys[start : start + STEP]:
                 found = self._items.get(key)
                 if found is None:
                     continue
-                said, used, _ = found
+                said, used, _, hits = found
                 if age is not None and said < age:
                     gone[key] = "max_age"
                 elif idle is not None and max(used, everything) < idle:
                     gone[key] = "inactive_for"
                 elif policy.budget is not None:
-                    kept.append((max(used, everything), key))
+                    kept.append((hits if relevant else 0, max(used, everything), key))
             yield
         if policy.budget is not None and len(kept) > policy.budget:
-            runs = []  # sorted runs, merged: the least recently used first, ties by session and position
+            runs = []  # sorted runs, merged: the least read (with keep: relevant), least recently used first
             for start in range(0, len(kept), STEP):
                 runs.append(sorted(kept[start : start + STEP]))
                 yield
             merged = heapq.merge(*runs)
-            for n, (_, key) in enumerate(itertools.islice(merged, len(kept) - policy.budget), 1):
+            for n, (_, _, key) in enumerate(itertools.islice(merged, len(kept) - policy.budget), 1):
                 gone[key] = "budget"
                 if n % STEP == 0:
                     yield
@@ -244,12 +246,13 @@ class FactsPolicy:
         self.views = (view,)
         self.policy = policy
         self._used: dict[str, int] = {}  # fact id -> µs of the last read that returned it
+        self._hits: dict[str, int] = {}  # fact id -> reads that returned it
 
     def used(self, at: datetime, ids: Iterable[str]) -> None:
         now = micros(at)
         for fact_id in ids:
-            if self._used.get(fact_id, 0) < now:
-                self._used[fact_id] = now
+            self._used[fact_id] = max(self._used.get(fact_id, 0), now)
+            self._hits[fact_id] = self._hits.get(fact_id, 0) + 1
 
     def due(self, facts: Sequence[Fact], now: datetime) -> list[Event]:
         policy, clock = self.policy, micros(now)
@@ -265,14 +268,16 @@ class FactsPolicy:
             elif idle is not None and last[fact_id] < idle:
                 gone[fact_id] = "inactive_for"
         if policy.budget is not None and len(learned) - len(gone) > policy.budget:
-            kept = ((t, i) for i, t in last.items() if i not in gone)
-            for _, fact_id in heapq.nsmallest(len(learned) - len(gone) - policy.budget, kept):
+            relevant = policy.keep == "relevant"
+            kept = ((self._hits.get(i, 0) if relevant else 0, t, i) for i, t in last.items() if i not in gone)
+            for _, _, fact_id in heapq.nsmallest(len(learned) - len(gone) - policy.budget, kept):
                 gone[fact_id] = "budget"
         reasons = policy.settings()
         grouped: dict[tuple[str, str], list[str]] = {}
         for fact_id, rule in sorted(gone.items()):
             grouped.setdefault((sessions[fact_id], rule), []).append(fact_id)
             self._used.pop(fact_id, None)
+            self._hits.pop(fact_id, None)
         return [
             Event(self.namespace, sid, MemoryForgotten(self.views, rule, reasons[rule], ids=tuple(ids)))
             for (sid, rule), ids in grouped.items()

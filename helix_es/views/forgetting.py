@@ -6,7 +6,10 @@ forget: {max_age: 720h, inactive_for: 168h, budget: 10000, every: 1m}
 
 - `max_age`: an item said (`occurred_at`, else its event's time) longer ago than this leaves.
 - `inactive_for`: an item not used (written, or returned by a read) for this long leaves.
-- `budget`: the view keeps the N most recently used items; the rest leave.
+- `budget`: the view keeps N items; the rest leave. `keep: recent` (the default) keeps the most
+  recently used; `keep: relevant` keeps those reads returned most often (how often an agent's
+  questions found an item is what a memory can know of its relevance), the most recently used
+  first among equals.
 - `every`: how often the policy worker looks (default 1m).
 
 Durations take the seed's `ttl` format (`720h`, `30m`, `1h30m`) or seconds. What an item is
@@ -25,7 +28,8 @@ from helix_es.model.errors import ConfigError
 from helix_es.model.options import mapping, only_keys
 from helix_es.model.times import parse_ttl
 
-FORGET_KEYS = frozenset({"max_age", "inactive_for", "budget", "every"})
+FORGET_KEYS = frozenset({"max_age", "inactive_for", "budget", "keep", "every"})
+KEEPS = ("recent", "relevant")
 DEFAULT_EVERY = 60.0
 
 
@@ -37,6 +41,7 @@ class Forget:
     inactive_for: float | None = None
     budget: int | None = None
     every: float = DEFAULT_EVERY
+    keep: str = "recent"  # which items a budget keeps: the most recently used, or the most often returned
 
     def settings(self) -> dict[str, str]:
         """Each set rule as the reason a `MemoryForgotten` carries (`max_age=720h`)."""
@@ -46,7 +51,7 @@ class Forget:
             if value is not None:
                 out[key] = f"{key}={_duration(value)}"
         if self.budget is not None:
-            out["budget"] = f"budget={self.budget}"
+            out["budget"] = f"budget={self.budget}" + ("" if self.keep == "recent" else f" keep={self.keep}")
         return out
 
 
@@ -64,7 +69,12 @@ def parse_forget(raw: object, where: str) -> Forget | None:
         inactive_for=parse_ttl(options.get("inactive_for"), f"{where}.inactive_for"),
         budget=budget,
         every=parse_ttl(options.get("every"), f"{where}.every") or DEFAULT_EVERY,
+        keep=options.get("keep", "recent"),
     )
+    if policy.keep not in KEEPS:
+        raise ConfigError(f"{where}.keep", f"must be one of {', '.join(KEEPS)}, got {policy.keep!r}")
+    if "keep" in options and budget is None:
+        raise ConfigError(f"{where}.keep", "says which items a budget keeps: set budget too")
     if not policy.settings():
         raise ConfigError(where, "set at least one of max_age, inactive_for, budget")
     return policy
