@@ -156,8 +156,9 @@ class Backend:
         if getattr(self.log, "uses", None) is not None:
             self._uses_sent.update((part.view.name.partition("@")[0], namespace) for part in memory.parts)
 
-    def _send_use(self, namespace: str, use: Use) -> None:
-        if (use.view, namespace) in self._uses_sent:
+    def _send_use(self, namespace: str, view: str, session_id: str, **what: Any) -> None:
+        if (view, namespace) in self._uses_sent:  # else nothing is built: reads without such a policy pay nothing
+            use = Use(view, session_id, micros(datetime.now(UTC)), **what)
             cast(Any, self.log).uses.note(namespace, use)
 
     def used(
@@ -166,7 +167,7 @@ class Backend:
         """A read of `view` returned items (see `PolicyIndex.used`): its policy counts them as used."""
         base = view.partition("@")[0]
         if not self.inline:
-            self._send_use(namespace, Use(base, session_id, micros(datetime.now(UTC)), whole, tuple(messages)))
+            self._send_use(namespace, base, session_id, whole=whole, messages=tuple(messages))
             return
         for (_, ns), job in self._forgetting.items():
             if ns == namespace and base in job.views and isinstance(job, Forgetting):  # an index: its owner's policy
@@ -175,8 +176,7 @@ class Backend:
     def used_facts(self, view: str, namespace: str, ids: Sequence[str]) -> None:
         """A read of facts view `view` returned these facts: its policy counts them as used."""
         if not self.inline:
-            at = micros(datetime.now(UTC))
-            self._send_use(namespace, Use(view.partition("@")[0], FACTS_SESSION, at, facts=tuple(ids)))
+            self._send_use(namespace, view.partition("@")[0], FACTS_SESSION, facts=tuple(ids))
             return
         job = self._forgetting.get((view.partition("@")[0], namespace))
         if isinstance(job, FactsForgetting):
