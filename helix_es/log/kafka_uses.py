@@ -48,14 +48,20 @@ def decode(data: bytes) -> Use:
 def gathered(uses: Sequence[Use]) -> list[Use]:
     """One use per view and session: the latest time and every item named, as often as reads named it
     (`keep: relevant` counts them; in slices of `LISTED`). Whole reads within one send count once."""
-    merged: dict[tuple[str, str], tuple[int, bool, list[tuple[str, int, int]], list[str]]] = {}
+    at: dict[tuple[str, str], int] = {}
+    whole: dict[tuple[str, str], bool] = {}
+    messages: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+    facts: dict[tuple[str, str], list[str]] = {}
     for u in uses:
-        at, whole, messages, facts = merged.get((u.view, u.session_id), (0, False, [], []))
-        merged[(u.view, u.session_id)] = (max(at, u.at), whole or u.whole, [*messages, *u.messages], [*facts, *u.facts])
+        key = (u.view, u.session_id)
+        at[key], whole[key] = max(at.get(key, 0), u.at), whole.get(key, False) or u.whole
+        messages.setdefault(key, []).extend(u.messages)  # appended, not copied: a busy second holds many reads
+        facts.setdefault(key, []).extend(u.facts)
     out = []
-    for (view, sid), (at, whole, m, f) in merged.items():
+    for key, when in at.items():
+        m, f = messages[key], facts[key]
         for i in range(0, max(len(m), len(f), 1), LISTED):
-            out.append(Use(view, sid, at, whole, tuple(m[i : i + LISTED]), tuple(f[i : i + LISTED])))
+            out.append(Use(*key, when, whole[key], tuple(m[i : i + LISTED]), tuple(f[i : i + LISTED])))
     return out
 
 

@@ -73,9 +73,9 @@ class MemoryCheckpoints:
 
     async def latest(self, namespace: str) -> list[Saved]:
         found = []
-        for (n, _), thread in sorted(self._threads.items()):
-            newest = [rows[max(rows)] for rows in thread.checkpoints.values() if rows]
-            if n == namespace and newest:
+        for tid in sorted(t for n, t in self._threads if n == namespace):
+            newest = [rows[max(rows)] for rows in self._threads[(namespace, tid)].checkpoints.values() if rows]
+            if newest:
                 found.append(max(newest, key=lambda s: s.checkpoint_id))
         return found
 
